@@ -1,0 +1,48 @@
+//! The engine's intermediate representation: a computation graph with symbolic shapes,
+//! gradients derived as graph nodes, optimizer updates lowered to graph nodes, and the
+//! passes that turn a model into a scheduled plan.
+//!
+//! This crate is pure: no tensors on devices, no files, no sockets, no async. Everything
+//! here can be printed and tested without a backend; `engine-runtime` executes a [`Plan`].
+//!
+//! ```
+//! use engine_graph::{Graph, GraphBuilder, DType, Shape, Initializer};
+//!
+//! let mut graph = Graph::new();
+//! let mut b = GraphBuilder::new(&mut graph);
+//! let x = b.placeholder("x", DType::F32, Shape::batched(&[4]))?;
+//! let w = b.variable("w", &[4, 2], Initializer::GlorotUniform, true)?;
+//! let y = b.matmul(x, w)?;
+//! assert_eq!(b.fact(y)?.shape.to_string(), "[N, 2]");
+//! # Ok::<(), engine_graph::GraphError>(())
+//! ```
+
+pub mod autodiff;
+mod builder;
+mod dot;
+mod dtype;
+mod error;
+mod fact;
+mod graph;
+mod init;
+mod node;
+pub mod ops;
+pub mod optimizer;
+pub mod passes;
+mod plan;
+mod roles;
+mod shape;
+mod tensor;
+
+pub use builder::GraphBuilder;
+pub use dtype::DType;
+pub use error::{GraphError, Result};
+pub use fact::Fact;
+pub use graph::Graph;
+pub use init::{Initializer, derive_seed};
+pub use node::{Edge, Node, NodeId, Outlet};
+pub use ops::Op;
+pub use plan::{Plan, PlanStats};
+pub use roles::Roles;
+pub use shape::{Dim, Shape};
+pub use tensor::{HostData, HostTensor};

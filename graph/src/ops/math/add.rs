@@ -1,0 +1,35 @@
+//! Elementwise sum with broadcasting.
+
+use crate::{Fact, GraphBuilder, Outlet, Result, autodiff::GradCtx, ops::{Arity, OpDef, rules}};
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Add;
+
+impl OpDef for Add {
+    fn name(&self) -> &'static str {
+        "Add"
+    }
+    fn arity(&self) -> Arity {
+        Arity::Exact(2)
+    }
+    fn infer(&self, inputs: &[Fact]) -> Result<Vec<Fact>, String> {
+        rules::broadcast(inputs, None)
+    }
+    fn grad(&self, ctx: &mut GradCtx<'_, '_>) -> Result<()> {
+        let gy = ctx.out_grad(0)?;
+        for i in 0..2 {
+            if ctx.needs(i) {
+                let shape = ctx.input_fact(i)?.shape;
+                let g = ctx.b.sum_to(gy, &shape)?;
+                ctx.set(i, g);
+            }
+        }
+        Ok(())
+    }
+}
+
+impl GraphBuilder<'_> {
+    pub fn add(&mut self, a: Outlet, b: Outlet) -> Result<Outlet> {
+        self.op(Add.into(), &[a, b])
+    }
+}

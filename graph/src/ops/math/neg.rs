@@ -1,0 +1,30 @@
+//! Elementwise negation.
+
+use crate::{Fact, GraphBuilder, Outlet, Result, autodiff::GradCtx, ops::{Arity, OpDef, rules}};
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Neg;
+
+impl OpDef for Neg {
+    fn name(&self) -> &'static str {
+        "Neg"
+    }
+    fn arity(&self) -> Arity {
+        Arity::Exact(1)
+    }
+    fn infer(&self, inputs: &[Fact]) -> Result<Vec<Fact>, String> {
+        rules::unary_float(inputs)
+    }
+    fn grad(&self, ctx: &mut GradCtx<'_, '_>) -> Result<()> {
+        let gy = ctx.out_grad(0)?;
+        let g = ctx.b.neg(gy)?;
+        ctx.set(0, g);
+        Ok(())
+    }
+}
+
+impl GraphBuilder<'_> {
+    pub fn neg(&mut self, x: Outlet) -> Result<Outlet> {
+        self.op(Neg.into(), &[x])
+    }
+}

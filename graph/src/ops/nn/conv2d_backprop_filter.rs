@@ -1,0 +1,70 @@
+//! The gradient of `Conv2d` with respect to its filter.
+
+use super::{Conv2d, padding::{Padding, nhwc, spatial}};
+use crate::{DType, Dim, Fact, GraphBuilder, Outlet, Result, Shape, autodiff::GradCtx, ops::{Arity, OpDef, rules}};
+
+/// Inputs: `(conv input, gradient of the output)`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Conv2dBackpropFilter {
+    pub filter_hw: [usize; 2],
+    pub strides: [usize; 2],
+    pub padding: Padding,
+}
+
+impl OpDef for Conv2dBackpropFilter {
+    fn name(&self) -> &'static str {
+        "Conv2DBackpropFilter"
+    }
+    fn arity(&self) -> Arity {
+        Arity::Exact(2)
+    }
+    fn infer(&self, inputs: &[Fact]) -> Result<Vec<Fact>, String> {
+        let (x, gy) = (&inputs[0], &inputs[1]);
+        rules::expect_dtype(x, DType::F32, "input")?;
+        rules::expect_rank(gy, 4, "output gradient")?;
+        let hw = spatial(x, "input")?;
+        let conv = Conv2d { strides: self.strides, padding: self.padding };
+        let (ohw, _) = conv.window(self.filter_hw).output(hw)?;
+        let out = gy.shape.dim(3);
+        let expected = nhwc(x.shape.dim(0), ohw, out);
+        if gy.shape != expected {
+            return Err(format!("output gradient must be {expected}, found {}", gy.shape));
+        }
+        let (Dim::Known(c), Dim::Known(f)) = (x.shape.dim(3), out) else {
+            return Err("channel counts must be known".to_string());
+        };
+        Ok(vec![Fact::f32(Shape::known(&[self.filter_hw[0], self.filter_hw[1], c, f]))])
+    }
+    fn grad(&self, ctx: &mut GradCtx<'_, '_>) -> Result<()> {
+        // Bilinear in (x, gy): <ggw, BF(x, gy)> = <gy, conv(x, ggw)>.
+        let ggw = ctx.out_grad(0)?;
+        let (x, gy) = (ctx.input(0), ctx.input(1));
+        let hw = spatial(&ctx.input_fact(0)?, "input").map_err(|_| ctx.no_gradient())?;
+        if ctx.needs(1) {
+            let g = ctx.b.conv2d(x, ggw, self.strides, self.padding)?;
+            ctx.set(1, g);
+        }
+        if ctx.needs(0) {
+            let g = ctx.b.conv2d_backprop_input(ggw, gy, hw, self.strides, self.padding)?;
+            ctx.set(0, g);
+        }
+        Ok(())
+    }
+    fn flops(&self, inputs: &[Fact], outputs: &[Fact], batch: usize) -> u64 {
+        let w = outputs[0].shape.as_known().unwrap_or_default();
+        2 * (inputs[1].shape.num_elements(batch) * w.iter().take(3).product::<usize>()) as u64
+    }
+}
+
+impl GraphBuilder<'_> {
+    pub fn conv2d_backprop_filter(
+        &mut self,
+        x: Outlet,
+        gy: Outlet,
+        filter_hw: [usize; 2],
+        strides: [usize; 2],
+        padding: Padding,
+    ) -> Result<Outlet> {
+        self.op(Conv2dBackpropFilter { filter_hw, strides, padding }.into(), &[x, gy])
+    }
+}

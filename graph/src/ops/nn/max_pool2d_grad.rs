@@ -1,0 +1,34 @@
+//! The backward of `MaxPool2d`: each output gradient goes to the input that was the maximum.
+
+use super::padding::{Window, spatial};
+use crate::{DType, Fact, GraphBuilder, Outlet, Result, ops::{Arity, OpDef, rules}};
+
+/// Inputs: `(pool input, argmax positions, gradient of the pooled values)`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MaxPool2dGrad {
+    pub window: Window,
+}
+
+impl OpDef for MaxPool2dGrad {
+    fn name(&self) -> &'static str {
+        "MaxPoolGrad"
+    }
+    fn arity(&self) -> Arity {
+        Arity::Exact(3)
+    }
+    fn infer(&self, inputs: &[Fact]) -> Result<Vec<Fact>, String> {
+        let (x, idx, gy) = (&inputs[0], &inputs[1], &inputs[2]);
+        rules::expect_dtype(idx, DType::I64, "argmax")?;
+        let (ohw, _) = self.window.output(spatial(x, "input")?)?;
+        if spatial(gy, "output gradient")? != ohw || idx.shape != gy.shape {
+            return Err(format!("gradient {} and argmax {} must be pooled {}", gy.shape, idx.shape, x.shape));
+        }
+        Ok(vec![x.clone()])
+    }
+}
+
+impl GraphBuilder<'_> {
+    pub fn max_pool2d_grad(&mut self, x: Outlet, argmax: Outlet, gy: Outlet, window: Window) -> Result<Outlet> {
+        self.op(MaxPool2dGrad { window }.into(), &[x, argmax, gy])
+    }
+}

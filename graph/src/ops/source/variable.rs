@@ -1,0 +1,48 @@
+//! A persistent value: read at the start of a step, replaced by `Assign` at its end.
+
+use crate::{DType, Fact, GraphBuilder, Initializer, Outlet, Result, Shape, ops::{Arity, OpDef}};
+
+/// A variable's shape is fully known (no batch dimension): it is state, not data.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Variable {
+    pub dtype: DType,
+    pub shape: Vec<usize>,
+    pub init: Initializer,
+    pub trainable: bool,
+}
+
+impl OpDef for Variable {
+    fn name(&self) -> &'static str {
+        "VariableV2"
+    }
+    fn arity(&self) -> Arity {
+        Arity::Exact(0)
+    }
+    fn infer(&self, _: &[Fact]) -> Result<Vec<Fact>, String> {
+        Ok(vec![Fact::new(self.dtype, Shape::known(&self.shape))])
+    }
+    fn flops(&self, _: &[Fact], _: &[Fact], _: usize) -> u64 {
+        0
+    }
+    fn is_pure(&self) -> bool {
+        false
+    }
+}
+
+impl GraphBuilder<'_> {
+    /// A float variable named `name` in the current scope (`dense/kernel`).
+    pub fn variable(&mut self, name: &str, shape: &[usize], init: Initializer, trainable: bool) -> Result<Outlet> {
+        let full = self.name(name);
+        let op = Variable { dtype: DType::F32, shape: shape.to_vec(), init, trainable };
+        self.op_named(&full, op.into(), &[])
+    }
+
+    /// The global step: an i64 scalar, created once, named `global_step` at the top level.
+    pub fn global_step(&mut self) -> Result<Outlet> {
+        if let Ok(id) = self.graph().find("global_step") {
+            return Ok(Outlet::from(id));
+        }
+        let op = Variable { dtype: DType::I64, shape: vec![], init: Initializer::Zeros, trainable: false };
+        self.op_named("global_step", op.into(), &[])
+    }
+}

@@ -1,0 +1,65 @@
+//! The optimizer pass: turns `roles.gradients` into update nodes and a train op.
+
+use super::{Optimizer, OptimizerConfig, adagrad, adam, clip::clip_by_global_norm, momentum, rmsprop};
+use crate::{GraphBuilder, GraphError, HostTensor, Result, Graph, Outlet, passes::Pass};
+
+/// Appends, for every `(variable, gradient)` in `roles.gradients`, the optimizer's update,
+/// then the global step increment, grouped into `roles.train_op`. The learning rate is
+/// exposed as the fetch `learning_rate` for logs and summaries.
+#[derive(Debug, Clone)]
+pub struct ApplyOptimizer {
+    pub config: OptimizerConfig,
+}
+
+impl Pass for ApplyOptimizer {
+    fn name(&self) -> &str {
+        "apply-optimizer"
+    }
+
+    fn run(&self, g: &mut Graph) -> Result<bool> {
+        if g.roles.gradients.is_empty() {
+            return Err(GraphError::invalid("training graph", "no trainable variable receives a gradient from the loss"));
+        }
+        let pairs = g.roles.gradients.clone();
+        let mut b = GraphBuilder::new(g);
+        let name = self.config.optimizer.name();
+        let train_op = b.with_scope(name, |b| {
+            let step = b.global_step()?;
+            let lr = self.config.learning_rate.build(b, step)?;
+            b.graph_mut().roles.fetches.insert("learning_rate".into(), lr);
+            let mut grads: Vec<Outlet> = pairs.iter().map(|p| p.1).collect();
+            if let Some(clip) = self.config.clip_global_norm {
+                grads = clip_by_global_norm(b, &grads, clip)?;
+            }
+            let adam_lr = match self.config.optimizer {
+                Optimizer::Adam { beta1, beta2, .. } => Some(adam::corrected_lr(b, lr, step, beta1, beta2)?),
+                _ => None,
+            };
+            let mut assigns = Vec::new();
+            for ((var, _), grad) in pairs.iter().zip(grads) {
+                let var = Outlet::from(*var);
+                let var_name = b.graph().node(var.node).name.clone();
+                let updates = b.with_scope(&format!("update_{var_name}"), |b| match &self.config.optimizer {
+                    Optimizer::Sgd { momentum: m, nesterov } => momentum::update(b, var, grad, lr, *m, *nesterov),
+                    Optimizer::Adam { beta1, beta2, epsilon } => {
+                        adam::update(b, var, grad, adam_lr.unwrap_or(lr), *beta1, *beta2, *epsilon)
+                    }
+                    Optimizer::RmsProp { decay, momentum, epsilon, centered } => {
+                        let p = rmsprop::Params { decay: *decay, momentum: *momentum, epsilon: *epsilon, centered: *centered };
+                        rmsprop::update(b, var, grad, lr, &p)
+                    }
+                    Optimizer::Adagrad { initial_accumulator, epsilon } => {
+                        adagrad::update(b, var, grad, lr, *initial_accumulator, *epsilon)
+                    }
+                })?;
+                assigns.extend(updates);
+            }
+            let one = b.constant(HostTensor::scalar_i64(1))?;
+            let next = b.add(step, one)?;
+            assigns.push(b.assign(step, next)?);
+            b.group("train_op", &assigns)
+        })?;
+        g.roles.train_op = Some(train_op);
+        Ok(true)
+    }
+}

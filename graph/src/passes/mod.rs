@@ -1,0 +1,64 @@
+//! Named graph rewrites and the driver that runs them.
+//!
+//! A strategy, an optimization level or a lowering step is a list of passes. The driver
+//! runs them in order and checks the graph's invariants after each one, so a broken
+//! rewrite is reported with the pass's name rather than as a wrong number later.
+
+mod cse;
+mod dce;
+mod liveness;
+mod schedule;
+
+pub use cse::CommonSubexpressionElimination;
+pub use dce::DeadCodeElimination;
+pub use liveness::{Liveness, liveness};
+pub use schedule::schedule;
+
+use crate::{Graph, GraphError, Result};
+
+pub trait Pass {
+    fn name(&self) -> &str;
+    /// Rewrites the graph; returns whether anything changed.
+    fn run(&self, g: &mut Graph) -> Result<bool>;
+}
+
+/// Runs passes in order, checking consistency after each.
+#[derive(Default)]
+pub struct PassManager {
+    passes: Vec<Box<dyn Pass>>,
+    log: Vec<(String, bool)>,
+}
+
+impl PassManager {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn with(mut self, pass: impl Pass + 'static) -> Self {
+        self.passes.push(Box::new(pass));
+        self
+    }
+
+    pub fn push(&mut self, pass: Box<dyn Pass>) {
+        self.passes.push(pass);
+    }
+
+    pub fn run(&mut self, g: &mut Graph) -> Result<()> {
+        for pass in &self.passes {
+            let wrap = |e: GraphError| GraphError::Pass { pass: pass.name().to_string(), source: Box::new(e) };
+            let changed = pass.run(g).map_err(wrap)?;
+            g.check().map_err(wrap)?;
+            self.log.push((pass.name().to_string(), changed));
+        }
+        Ok(())
+    }
+
+    /// `(pass name, changed)` for every pass run so far.
+    pub fn log(&self) -> &[(String, bool)] {
+        &self.log
+    }
+
+    pub fn names(&self) -> Vec<&str> {
+        self.passes.iter().map(|p| p.name()).collect()
+    }
+}
