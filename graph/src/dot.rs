@@ -8,7 +8,9 @@ impl Graph {
     /// The graph in Graphviz's dot language. Nodes placed on a device are grouped in a
     /// cluster per device; edges are labelled with the fact they carry.
     pub fn to_dot(&self) -> String {
-        let mut s = String::from("digraph engine {\n  rankdir=TB;\n  node [shape=box, fontname=\"Helvetica\", fontsize=10];\n  edge [fontname=\"Helvetica\", fontsize=8];\n");
+        let mut s = String::from(
+            "digraph engine {\n  rankdir=TB;\n  node [shape=box, fontname=\"Helvetica\", fontsize=10];\n  edge [fontname=\"Helvetica\", fontsize=8];\n",
+        );
         let mut clusters: BTreeMap<String, Vec<NodeId>> = BTreeMap::new();
         let mut loose = Vec::new();
         for (id, n) in self.nodes() {
@@ -18,7 +20,8 @@ impl Graph {
             }
         }
         for (i, (device, ids)) in clusters.iter().enumerate() {
-            let _ = writeln!(s, "  subgraph cluster_{i} {{\n    label=\"{}\"; style=rounded; color=grey;", escape(device));
+            let _ =
+                writeln!(s, "  subgraph cluster_{i} {{\n    label=\"{}\"; style=rounded; color=grey;", escape(device));
             for id in ids {
                 self.dot_node(&mut s, *id, "    ");
             }
@@ -43,7 +46,9 @@ impl Graph {
             "VariableV2" => ", style=filled, fillcolor=\"#fde68a\"",
             "Placeholder" => ", style=filled, fillcolor=\"#bfdbfe\"",
             "Assign" => ", style=filled, fillcolor=\"#fecaca\"",
-            name if name.starts_with("Collective") || name.starts_with("AllReduce") => ", style=filled, fillcolor=\"#bbf7d0\"",
+            name if name.starts_with("Collective") || name.starts_with("AllReduce") => {
+                ", style=filled, fillcolor=\"#bbf7d0\""
+            }
             _ => "",
         };
         let _ = writeln!(s, "{indent}n{} [label=\"{}\\n{}\"{style}];", id.index(), escape(&n.name), n.op.name());

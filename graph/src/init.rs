@@ -24,9 +24,18 @@ pub enum Initializer {
     HeNormal,
     /// `U(-l, l)` with `l = sqrt(6 / fan_in)`.
     HeUniform,
-    RandomNormal { mean: f32, stddev: f32 },
-    RandomUniform { min: f32, max: f32 },
-    TruncatedNormal { mean: f32, stddev: f32 },
+    RandomNormal {
+        mean: f32,
+        stddev: f32,
+    },
+    RandomUniform {
+        min: f32,
+        max: f32,
+    },
+    TruncatedNormal {
+        mean: f32,
+        stddev: f32,
+    },
 }
 
 /// Keras scales a truncated normal's standard deviation by this so that the truncated
@@ -68,7 +77,9 @@ impl Initializer {
             }
             Initializer::HeNormal => truncated(&mut rng, n, 0.0, (2.0 / fan_in).sqrt() / TRUNCATED_STDDEV_CORRECTION),
             Initializer::RandomNormal { mean, stddev } => (0..n).map(|_| mean + stddev * normal(&mut rng)).collect(),
-            Initializer::RandomUniform { min, max } => (0..n).map(|_| min + (max - min) * rng.random::<f32>()).collect(),
+            Initializer::RandomUniform { min, max } => {
+                (0..n).map(|_| min + (max - min) * rng.random::<f32>()).collect()
+            }
             Initializer::TruncatedNormal { mean, stddev } => truncated(&mut rng, n, mean, stddev),
         };
         HostTensor::f32(shape.to_vec(), data)
@@ -101,10 +112,12 @@ fn normal(rng: &mut ChaCha8Rng) -> f32 {
 /// Normal samples redrawn until within two standard deviations, as TensorFlow does.
 fn truncated(rng: &mut ChaCha8Rng, n: usize, mean: f32, stddev: f32) -> Vec<f32> {
     (0..n)
-        .map(|_| loop {
-            let z = normal(rng);
-            if z.abs() <= 2.0 {
-                break mean + stddev * z;
+        .map(|_| {
+            loop {
+                let z = normal(rng);
+                if z.abs() <= 2.0 {
+                    break mean + stddev * z;
+                }
             }
         })
         .collect()

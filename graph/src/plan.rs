@@ -67,7 +67,14 @@ impl Plan {
             let inputs: Vec<String> = n.inputs.iter().map(|o| self.outlet_name(*o)).collect();
             let outs: Vec<String> = n.outputs.iter().map(|f| f.to_string()).collect();
             let device = n.device.as_deref().map(|d| format!(" @{d}")).unwrap_or_default();
-            let _ = writeln!(s, "  {pos:>4}  {:<48} {:<22} {:<28} <- {}{device}", n.name, n.op.name(), outs.join(", "), inputs.join(", "));
+            let _ = writeln!(
+                s,
+                "  {pos:>4}  {:<48} {:<22} {:<28} <- {}{device}",
+                n.name,
+                n.op.name(),
+                outs.join(", "),
+                inputs.join(", ")
+            );
         }
         let st = self.stats(batch);
         let _ = writeln!(s, "statistics at batch {batch}:");

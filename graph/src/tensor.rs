@@ -48,10 +48,7 @@ impl HostTensor {
     pub fn new(shape: Vec<usize>, data: HostData) -> Result<Self> {
         let expected: usize = shape.iter().product();
         if expected != data.len() {
-            return Err(GraphError::TensorData {
-                shape: shape.clone(),
-                len: data.len(),
-            });
+            return Err(GraphError::TensorData { shape: shape.clone(), len: data.len() });
         }
         Ok(HostTensor { shape, data })
     }

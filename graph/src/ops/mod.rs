@@ -178,5 +178,4 @@ pub(crate) mod rules {
             .ok_or_else(|| format!("shapes {} and {} do not broadcast", a.shape, b.shape))?;
         Ok(vec![Fact::new(out.unwrap_or(a.dtype), shape)])
     }
-
 }

@@ -5,7 +5,13 @@ use crate::{DType, GraphBuilder, Initializer, Outlet, Result};
 
 /// The bias-corrected step size `lr * sqrt(1 - beta2^t) / (1 - beta1^t)`, `t = step + 1`.
 /// Built once per graph and shared by every variable.
-pub(super) fn corrected_lr(b: &mut GraphBuilder<'_>, lr: Outlet, step: Outlet, beta1: f32, beta2: f32) -> Result<Outlet> {
+pub(super) fn corrected_lr(
+    b: &mut GraphBuilder<'_>,
+    lr: Outlet,
+    step: Outlet,
+    beta1: f32,
+    beta2: f32,
+) -> Result<Outlet> {
     b.with_scope("adam", |b| {
         let s = b.cast(step, DType::F32)?;
         let one = b.scalar(1.0)?;

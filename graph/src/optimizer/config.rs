@@ -8,20 +8,47 @@ use serde::{Deserialize, Serialize};
 pub enum LearningRate {
     Constant(f32),
     /// `initial * decay_rate ^ (step / decay_steps)`, the exponent floored if `staircase`.
-    ExponentialDecay { initial: f32, decay_steps: u64, decay_rate: f32, staircase: bool },
+    ExponentialDecay {
+        initial: f32,
+        decay_steps: u64,
+        decay_rate: f32,
+        staircase: bool,
+    },
     /// `values[i]` while `boundaries[i-1] < step <= boundaries[i]`.
-    PiecewiseConstant { boundaries: Vec<i64>, values: Vec<f32> },
+    PiecewiseConstant {
+        boundaries: Vec<i64>,
+        values: Vec<f32>,
+    },
     /// `initial * ((1 - alpha) * 0.5 * (1 + cos(pi * min(step, decay_steps) / decay_steps)) + alpha)`.
-    CosineDecay { initial: f32, decay_steps: u64, alpha: f32 },
+    CosineDecay {
+        initial: f32,
+        decay_steps: u64,
+        alpha: f32,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Optimizer {
     /// Plain SGD when `momentum` is 0; TensorFlow's MomentumOptimizer otherwise.
-    Sgd { momentum: f32, nesterov: bool },
-    Adam { beta1: f32, beta2: f32, epsilon: f32 },
-    RmsProp { decay: f32, momentum: f32, epsilon: f32, centered: bool },
-    Adagrad { initial_accumulator: f32, epsilon: f32 },
+    Sgd {
+        momentum: f32,
+        nesterov: bool,
+    },
+    Adam {
+        beta1: f32,
+        beta2: f32,
+        epsilon: f32,
+    },
+    RmsProp {
+        decay: f32,
+        momentum: f32,
+        epsilon: f32,
+        centered: bool,
+    },
+    Adagrad {
+        initial_accumulator: f32,
+        epsilon: f32,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

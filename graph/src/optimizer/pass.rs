@@ -1,7 +1,7 @@
 //! The optimizer pass: turns `roles.gradients` into update nodes and a train op.
 
 use super::{Optimizer, OptimizerConfig, adagrad, adam, clip::clip_by_global_norm, momentum, rmsprop};
-use crate::{GraphBuilder, GraphError, HostTensor, Result, Graph, Outlet, passes::Pass};
+use crate::{Graph, GraphBuilder, GraphError, HostTensor, Outlet, Result, passes::Pass};
 
 /// Appends, for every `(variable, gradient)` in `roles.gradients`, the optimizer's update,
 /// then the global step increment, grouped into `roles.train_op`. The learning rate is
@@ -18,7 +18,10 @@ impl Pass for ApplyOptimizer {
 
     fn run(&self, g: &mut Graph) -> Result<bool> {
         if g.roles.gradients.is_empty() {
-            return Err(GraphError::invalid("training graph", "no trainable variable receives a gradient from the loss"));
+            return Err(GraphError::invalid(
+                "training graph",
+                "no trainable variable receives a gradient from the loss",
+            ));
         }
         let pairs = g.roles.gradients.clone();
         let mut b = GraphBuilder::new(g);
@@ -45,7 +48,12 @@ impl Pass for ApplyOptimizer {
                         adam::update(b, var, grad, adam_lr.unwrap_or(lr), *beta1, *beta2, *epsilon)
                     }
                     Optimizer::RmsProp { decay, momentum, epsilon, centered } => {
-                        let p = rmsprop::Params { decay: *decay, momentum: *momentum, epsilon: *epsilon, centered: *centered };
+                        let p = rmsprop::Params {
+                            decay: *decay,
+                            momentum: *momentum,
+                            epsilon: *epsilon,
+                            centered: *centered,
+                        };
                         rmsprop::update(b, var, grad, lr, &p)
                     }
                     Optimizer::Adagrad { initial_accumulator, epsilon } => {

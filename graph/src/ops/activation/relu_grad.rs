@@ -1,6 +1,10 @@
 //! The backward of `Relu`: the gradient where the output is positive, zero elsewhere.
 
-use crate::{Fact, GraphBuilder, Outlet, Result, autodiff::GradCtx, ops::{Arity, OpDef, rules}};
+use crate::{
+    Fact, GraphBuilder, Outlet, Result,
+    autodiff::GradCtx,
+    ops::{Arity, OpDef, rules},
+};
 
 /// Inputs: `(relu output, gradient of the output)`.
 #[derive(Debug, Clone, PartialEq)]

@@ -1,6 +1,10 @@
 //! 1 / (1 + e^-x).
 
-use crate::{Fact, GraphBuilder, Outlet, Result, autodiff::GradCtx, ops::{Arity, OpDef, rules}};
+use crate::{
+    Fact, GraphBuilder, Outlet, Result,
+    autodiff::GradCtx,
+    ops::{Arity, OpDef, rules},
+};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Sigmoid;

@@ -1,6 +1,10 @@
 //! exp(x) / sum(exp(x)) along one axis, computed stably by the runtime.
 
-use crate::{Fact, GraphBuilder, Outlet, Result, autodiff::GradCtx, ops::{Arity, OpDef, rules}};
+use crate::{
+    Fact, GraphBuilder, Outlet, Result,
+    autodiff::GradCtx,
+    ops::{Arity, OpDef, rules},
+};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Softmax {
@@ -46,6 +50,8 @@ impl GraphBuilder<'_> {
     /// Normalizes a possibly negative axis against `x`'s rank.
     pub fn axis_of(&self, x: Outlet, axis: i64) -> Result<usize> {
         let shape = &self.fact(x)?.shape;
-        shape.axis(axis).ok_or_else(|| crate::GraphError::invalid("axis", format!("{axis} is out of range for {shape}")))
+        shape
+            .axis(axis)
+            .ok_or_else(|| crate::GraphError::invalid("axis", format!("{axis} is out of range for {shape}")))
     }
 }

@@ -1,6 +1,9 @@
 //! Index of the maximum along an axis (predicted classes).
 
-use crate::{DType, Fact, GraphBuilder, Outlet, Result, Shape, ops::{Arity, OpDef, rules}};
+use crate::{
+    DType, Fact, GraphBuilder, Outlet, Result, Shape,
+    ops::{Arity, OpDef, rules},
+};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct ArgMax {

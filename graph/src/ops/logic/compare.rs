@@ -1,7 +1,10 @@
 //! Elementwise comparisons with broadcasting, producing booleans. Three ops sharing one
 //! shape rule; none has a gradient (their outputs are not floats).
 
-use crate::{DType, Fact, GraphBuilder, Outlet, Result, ops::{Arity, OpDef, rules}};
+use crate::{
+    DType, Fact, GraphBuilder, Outlet, Result,
+    ops::{Arity, OpDef, rules},
+};
 
 macro_rules! comparison {
     ($name:ident, $tf:literal, $method:ident, $doc:literal) => {

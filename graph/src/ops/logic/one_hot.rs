@@ -1,6 +1,9 @@
 //! Integer classes to one-hot float vectors.
 
-use crate::{DType, Dim, Fact, GraphBuilder, Outlet, Result, Shape, ops::{Arity, OpDef, rules}};
+use crate::{
+    DType, Dim, Fact, GraphBuilder, Outlet, Result, Shape,
+    ops::{Arity, OpDef, rules},
+};
 
 /// `[..] i64 -> [.., depth] f32`; out-of-range classes give all-zero rows, as in TensorFlow.
 #[derive(Debug, Clone, PartialEq)]

@@ -1,6 +1,10 @@
 //! `cond ? a : b` elementwise, with broadcasting (piecewise schedules, masks).
 
-use crate::{DType, Fact, GraphBuilder, Outlet, Result, autodiff::GradCtx, ops::{Arity, OpDef, rules}};
+use crate::{
+    DType, Fact, GraphBuilder, Outlet, Result,
+    autodiff::GradCtx,
+    ops::{Arity, OpDef, rules},
+};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Select;
@@ -16,7 +20,10 @@ impl OpDef for Select {
         let (c, a, b) = (&inputs[0], &inputs[1], &inputs[2]);
         rules::expect_dtype(c, DType::Bool, "condition")?;
         let ab = rules::broadcast(&[a.clone(), b.clone()], None)?;
-        let shape = c.shape.broadcast(&ab[0].shape).ok_or_else(|| format!("condition {} does not broadcast with {}", c.shape, ab[0].shape))?;
+        let shape = c
+            .shape
+            .broadcast(&ab[0].shape)
+            .ok_or_else(|| format!("condition {} does not broadcast with {}", c.shape, ab[0].shape))?;
         Ok(vec![Fact::new(a.dtype, shape)])
     }
     fn grad(&self, ctx: &mut GradCtx<'_, '_>) -> Result<()> {

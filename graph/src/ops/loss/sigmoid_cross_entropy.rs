@@ -1,6 +1,10 @@
 //! Elementwise logistic loss of logits against labels in [0, 1].
 
-use crate::{DType, Fact, GraphBuilder, Outlet, Result, autodiff::GradCtx, ops::{Arity, OpDef, rules}};
+use crate::{
+    DType, Fact, GraphBuilder, Outlet, Result,
+    autodiff::GradCtx,
+    ops::{Arity, OpDef, rules},
+};
 
 /// `max(x, 0) - x * z + log(1 + exp(-|x|))`: TensorFlow's stable form of
 /// `-z log(sigmoid(x)) - (1 - z) log(1 - sigmoid(x))`.

@@ -1,6 +1,10 @@
 //! Cross entropy of logits against a probability distribution (one-hot or soft labels).
 
-use crate::{DType, Fact, GraphBuilder, Outlet, Result, Shape, autodiff::GradCtx, ops::{Arity, OpDef, rules}};
+use crate::{
+    DType, Fact, GraphBuilder, Outlet, Result, Shape,
+    autodiff::GradCtx,
+    ops::{Arity, OpDef, rules},
+};
 
 /// Inputs: `(logits [.., C], labels [.., C])`, both f32; output `[..]`:
 /// `-sum(labels * log_softmax(logits))`, stable for any logits.

@@ -1,6 +1,10 @@
 //! Cross entropy of logits against integer class labels, per example.
 
-use crate::{DType, Fact, GraphBuilder, Outlet, Result, Shape, autodiff::GradCtx, ops::{Arity, OpDef, rules}};
+use crate::{
+    DType, Fact, GraphBuilder, Outlet, Result, Shape,
+    autodiff::GradCtx,
+    ops::{Arity, OpDef, rules},
+};
 
 /// Inputs: `(logits [.., C] f32, labels [..] i64)`; output: loss `[..]`. Computed as
 /// `logsumexp(logits) - logits[label]`, which neither overflows nor takes `log(0)`.
@@ -31,7 +35,8 @@ impl OpDef for SparseSoftmaxCrossEntropy {
         // (softmax(logits) - one_hot(labels)) * gy
         let gy = ctx.out_grad(0)?;
         let (logits, labels) = (ctx.input(0), ctx.input(1));
-        let classes = ctx.input_fact(0)?.shape.dims().last().and_then(|d| d.known()).ok_or_else(|| ctx.no_gradient())?;
+        let classes =
+            ctx.input_fact(0)?.shape.dims().last().and_then(|d| d.known()).ok_or_else(|| ctx.no_gradient())?;
         let p = ctx.b.softmax(logits, -1)?;
         let hot = ctx.b.one_hot(labels, classes)?;
         let d = ctx.b.sub(p, hot)?;

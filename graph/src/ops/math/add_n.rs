@@ -1,6 +1,10 @@
 //! The sum of several tensors of one fact: how fan-out gradients are accumulated.
 
-use crate::{Fact, GraphBuilder, Outlet, Result, autodiff::GradCtx, ops::{Arity, OpDef}};
+use crate::{
+    Fact, GraphBuilder, Outlet, Result,
+    autodiff::GradCtx,
+    ops::{Arity, OpDef},
+};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct AddN;

@@ -1,6 +1,10 @@
 //! Elementwise e^x; its gradient reuses the output.
 
-use crate::{Fact, GraphBuilder, Outlet, Result, autodiff::GradCtx, ops::{Arity, OpDef, rules}};
+use crate::{
+    Fact, GraphBuilder, Outlet, Result,
+    autodiff::GradCtx,
+    ops::{Arity, OpDef, rules},
+};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Exp;

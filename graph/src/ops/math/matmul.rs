@@ -1,6 +1,10 @@
 //! Matrix product of two rank-2 tensors, either optionally transposed.
 
-use crate::{DType, Dim, Fact, GraphBuilder, Outlet, Result, Shape, autodiff::GradCtx, ops::{Arity, OpDef, rules}};
+use crate::{
+    DType, Dim, Fact, GraphBuilder, Outlet, Result, Shape,
+    autodiff::GradCtx,
+    ops::{Arity, OpDef, rules},
+};
 
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct MatMul {

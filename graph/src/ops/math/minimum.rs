@@ -1,7 +1,11 @@
 //! Elementwise minimum; on ties the gradient goes to the first operand, as in TensorFlow.
 
 use super::maximum::route_gradient;
-use crate::{Fact, GraphBuilder, Outlet, Result, autodiff::GradCtx, ops::{Arity, OpDef, rules}};
+use crate::{
+    Fact, GraphBuilder, Outlet, Result,
+    autodiff::GradCtx,
+    ops::{Arity, OpDef, rules},
+};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Minimum;

@@ -1,7 +1,7 @@
 //! Undoing a broadcast: the gradient of a broadcast operand is summed over the axes the
 //! broadcast stretched.
 
-use crate::{GraphBuilder, Outlet, Result, Shape, Dim};
+use crate::{Dim, GraphBuilder, Outlet, Result, Shape};
 
 impl GraphBuilder<'_> {
     /// Sums `g` down to `target` (the shape of an operand that was broadcast to `g`'s shape).

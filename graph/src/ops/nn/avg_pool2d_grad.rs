@@ -1,7 +1,11 @@
 //! The backward of `AvgPool2d`: each output gradient spread evenly over its window.
 
 use super::padding::{Window, nhwc, spatial};
-use crate::{Fact, GraphBuilder, Outlet, Result, autodiff::GradCtx, ops::{Arity, OpDef}};
+use crate::{
+    Fact, GraphBuilder, Outlet, Result,
+    autodiff::GradCtx,
+    ops::{Arity, OpDef},
+};
 
 /// Input: the gradient of the pooled values; the pool input's spatial size is an attribute.
 #[derive(Debug, Clone, PartialEq)]

@@ -1,7 +1,11 @@
 //! 2-D convolution: NHWC input, HWIO filter (no bias: a bias is an `Add`).
 
 use super::padding::{Padding, Window, nhwc, spatial};
-use crate::{DType, Dim, Fact, GraphBuilder, Outlet, Result, autodiff::GradCtx, ops::{Arity, OpDef, rules}};
+use crate::{
+    DType, Dim, Fact, GraphBuilder, Outlet, Result,
+    autodiff::GradCtx,
+    ops::{Arity, OpDef, rules},
+};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Conv2d {
@@ -19,7 +23,8 @@ impl Conv2d {
 pub(crate) fn filter_dims(w: &Fact, in_channels: Dim) -> Result<([usize; 2], usize), String> {
     rules::expect_dtype(w, DType::F32, "filter")?;
     let dims = w.shape.as_known().filter(|d| d.len() == 4);
-    let d = dims.ok_or_else(|| format!("filter must be [height, width, in, out] with known sizes, found {}", w.shape))?;
+    let d =
+        dims.ok_or_else(|| format!("filter must be [height, width, in, out] with known sizes, found {}", w.shape))?;
     if Dim::Known(d[2]) != in_channels {
         return Err(format!("filter expects {} input channels, input has {in_channels}", d[2]));
     }

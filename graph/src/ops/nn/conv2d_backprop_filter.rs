@@ -1,7 +1,14 @@
 //! The gradient of `Conv2d` with respect to its filter.
 
-use super::{Conv2d, padding::{Padding, nhwc, spatial}};
-use crate::{DType, Dim, Fact, GraphBuilder, Outlet, Result, Shape, autodiff::GradCtx, ops::{Arity, OpDef, rules}};
+use super::{
+    Conv2d,
+    padding::{Padding, nhwc, spatial},
+};
+use crate::{
+    DType, Dim, Fact, GraphBuilder, Outlet, Result, Shape,
+    autodiff::GradCtx,
+    ops::{Arity, OpDef, rules},
+};
 
 /// Inputs: `(conv input, gradient of the output)`.
 #[derive(Debug, Clone, PartialEq)]

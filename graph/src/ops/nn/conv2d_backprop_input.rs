@@ -1,7 +1,15 @@
 //! The gradient of `Conv2d` with respect to its input (a transposed convolution).
 
-use super::{Conv2d, padding::{Padding, nhwc}, conv2d::filter_dims};
-use crate::{DType, Dim, Fact, GraphBuilder, Outlet, Result, autodiff::GradCtx, ops::{Arity, OpDef, rules}};
+use super::{
+    Conv2d,
+    conv2d::filter_dims,
+    padding::{Padding, nhwc},
+};
+use crate::{
+    DType, Dim, Fact, GraphBuilder, Outlet, Result,
+    autodiff::GradCtx,
+    ops::{Arity, OpDef, rules},
+};
 
 /// Inputs: `(filter, gradient of the output)`; the input's spatial size is an attribute
 /// because strided convolutions lose it.

@@ -1,6 +1,10 @@
 //! Inverted dropout for training graphs (evaluation graphs simply do not contain it).
 
-use crate::{DType, Fact, GraphBuilder, Outlet, Result, autodiff::GradCtx, ops::{Arity, OpDef, rules}};
+use crate::{
+    DType, Fact, GraphBuilder, Outlet, Result,
+    autodiff::GradCtx,
+    ops::{Arity, OpDef, rules},
+};
 
 /// Outputs: `(x * mask, mask)` where `mask` is 0 or `1 / (1 - rate)`. The mask is drawn
 /// from `(seed, global step)`, so a resumed run drops the same units as an unbroken one.

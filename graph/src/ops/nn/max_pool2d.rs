@@ -2,7 +2,11 @@
 //! pass scatters gradients without searching again.
 
 use super::padding::{Window, nhwc, spatial};
-use crate::{DType, Fact, GraphBuilder, NodeId, Outlet, Result, autodiff::GradCtx, ops::{Arity, OpDef, rules}};
+use crate::{
+    DType, Fact, GraphBuilder, NodeId, Outlet, Result,
+    autodiff::GradCtx,
+    ops::{Arity, OpDef, rules},
+};
 
 /// Outputs: `(pooled values, argmax positions)`. The positions are the runtime's business:
 /// only `MaxPool2dGrad` reads them.

@@ -1,7 +1,10 @@
 //! The backward of `MaxPool2d`: each output gradient goes to the input that was the maximum.
 
 use super::padding::{Window, spatial};
-use crate::{DType, Fact, GraphBuilder, Outlet, Result, ops::{Arity, OpDef, rules}};
+use crate::{
+    DType, Fact, GraphBuilder, Outlet, Result,
+    ops::{Arity, OpDef, rules},
+};
 
 /// Inputs: `(pool input, argmax positions, gradient of the pooled values)`.
 #[derive(Debug, Clone, PartialEq)]

@@ -1,7 +1,11 @@
 //! Maximum over axes; ties share the gradient equally, as in TensorFlow.
 
 use super::{kept_shape, reduced};
-use crate::{DType, Fact, GraphBuilder, Outlet, Result, autodiff::GradCtx, ops::{Arity, OpDef}};
+use crate::{
+    DType, Fact, GraphBuilder, Outlet, Result,
+    autodiff::GradCtx,
+    ops::{Arity, OpDef},
+};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct ReduceMax {

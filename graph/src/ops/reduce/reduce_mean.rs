@@ -2,7 +2,11 @@
 //! dimension is exact for any batch size.
 
 use super::{kept_shape, reduced};
-use crate::{DType, Fact, GraphBuilder, Outlet, Result, autodiff::GradCtx, ops::{Arity, OpDef}};
+use crate::{
+    DType, Fact, GraphBuilder, Outlet, Result,
+    autodiff::GradCtx,
+    ops::{Arity, OpDef},
+};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct ReduceMean {

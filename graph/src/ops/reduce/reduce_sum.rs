@@ -1,7 +1,11 @@
 //! Sum over axes.
 
 use super::{kept_shape, reduced};
-use crate::{DType, Fact, GraphBuilder, Outlet, Result, autodiff::GradCtx, ops::{Arity, OpDef}};
+use crate::{
+    DType, Fact, GraphBuilder, Outlet, Result,
+    autodiff::GradCtx,
+    ops::{Arity, OpDef},
+};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct ReduceSum {

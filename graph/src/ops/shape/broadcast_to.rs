@@ -1,6 +1,10 @@
 //! Stretches a tensor to a broadcast-compatible shape (gradients of reductions).
 
-use crate::{Fact, GraphBuilder, Outlet, Result, Shape, autodiff::GradCtx, ops::{Arity, OpDef}};
+use crate::{
+    Fact, GraphBuilder, Outlet, Result, Shape,
+    autodiff::GradCtx,
+    ops::{Arity, OpDef},
+};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct BroadcastTo {

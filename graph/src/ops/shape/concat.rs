@@ -1,6 +1,10 @@
 //! Joins tensors along one axis (two towers of a functional model).
 
-use crate::{Dim, Fact, GraphBuilder, Outlet, Result, Shape, autodiff::GradCtx, ops::{Arity, OpDef}};
+use crate::{
+    Dim, Fact, GraphBuilder, Outlet, Result, Shape,
+    autodiff::GradCtx,
+    ops::{Arity, OpDef},
+};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Concat {

@@ -1,6 +1,10 @@
 //! Zero padding (the gradient of `Slice`, and asymmetric SAME padding).
 
-use crate::{Dim, Fact, GraphBuilder, Outlet, Result, Shape, autodiff::GradCtx, ops::{Arity, OpDef}};
+use crate::{
+    Dim, Fact, GraphBuilder, Outlet, Result, Shape,
+    autodiff::GradCtx,
+    ops::{Arity, OpDef},
+};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Pad {

@@ -1,6 +1,10 @@
 //! Same elements, new shape.
 
-use crate::{Dim, Fact, GraphBuilder, GraphError, Outlet, Result, Shape, autodiff::GradCtx, ops::{Arity, OpDef}};
+use crate::{
+    Dim, Fact, GraphBuilder, GraphError, Outlet, Result, Shape,
+    autodiff::GradCtx,
+    ops::{Arity, OpDef},
+};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Reshape {
@@ -59,7 +63,8 @@ impl GraphBuilder<'_> {
     pub fn reshape_batched(&mut self, x: Outlet, target: &[i64]) -> Result<Outlet> {
         let shape = self.fact(x)?.shape.clone();
         let bad = || GraphError::invalid("reshape", format!("cannot reshape {shape} into [N, {target:?}]"));
-        let per_example = Shape(shape.dims().get(1..).ok_or_else(bad)?.to_vec()).volume().and_then(Dim::known).ok_or_else(bad)?;
+        let per_example =
+            Shape(shape.dims().get(1..).ok_or_else(bad)?.to_vec()).volume().and_then(Dim::known).ok_or_else(bad)?;
         let known: usize = target.iter().filter(|&&d| d >= 0).map(|&d| d as usize).product();
         let holes = target.iter().filter(|&&d| d < 0).count();
         let mut dims = vec![shape.dim(0)];

@@ -3,7 +3,11 @@
 //! Means over the batch dimension divide by it, so a graph compiled once is exact for the
 //! last partial batch of an evaluation and for any per-replica batch.
 
-use crate::{DType, Fact, GraphBuilder, Outlet, Result, autodiff::GradCtx, ops::{Arity, OpDef}};
+use crate::{
+    DType, Fact, GraphBuilder, Outlet, Result,
+    autodiff::GradCtx,
+    ops::{Arity, OpDef},
+};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Size {

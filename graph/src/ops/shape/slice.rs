@@ -1,6 +1,10 @@
 //! A rectangular window of a tensor.
 
-use crate::{Dim, Fact, GraphBuilder, Outlet, Result, Shape, autodiff::GradCtx, ops::{Arity, OpDef}};
+use crate::{
+    Dim, Fact, GraphBuilder, Outlet, Result, Shape,
+    autodiff::GradCtx,
+    ops::{Arity, OpDef},
+};
 
 /// `begin[a]..begin[a] + size[a]` along each axis; `size[a] = None` takes the rest of the
 /// axis, which is the only choice along a batch-sized axis (with `begin = 0`).

@@ -1,6 +1,10 @@
 //! Permutes axes.
 
-use crate::{Fact, GraphBuilder, Outlet, Result, Shape, autodiff::GradCtx, ops::{Arity, OpDef}};
+use crate::{
+    Fact, GraphBuilder, Outlet, Result, Shape,
+    autodiff::GradCtx,
+    ops::{Arity, OpDef},
+};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Transpose {

@@ -1,6 +1,9 @@
 //! A value baked into the graph.
 
-use crate::{Fact, GraphBuilder, HostTensor, Outlet, Result, Shape, ops::{Arity, OpDef}};
+use crate::{
+    Fact, GraphBuilder, HostTensor, Outlet, Result, Shape,
+    ops::{Arity, OpDef},
+};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Constant {

@@ -1,6 +1,9 @@
 //! A value fed from outside at every step (features, labels).
 
-use crate::{DType, Fact, GraphBuilder, Outlet, Result, Shape, ops::{Arity, OpDef}};
+use crate::{
+    DType, Fact, GraphBuilder, Outlet, Result, Shape,
+    ops::{Arity, OpDef},
+};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Placeholder {

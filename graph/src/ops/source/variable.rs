@@ -1,6 +1,9 @@
 //! A persistent value: read at the start of a step, replaced by `Assign` at its end.
 
-use crate::{DType, Fact, GraphBuilder, Initializer, Outlet, Result, Shape, ops::{Arity, OpDef}};
+use crate::{
+    DType, Fact, GraphBuilder, Initializer, Outlet, Result, Shape,
+    ops::{Arity, OpDef},
+};
 
 /// A variable's shape is fully known (no batch dimension): it is state, not data.
 #[derive(Debug, Clone, PartialEq)]

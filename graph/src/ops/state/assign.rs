@@ -1,6 +1,9 @@
 //! Replaces a variable's value at the end of the step.
 
-use crate::{Fact, GraphBuilder, GraphError, Op, Outlet, Result, ops::{Arity, OpDef}};
+use crate::{
+    Fact, GraphBuilder, GraphError, Op, Outlet, Result,
+    ops::{Arity, OpDef},
+};
 
 /// Inputs: `(variable, new value)`; output: the new value. Every read of the variable in
 /// the same step sees the old value (reads happen at step start, assignments commit at

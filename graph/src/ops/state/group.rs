@@ -1,6 +1,9 @@
 //! Waits for its inputs and produces nothing useful: a train op fetches one of these.
 
-use crate::{DType, Fact, GraphBuilder, Outlet, Result, ops::{Arity, OpDef}};
+use crate::{
+    DType, Fact, GraphBuilder, Outlet, Result,
+    ops::{Arity, OpDef},
+};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Group;
