@@ -1,1 +1,19 @@
+//! Executes compiled plans on a burn backend.
+//!
+//! An [`Executor`] prepares a [`engine_graph::Plan`] for a [`Device`] once (slot
+//! assignment, constant upload, move-or-clone decisions from liveness) and then runs it
+//! step after step against a [`VariableStore`]. The CPU backend is burn's `flex`; `wgpu`
+//! and `cuda` come with the cargo features of the same names.
 
+mod device;
+mod error;
+mod executor;
+mod kernels;
+mod value;
+mod variables;
+
+pub use device::{Device, DeviceKind};
+pub use error::{Result, RuntimeError};
+pub use executor::{Executor, OpTiming, RunOptions, StepOutput};
+pub use value::{Precision, Value};
+pub use variables::VariableStore;

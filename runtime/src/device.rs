@@ -1,0 +1,112 @@
+//! Devices by name: `cpu`, `cpu:0`, `wgpu:0`, `cuda:0`.
+//!
+//! The executor runs on `burn`'s `Dispatch` backend, whose device value picks the concrete
+//! backend at run time, so one build can train on the CPU or on a GPU by flag. GPU
+//! backends are compiled in only with the cargo features `wgpu` and `cuda`.
+
+use crate::{Result, RuntimeError};
+use burn::backend::{DispatchDevice, FlexDevice};
+use std::fmt;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DeviceKind {
+    Cpu,
+    Wgpu,
+    Cuda,
+}
+
+/// A named device the executor can run on.
+#[derive(Clone)]
+pub struct Device {
+    pub kind: DeviceKind,
+    pub index: usize,
+    inner: DispatchDevice,
+}
+
+impl Device {
+    pub fn cpu() -> Self {
+        Device { kind: DeviceKind::Cpu, index: 0, inner: DispatchDevice::Flex(FlexDevice) }
+    }
+
+    /// Parses `cpu`, `cpu:N`, `wgpu[:N]`, `cuda[:N]`. CPU indices name logical devices
+    /// (replicas that each own a thread pool) on the one host CPU.
+    pub fn parse(spec: &str) -> Result<Self> {
+        let err = |reason: &str| RuntimeError::Device { spec: spec.to_string(), reason: reason.to_string() };
+        let (name, index) = match spec.split_once(':') {
+            Some((n, i)) => (n, i.parse::<usize>().map_err(|_| err("the index after ':' must be a number"))?),
+            None => (spec, 0),
+        };
+        match name {
+            "cpu" => Ok(Device { index, ..Device::cpu() }),
+            "wgpu" => {
+                wgpu_device(index).ok_or_else(|| err("this build has no wgpu backend (rebuild with `--features wgpu`)"))
+            }
+            "cuda" => {
+                cuda_device(index).ok_or_else(|| err("this build has no cuda backend (rebuild with `--features cuda`)"))
+            }
+            _ => Err(err("unknown device kind; valid kinds: cpu, wgpu, cuda")),
+        }
+    }
+
+    pub fn dispatch(&self) -> &DispatchDevice {
+        &self.inner
+    }
+}
+
+#[cfg(feature = "wgpu")]
+fn wgpu_device(index: usize) -> Option<Device> {
+    use burn::backend::{CubeDevice, WgpuDevice};
+    let dev = if index == 0 { WgpuDevice::DefaultDevice } else { WgpuDevice::DiscreteGpu(index) };
+    Some(Device { kind: DeviceKind::Wgpu, index, inner: DispatchDevice::Cube(CubeDevice::Wgpu(dev)) })
+}
+
+#[cfg(not(feature = "wgpu"))]
+fn wgpu_device(_: usize) -> Option<Device> {
+    None
+}
+
+#[cfg(feature = "cuda")]
+fn cuda_device(index: usize) -> Option<Device> {
+    use burn::backend::{CubeDevice, CudaDevice};
+    Some(Device {
+        kind: DeviceKind::Cuda,
+        index,
+        inner: DispatchDevice::Cube(CubeDevice::Cuda(CudaDevice::new(index))),
+    })
+}
+
+#[cfg(not(feature = "cuda"))]
+fn cuda_device(_: usize) -> Option<Device> {
+    None
+}
+
+impl fmt::Display for Device {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let kind = match self.kind {
+            DeviceKind::Cpu => "cpu",
+            DeviceKind::Wgpu => "wgpu",
+            DeviceKind::Cuda => "cuda",
+        };
+        write!(f, "{kind}:{}", self.index)
+    }
+}
+
+impl fmt::Debug for Device {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_names_and_refuses_unknown_ones() {
+        assert_eq!(Device::parse("cpu").map(|d| d.to_string()).ok(), Some("cpu:0".into()));
+        assert_eq!(Device::parse("cpu:1").map(|d| d.index).ok(), Some(1));
+        let e = Device::parse("tpu:0").err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(e.contains("valid kinds: cpu, wgpu, cuda"), "{e}");
+        assert!(Device::parse("cpu:x").is_err());
+    }
+}

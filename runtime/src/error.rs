@@ -1,0 +1,33 @@
+//! The runtime's errors: each names the node, feed, variable or device it concerns.
+
+use engine_graph::GraphError;
+use thiserror::Error;
+
+pub type Result<T, E = RuntimeError> = std::result::Result<T, E>;
+
+#[derive(Debug, Error)]
+pub enum RuntimeError {
+    #[error(transparent)]
+    Graph(#[from] GraphError),
+
+    #[error("feed '{name}': {reason}")]
+    Feed { name: String, reason: String },
+
+    #[error("placeholder '{0}' was not fed")]
+    MissingFeed(String),
+
+    #[error("at node '{node}' ({op}): {reason}")]
+    Kernel { node: String, op: &'static str, reason: String },
+
+    #[error("device '{spec}': {reason}")]
+    Device { spec: String, reason: String },
+
+    #[error("variable '{name}': {reason}")]
+    Variable { name: String, reason: String },
+
+    #[error("reading a tensor back from the device failed: {0}")]
+    Read(String),
+
+    #[error("collective {op} failed: {reason}")]
+    Collective { op: String, reason: String, retryable: bool },
+}

@@ -1,0 +1,318 @@
+//! Runs a compiled plan: one step is one walk of the schedule.
+//!
+//! The executor is prepared once per plan (slots assigned, constants uploaded, liveness
+//! turned into "move or clone" decisions) and then run every step. A value is handed to its
+//! last reader by value, so a backend that can compute in place (flex does when a buffer is
+//! uniquely owned) reuses the memory; every other value is dropped right after its last
+//! use. Variables are read at the start of a step and assignments commit at its end, which
+//! makes the order of updates irrelevant to the result.
+
+use crate::{
+    Device, Precision, Result, RuntimeError, Value, VariableStore,
+    kernels::{self, KernelCtx},
+};
+use engine_graph::{Dim, HostTensor, NodeId, Op, Outlet, Plan, Shape};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// What varies from step to step besides the feeds.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RunOptions {
+    /// The global step, for ops whose randomness must be reproducible (dropout).
+    pub step: i64,
+    /// The replica running this step (distinct randomness per replica).
+    pub replica: u64,
+    /// Record the time of every op (ProfilerHook).
+    pub profile: bool,
+}
+
+/// The time one op took in a profiled step.
+#[derive(Debug, Clone)]
+pub struct OpTiming {
+    pub node: String,
+    pub op: &'static str,
+    pub start: Duration,
+    pub duration: Duration,
+}
+
+#[derive(Debug, Default)]
+pub struct StepOutput {
+    pub fetched: Vec<Value>,
+    pub timings: Vec<OpTiming>,
+}
+
+struct Step {
+    node: NodeId,
+    /// `(slot, moved)`: moved when this is the value's last read.
+    inputs: Vec<(usize, bool)>,
+    outputs: Vec<usize>,
+    free: Vec<usize>,
+}
+
+pub struct Executor {
+    plan: Arc<Plan>,
+    device: Device,
+    precision: Precision,
+    steps: Vec<Step>,
+    slot_of: HashMap<Outlet, usize>,
+    slots: usize,
+    constants: HashMap<NodeId, Value>,
+    /// Placeholders fed with labels of a sparse cross entropy, and the class count: labels
+    /// are checked on the host, where an out-of-range class can be named.
+    label_ranges: Vec<(String, usize)>,
+}
+
+impl Executor {
+    pub fn new(plan: Arc<Plan>, device: Device, precision: Precision) -> Result<Self> {
+        let g = &plan.graph;
+        let mut slot_of = HashMap::new();
+        for &id in &plan.schedule {
+            for output in 0..g.node(id).outputs.len() {
+                let n = slot_of.len();
+                slot_of.insert(Outlet::new(id, output), n);
+            }
+        }
+        let mut steps = Vec::with_capacity(plan.schedule.len());
+        let mut constants = HashMap::new();
+        let mut assigned: BTreeMap<String, String> = BTreeMap::new();
+        let mut label_ranges = Vec::new();
+        for (pos, &id) in plan.schedule.iter().enumerate() {
+            let node = g.node(id);
+            let slot = |o: &Outlet| {
+                slot_of.get(o).copied().ok_or_else(|| RuntimeError::Kernel {
+                    node: node.name.clone(),
+                    op: node.op.name(),
+                    reason: format!("input {o} is not scheduled before it"),
+                })
+            };
+            let inputs = node
+                .inputs
+                .iter()
+                .enumerate()
+                .map(|(i, o)| Ok((slot(o)?, plan.liveness.last_use.contains(&(pos, i)))))
+                .collect::<Result<Vec<_>>>()?;
+            let outputs = (0..node.outputs.len()).map(|o| slot(&Outlet::new(id, o))).collect::<Result<Vec<_>>>()?;
+            let free = plan.liveness.free_after[pos].iter().map(&slot).collect::<Result<Vec<_>>>()?;
+            match &node.op {
+                Op::Constant(c) => {
+                    constants.insert(id, Value::from_host(&c.value, device.dispatch(), precision));
+                }
+                Op::Assign(_) => {
+                    let var = g.node(node.inputs[0].node).name.clone();
+                    if let Some(first) = assigned.insert(var.clone(), node.name.clone()) {
+                        return Err(engine_graph::GraphError::DoubleAssign {
+                            variable: var,
+                            first,
+                            second: node.name.clone(),
+                        }
+                        .into());
+                    }
+                }
+                Op::SparseSoftmaxCrossEntropy(_) => {
+                    let labels = g.node(node.inputs[1].node);
+                    let classes = g.fact(node.inputs[0])?.shape.dims().last().and_then(|d| d.known());
+                    if let (Op::Placeholder(_), Some(c)) = (&labels.op, classes) {
+                        label_ranges.push((labels.name.clone(), c));
+                    }
+                }
+                _ => {}
+            }
+            steps.push(Step { node: id, inputs, outputs, free });
+        }
+        let slots = slot_of.len();
+        Ok(Executor { plan, device, precision, steps, slot_of, slots, constants, label_ranges })
+    }
+
+    pub fn plan(&self) -> &Plan {
+        &self.plan
+    }
+
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    pub fn precision(&self) -> Precision {
+        self.precision
+    }
+
+    /// Creates the plan's variables in `vars` that are not there yet.
+    pub fn initialize(&self, vars: &mut VariableStore, job_seed: u64) -> Result<()> {
+        vars.initialize(&self.plan.graph, job_seed, self.device.dispatch(), self.precision)
+    }
+
+    /// Runs one step and returns the values of `fetches`, in order.
+    pub fn run(
+        &self,
+        vars: &mut VariableStore,
+        feeds: &BTreeMap<String, HostTensor>,
+        fetches: &[Outlet],
+        options: RunOptions,
+    ) -> Result<StepOutput> {
+        let g = &self.plan.graph;
+        let batch = self.bind_batch(feeds)?;
+        self.check_labels(feeds)?;
+        if let Some(missing) = fetches.iter().find(|o| !self.slot_of.contains_key(o)) {
+            return Err(RuntimeError::Graph(engine_graph::GraphError::UnknownNode(format!("fetch {missing}"))));
+        }
+        let keep: HashSet<usize> = fetches.iter().filter_map(|o| self.slot_of.get(o).copied()).collect();
+        let mut slots: Vec<Option<Value>> = vec![None; self.slots];
+        let mut pending: Vec<(String, Value)> = Vec::new();
+        let mut timings = Vec::new();
+        let t0 = Instant::now();
+        for step in &self.steps {
+            let node = g.node(step.node);
+            let started = t0.elapsed();
+            let mut inputs = Vec::with_capacity(step.inputs.len());
+            for &(slot, moved) in &step.inputs {
+                let v = if moved && !keep.contains(&slot) { slots[slot].take() } else { slots[slot].clone() };
+                inputs.push(v.ok_or_else(|| RuntimeError::Kernel {
+                    node: node.name.clone(),
+                    op: node.op.name(),
+                    reason: "an input was freed before its last use".into(),
+                })?);
+            }
+            let outputs = match &node.op {
+                Op::Placeholder(_) => {
+                    let fed = feeds.get(&node.name).ok_or_else(|| RuntimeError::MissingFeed(node.name.clone()))?;
+                    vec![Value::from_host(fed, self.device.dispatch(), self.precision)]
+                }
+                Op::Variable(_) => vec![vars.get(&node.name).cloned().ok_or_else(|| RuntimeError::Variable {
+                    name: node.name.clone(),
+                    reason: "not initialized or restored".into(),
+                })?],
+                Op::Constant(_) => vec![self.constants.get(&step.node).cloned().unwrap_or(Value::Unit)],
+                Op::Assign(_) => {
+                    let var = g.node(node.inputs[0].node).name.clone();
+                    let value = inputs.pop().unwrap_or(Value::Unit);
+                    pending.push((var, value.clone()));
+                    vec![value]
+                }
+                op => {
+                    let ctx = KernelCtx {
+                        node,
+                        device: self.device.dispatch(),
+                        precision: self.precision,
+                        batch,
+                        step: options.step,
+                        replica: options.replica,
+                    };
+                    kernels::run(op, inputs, &ctx)?
+                }
+            };
+            for (i, (value, &slot)) in outputs.into_iter().zip(&step.outputs).enumerate() {
+                slots[slot] = Some(self.conform(step.node, i, value, batch)?);
+            }
+            for &slot in &step.free {
+                if !keep.contains(&slot) {
+                    slots[slot] = None;
+                }
+            }
+            if options.profile {
+                timings.push(OpTiming {
+                    node: node.name.clone(),
+                    op: node.op.name(),
+                    start: started,
+                    duration: t0.elapsed() - started,
+                });
+            }
+        }
+        for (name, value) in pending {
+            vars.set(&name, value);
+        }
+        let fetched = fetches
+            .iter()
+            .map(|o| self.slot_of.get(o).and_then(|&s| slots[s].clone()).unwrap_or(Value::Unit))
+            .collect();
+        Ok(StepOutput { fetched, timings })
+    }
+
+    /// The batch size the feeds imply; every batch-sized dimension must agree.
+    fn bind_batch(&self, feeds: &BTreeMap<String, HostTensor>) -> Result<Option<usize>> {
+        let mut batch: Option<(usize, String)> = None;
+        for &id in &self.plan.schedule {
+            let node = self.plan.graph.node(id);
+            let Op::Placeholder(p) = &node.op else { continue };
+            let fed = feeds.get(&node.name).ok_or_else(|| RuntimeError::MissingFeed(node.name.clone()))?;
+            let err = |reason: String| RuntimeError::Feed { name: node.name.clone(), reason };
+            if fed.dtype() != p.dtype {
+                return Err(err(format!("expected {} data, got {}", p.dtype, fed.dtype())));
+            }
+            if fed.shape.len() != p.shape.rank() {
+                return Err(err(format!("expected shape {}, got {:?}", p.shape, fed.shape)));
+            }
+            for (d, &n) in p.shape.dims().iter().zip(&fed.shape) {
+                match *d {
+                    Dim::Known(k) if k != n => {
+                        return Err(err(format!("expected shape {}, got {:?}", p.shape, fed.shape)));
+                    }
+                    Dim::Batch(k) => {
+                        if n % k != 0 {
+                            return Err(err(format!("dimension {n} is not a multiple of {k} (shape {})", p.shape)));
+                        }
+                        match &batch {
+                            Some((b, other)) if *b != n / k => {
+                                return Err(err(format!("batch size {} differs from {b} fed to '{other}'", n / k)));
+                            }
+                            Some(_) => {}
+                            None => batch = Some((n / k, node.name.clone())),
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+        Ok(batch.map(|b| b.0))
+    }
+
+    fn check_labels(&self, feeds: &BTreeMap<String, HostTensor>) -> Result<()> {
+        for (name, classes) in &self.label_ranges {
+            let Some(labels) = feeds.get(name).and_then(|t| t.as_i64()) else { continue };
+            if let Some((i, bad)) = labels.iter().enumerate().find(|(_, l)| **l < 0 || **l as usize >= *classes) {
+                return Err(RuntimeError::Feed {
+                    name: name.clone(),
+                    reason: format!("label {bad} at position {i} is outside the {classes} classes [0, {classes})"),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks a kernel's output against the node's fact (after resolving the batch size) and
+    /// reshapes where a kernel returns an equivalent shape (burn keeps reduced axes).
+    fn conform(&self, id: NodeId, output: usize, value: Value, batch: Option<usize>) -> Result<Value> {
+        let node = self.plan.graph.node(id);
+        let fact = &node.outputs[output];
+        if matches!(value, Value::Unit) {
+            return Ok(value);
+        }
+        let expected = resolve(&fact.shape, batch).ok_or_else(|| RuntimeError::Kernel {
+            node: node.name.clone(),
+            op: node.op.name(),
+            reason: format!("output shape {} depends on the batch size, but nothing fed one", fact.shape),
+        })?;
+        let got = value.shape();
+        if got == expected {
+            return Ok(value);
+        }
+        if got.iter().product::<usize>() != expected.iter().product::<usize>() {
+            return Err(RuntimeError::Kernel {
+                node: node.name.clone(),
+                op: node.op.name(),
+                reason: format!("kernel produced shape {got:?}, the graph expects {expected:?} ({})", fact.shape),
+            });
+        }
+        Ok(kernels::reshape(value, &expected))
+    }
+}
+
+pub(crate) fn resolve(shape: &Shape, batch: Option<usize>) -> Option<Vec<usize>> {
+    shape
+        .dims()
+        .iter()
+        .map(|d| match d {
+            Dim::Known(n) => Some(*n),
+            Dim::Batch(k) => batch.map(|b| b * k),
+        })
+        .collect()
+}

@@ -1,0 +1,26 @@
+//! Dropout with masks drawn on the host from (seed, global step, replica): reproducible
+//! across restarts and identical on every backend.
+
+use super::{KernelCtx, dims};
+use crate::{Precision, Result, Value, value::B};
+use burn::backend::ops::FloatTensorOps;
+use burn::tensor::{Shape as BurnShape, TensorData};
+use engine_graph::{derive_seed, ops::Dropout};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+pub(super) fn run(d: &Dropout, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Result<Vec<Value>> {
+    let [x] = ctx.floats(inputs)?;
+    let shape = dims(&x);
+    let n: usize = shape.iter().product();
+    let keep = 1.0 - d.rate as f64;
+    let stream = format!("dropout/{}/{}", ctx.step, ctx.replica);
+    let mut rng = ChaCha8Rng::seed_from_u64(derive_seed(d.seed, &stream));
+    let mask: Vec<f64> = (0..n).map(|_| if rng.random::<f64>() < keep { 1.0 / keep } else { 0.0 }).collect();
+    let data = match ctx.precision {
+        Precision::F32 => TensorData::new(mask.iter().map(|&m| m as f32).collect::<Vec<f32>>(), BurnShape::from(shape)),
+        Precision::F64 => TensorData::new(mask, BurnShape::from(shape)),
+    };
+    let mask = B::float_from_data(data, ctx.device);
+    Ok(vec![Value::Float(B::float_mul(x, mask.clone())), Value::Float(mask)])
+}

@@ -1,0 +1,74 @@
+//! Matrix product and elementwise arithmetic.
+
+use super::{KernelCtx, align, expand_float};
+use crate::{
+    Result, Value,
+    value::{B, T},
+};
+use burn::backend::ops::{FloatTensorOps, IntTensorOps};
+use burn::tensor::BoolStore;
+use engine_graph::{Op, ops::MatMul};
+
+pub(super) fn matmul(m: &MatMul, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Result<T> {
+    let [a, b] = ctx.floats(inputs)?;
+    let a = if m.transpose_a { B::float_swap_dims(a, 0, 1) } else { a };
+    let b = if m.transpose_b { B::float_swap_dims(b, 0, 1) } else { b };
+    Ok(B::float_matmul(a, b))
+}
+
+pub(super) fn binary(op: &Op, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Result<Value> {
+    let rank = inputs.iter().map(|v| v.shape().len()).max().unwrap_or(0);
+    let mut it = inputs.into_iter().map(|v| align(v, rank));
+    let (a, b) =
+        (it.next().ok_or_else(|| ctx.err("missing input"))?, it.next().ok_or_else(|| ctx.err("missing input"))?);
+    match (a, b) {
+        (Value::Float(a), Value::Float(b)) => Ok(Value::Float(match op {
+            Op::Add(_) => B::float_add(a, b),
+            Op::Sub(_) => B::float_sub(a, b),
+            Op::Mul(_) => B::float_mul(a, b),
+            Op::Div(_) => B::float_div(a, b),
+            Op::Maximum(_) | Op::Minimum(_) => {
+                let out = ctx.out_shape(0)?;
+                let (a, b) = (expand_float(a, &out), expand_float(b, &out));
+                // Ties keep `a`, so gradients routed to `a` on ties agree with the values.
+                let b_wins = match op {
+                    Op::Maximum(_) => B::float_lower(a.clone(), b.clone(), BoolStore::Native),
+                    _ => B::float_greater(a.clone(), b.clone(), BoolStore::Native),
+                };
+                B::float_mask_where(a, b_wins, b)
+            }
+            _ => return Err(ctx.err("not a binary op")),
+        })),
+        (Value::Int(a), Value::Int(b)) => Ok(Value::Int(match op {
+            Op::Add(_) => B::int_add(a, b),
+            Op::Sub(_) => B::int_sub(a, b),
+            Op::Mul(_) => B::int_mul(a, b),
+            Op::Div(_) => B::int_div(a, b),
+            _ => return Err(ctx.err("this op is not defined on integers")),
+        })),
+        (a, b) => Err(ctx.err(format!("operand dtypes {:?} and {:?} are not supported", a.dtype(), b.dtype()))),
+    }
+}
+
+pub(super) fn add_n(inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Result<T> {
+    let mut it = inputs.into_iter();
+    let mut acc = ctx.float(it.next().ok_or_else(|| ctx.err("AddN needs an input"))?)?;
+    for v in it {
+        acc = B::float_add(acc, ctx.float(v)?);
+    }
+    Ok(acc)
+}
+
+pub(super) fn unary(op: &Op, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Result<T> {
+    let [x] = ctx.floats(inputs)?;
+    Ok(match op {
+        Op::Neg(_) => B::float_neg(x),
+        Op::Exp(_) => B::float_exp(x),
+        Op::Log(_) => B::float_log(x),
+        Op::Sqrt(_) => B::float_sqrt(x),
+        Op::Square(_) => B::float_mul(x.clone(), x),
+        Op::Cos(_) => B::float_cos(x),
+        Op::Sin(_) => B::float_sin(x),
+        _ => return Err(ctx.err("not a unary op")),
+    })
+}

@@ -1,0 +1,154 @@
+//! Kernels: each graph op mapped to burn primitives.
+//!
+//! Kernels receive their inputs by value (moved when it was the last use) and return their
+//! outputs; the executor checks every output against the node's fact. Float kernels work in
+//! whatever precision the inputs carry (f32 for training, f64 for gradient checks).
+
+mod activation;
+mod conv;
+mod dropout;
+mod logic;
+mod loss;
+mod math;
+mod pool;
+mod reduce;
+mod shape;
+
+use crate::{
+    Precision, Result, RuntimeError, Value,
+    executor::resolve,
+    value::{B, T},
+};
+use burn::backend::ops::{BoolTensorOps, FloatTensorOps, IntTensorOps};
+use burn::backend::{DispatchDevice, TensorMetadata};
+use burn::tensor::Shape as BurnShape;
+use engine_graph::{Node, Op};
+
+pub(crate) struct KernelCtx<'a> {
+    pub node: &'a Node,
+    pub device: &'a DispatchDevice,
+    pub precision: Precision,
+    pub batch: Option<usize>,
+    pub step: i64,
+    pub replica: u64,
+}
+
+impl KernelCtx<'_> {
+    pub fn err(&self, reason: impl Into<String>) -> RuntimeError {
+        RuntimeError::Kernel { node: self.node.name.clone(), op: self.node.op.name(), reason: reason.into() }
+    }
+
+    /// The concrete shape of output `i`.
+    pub fn out_shape(&self, i: usize) -> Result<Vec<usize>> {
+        resolve(&self.node.outputs[i].shape, self.batch)
+            .ok_or_else(|| self.err("the output shape depends on the batch size, but nothing fed one"))
+    }
+
+    pub fn float(&self, v: Value) -> Result<T> {
+        match v {
+            Value::Float(t) => Ok(t),
+            other => Err(self.err(format!("expected a float input, got {:?}", other.dtype()))),
+        }
+    }
+
+    pub fn floats<const N: usize>(&self, inputs: Vec<Value>) -> Result<[T; N]> {
+        let v = inputs.into_iter().map(|x| self.float(x)).collect::<Result<Vec<T>>>()?;
+        v.try_into().map_err(|_| self.err(format!("expected {N} inputs")))
+    }
+
+    /// A float scalar in the working precision.
+    pub fn scalar(&self, v: f64) -> T {
+        let data = match self.precision {
+            Precision::F32 => burn::tensor::TensorData::new(vec![v as f32], BurnShape::new([0usize; 0])),
+            Precision::F64 => burn::tensor::TensorData::new(vec![v], BurnShape::new([0usize; 0])),
+        };
+        B::float_from_data(data, self.device)
+    }
+}
+
+pub(crate) fn run(op: &Op, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Result<Vec<Value>> {
+    use Op::*;
+    let one = |t: T| Ok(vec![Value::Float(t)]);
+    match op {
+        MatMul(m) => one(math::matmul(m, inputs, ctx)?),
+        Add(_) | Sub(_) | Mul(_) | Div(_) | Maximum(_) | Minimum(_) => Ok(vec![math::binary(op, inputs, ctx)?]),
+        AddN(_) => one(math::add_n(inputs, ctx)?),
+        Neg(_) | Exp(_) | Log(_) | Sqrt(_) | Square(_) | Cos(_) | Sin(_) => one(math::unary(op, inputs, ctx)?),
+        Relu(_) | ReluGrad(_) | Sigmoid(_) | Tanh(_) | Softmax(_) | LogSoftmax(_) => {
+            one(activation::run(op, inputs, ctx)?)
+        }
+        ReduceSum(_) | ReduceMean(_) | ReduceMax(_) => Ok(vec![reduce::run(op, inputs, ctx)?]),
+        Size(s) => one(reduce::size(s, inputs, ctx)?),
+        Reshape(_) => Ok(vec![reshape(first(inputs, ctx)?, &ctx.out_shape(0)?)]),
+        Transpose(t) => Ok(vec![shape::transpose(t, first(inputs, ctx)?)]),
+        Concat(c) => Ok(vec![shape::concat(c, inputs, ctx)?]),
+        Slice(s) => Ok(vec![shape::slice(s, first(inputs, ctx)?, ctx)?]),
+        Pad(p) => one(shape::pad(p, inputs, ctx)?),
+        BroadcastTo(_) => Ok(vec![shape::broadcast_to(first(inputs, ctx)?, ctx)?]),
+        Conv2d(c) => one(conv::forward(c, inputs, ctx)?),
+        Conv2dBackpropInput(c) => one(conv::backprop_input(c, inputs, ctx)?),
+        Conv2dBackpropFilter(c) => one(conv::backprop_filter(c, inputs, ctx)?),
+        MaxPool2d(p) => pool::max_forward(p, inputs, ctx),
+        MaxPool2dGrad(p) => one(pool::max_backward(p, inputs, ctx)?),
+        AvgPool2d(p) => one(pool::avg_forward(&p.window, inputs, ctx)?),
+        AvgPool2dGrad(p) => one(pool::avg_backward(p, inputs, ctx)?),
+        Dropout(d) => dropout::run(d, inputs, ctx),
+        SparseSoftmaxCrossEntropy(_) | SoftmaxCrossEntropy(_) | SigmoidCrossEntropy(_) => {
+            one(loss::run(op, inputs, ctx)?)
+        }
+        ArgMax(a) => Ok(vec![logic::argmax(a, inputs, ctx)?]),
+        Equal(_) | Less(_) | Greater(_) => Ok(vec![logic::compare(op, inputs, ctx)?]),
+        Cast(c) => Ok(vec![logic::cast(c, first(inputs, ctx)?, ctx)?]),
+        OneHot(o) => one(logic::one_hot(o, inputs, ctx)?),
+        Select(_) => one(logic::select(inputs, ctx)?),
+        Group(_) => Ok(vec![Value::Unit]),
+        Placeholder(_) | Variable(_) | Constant(_) | Assign(_) => {
+            Err(ctx.err("executed by the executor itself, not by a kernel"))
+        }
+    }
+}
+
+fn first(inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Result<Value> {
+    inputs.into_iter().next().ok_or_else(|| ctx.err("missing input"))
+}
+
+pub(crate) fn reshape(v: Value, dims: &[usize]) -> Value {
+    let shape = BurnShape::from(dims.to_vec());
+    match v {
+        Value::Float(t) => Value::Float(B::float_reshape(t, shape)),
+        Value::Int(t) => Value::Int(B::int_reshape(t, shape)),
+        Value::Bool(t) => Value::Bool(B::bool_reshape(t, shape)),
+        Value::Unit => Value::Unit,
+    }
+}
+
+/// Prepends unit axes so `t` has `rank` axes (burn broadcasts size-1 axes of equal rank).
+pub(crate) fn align_float(t: T, rank: usize) -> T {
+    let dims = t.shape().to_vec();
+    if dims.len() >= rank {
+        return t;
+    }
+    let mut aligned = vec![1; rank - dims.len()];
+    aligned.extend(dims);
+    B::float_reshape(t, BurnShape::from(aligned))
+}
+
+pub(crate) fn align(v: Value, rank: usize) -> Value {
+    let dims = v.shape();
+    if dims.len() >= rank || matches!(v, Value::Unit) {
+        return v;
+    }
+    let mut aligned = vec![1; rank - dims.len()];
+    aligned.extend(dims);
+    reshape(v, &aligned)
+}
+
+/// `t` broadcast to exactly `dims` (for primitives that do not broadcast by themselves).
+pub(crate) fn expand_float(t: T, dims: &[usize]) -> T {
+    let t = align_float(t, dims.len());
+    if t.shape().as_slice() == dims { t } else { B::float_expand(t, BurnShape::from(dims.to_vec())) }
+}
+
+pub(crate) fn dims(t: &T) -> Vec<usize> {
+    t.shape().to_vec()
+}

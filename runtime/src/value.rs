@@ -1,0 +1,119 @@
+//! Values flowing through the executor: device tensors tagged with the graph's dtype.
+
+use crate::{Result, RuntimeError};
+use burn::backend::ops::{BoolTensorOps, FloatTensorOps, IntTensorOps};
+use burn::backend::{Dispatch, DispatchDevice, DispatchTensor, TensorMetadata, read_sync};
+use burn::tensor::{FloatDType, Shape as BurnShape, TensorData};
+use engine_graph::{DType, HostData, HostTensor};
+
+pub(crate) type B = Dispatch;
+pub(crate) type T = DispatchTensor;
+
+/// The precision floats are computed in. The graph says `F32`; gradient checks run the same
+/// graph in `F64` to separate rule errors from rounding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Precision {
+    #[default]
+    F32,
+    F64,
+}
+
+impl Precision {
+    pub(crate) fn dtype(self) -> FloatDType {
+        match self {
+            Precision::F32 => FloatDType::F32,
+            Precision::F64 => FloatDType::F64,
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub enum Value {
+    Float(T),
+    Int(T),
+    Bool(T),
+    /// What ops without a meaningful output (a train op's group) produce.
+    Unit,
+}
+
+impl Value {
+    pub fn dtype(&self) -> Option<DType> {
+        match self {
+            Value::Float(_) => Some(DType::F32),
+            Value::Int(_) => Some(DType::I64),
+            Value::Bool(_) => Some(DType::Bool),
+            Value::Unit => None,
+        }
+    }
+
+    pub fn shape(&self) -> Vec<usize> {
+        match self {
+            Value::Float(t) | Value::Int(t) | Value::Bool(t) => t.shape().to_vec(),
+            Value::Unit => Vec::new(),
+        }
+    }
+
+    /// Uploads a host tensor, computing floats in `precision`.
+    pub fn from_host(t: &HostTensor, device: &DispatchDevice, precision: Precision) -> Value {
+        let shape = BurnShape::from(t.shape.clone());
+        match &t.data {
+            HostData::F32(v) => {
+                let data = match precision {
+                    Precision::F32 => TensorData::new(v.clone(), shape),
+                    Precision::F64 => TensorData::new(v.iter().map(|&x| x as f64).collect::<Vec<f64>>(), shape),
+                };
+                Value::Float(B::float_from_data(data, device))
+            }
+            HostData::I64(v) => Value::Int(B::int_from_data(TensorData::new(v.clone(), shape), device)),
+            HostData::Bool(v) => Value::Bool(B::bool_from_data(TensorData::new(v.clone(), shape), device)),
+        }
+    }
+
+    /// Uploads float data given in f64 (gradient checks perturb inputs without rounding).
+    pub fn from_f64(shape: &[usize], data: Vec<f64>, device: &DispatchDevice, precision: Precision) -> Value {
+        let shape = BurnShape::from(shape.to_vec());
+        let data = match precision {
+            Precision::F32 => TensorData::new(data.iter().map(|&x| x as f32).collect::<Vec<f32>>(), shape),
+            Precision::F64 => TensorData::new(data, shape),
+        };
+        Value::Float(B::float_from_data(data, device))
+    }
+
+    /// Reads the value back to the host (floats as f32, whatever the precision).
+    pub fn to_host(&self) -> Result<HostTensor> {
+        let shape = self.shape();
+        let data = match self {
+            Value::Float(t) => HostData::F32(
+                read(B::float_into_data(t.clone()))?.convert::<f32>().try_into_vec::<f32>().map_err(read_err)?,
+            ),
+            Value::Int(t) => HostData::I64(
+                read(B::int_into_data(t.clone()))?.convert::<i64>().try_into_vec::<i64>().map_err(read_err)?,
+            ),
+            Value::Bool(t) => {
+                HostData::Bool(read(B::bool_into_data(t.clone()))?.try_into_vec::<bool>().map_err(read_err)?)
+            }
+            Value::Unit => HostData::Bool(vec![true]),
+        };
+        Ok(HostTensor::new(if matches!(self, Value::Unit) { vec![] } else { shape }, data)?)
+    }
+
+    /// Every element as f64, without rounding through f32 (gradient checks).
+    pub fn to_f64_vec(&self) -> Result<Vec<f64>> {
+        match self {
+            Value::Float(t) => {
+                read(B::float_into_data(t.clone()))?.convert::<f64>().try_into_vec::<f64>().map_err(read_err)
+            }
+            other => Ok(other.to_host()?.to_f64_vec()),
+        }
+    }
+}
+
+fn read(
+    data: impl std::future::Future<Output = std::result::Result<TensorData, burn::backend::ExecutionError>>,
+) -> Result<TensorData> {
+    read_sync(data).map_err(|e| RuntimeError::Read(format!("{e:?}")))
+}
+
+fn read_err(e: impl std::fmt::Debug) -> RuntimeError {
+    RuntimeError::Read(format!("{e:?}"))
+}

@@ -1,0 +1,222 @@
+//! Forward values of the kernels against naive reference implementations in TensorFlow's
+//! semantics (NHWC, HWIO filters, SAME padding with the extra cell after, average pooling
+//! over valid cells only). Gradient checks cannot catch a wrong forward kernel; these can.
+
+use anyhow::{Result, anyhow};
+use engine_graph::{
+    DType, Graph, GraphBuilder, HostData, HostTensor, Outlet, Plan, Shape,
+    ops::{Padding, Window},
+};
+use engine_runtime::{Device, Executor, Precision, RunOptions, VariableStore};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+fn random(shape: &[usize], seed: u64) -> HostTensor {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let n = shape.iter().product();
+    HostTensor { shape: shape.to_vec(), data: HostData::F32((0..n).map(|_| rng.random::<f32>() * 2.0 - 1.0).collect()) }
+}
+
+/// Runs `build` on placeholders fed with `inputs` and returns the output.
+fn eval(
+    inputs: &[HostTensor],
+    build: impl Fn(&mut GraphBuilder<'_>, &[Outlet]) -> engine_graph::Result<Outlet>,
+) -> Result<HostTensor> {
+    let mut g = Graph::new();
+    let mut b = GraphBuilder::new(&mut g);
+    let mut xs = Vec::new();
+    let mut feeds = BTreeMap::new();
+    for (i, t) in inputs.iter().enumerate() {
+        let name = format!("in{i}");
+        xs.push(b.placeholder(&name, t.dtype(), Shape::known(&t.shape))?);
+        feeds.insert(name, t.clone());
+    }
+    let y = build(&mut b, &xs)?;
+    g.roles.fetches.insert("y".into(), y);
+    let exec = Executor::new(Arc::new(Plan::new(g, vec![])?), Device::cpu(), Precision::F32)?;
+    let out = exec.run(&mut VariableStore::new(), &feeds, &[y], RunOptions::default())?;
+    Ok(out.fetched[0].to_host()?)
+}
+
+fn close(a: &HostTensor, b: &[f32], shape: &[usize]) -> Result<()> {
+    if a.shape != shape {
+        return Err(anyhow!("shape {:?} != {:?}", a.shape, shape));
+    }
+    let got = a.as_f32().ok_or_else(|| anyhow!("not f32"))?;
+    for (i, (x, y)) in got.iter().zip(b).enumerate() {
+        if (x - y).abs() > 1e-4 * (1.0 + y.abs()) {
+            return Err(anyhow!("element {i}: {x} != {y}"));
+        }
+    }
+    Ok(())
+}
+
+/// TensorFlow's conv2d by definition.
+fn naive_conv(x: &HostTensor, w: &HostTensor, stride: usize, padding: Padding) -> (Vec<f32>, Vec<usize>) {
+    let (xd, wd) = (&x.shape, &w.shape);
+    let (n, h, wi, c) = (xd[0], xd[1], xd[2], xd[3]);
+    let (kh, kw, f) = (wd[0], wd[1], wd[3]);
+    let win = Window { kernel: [kh, kw], strides: [stride, stride], padding };
+    let ([oh, ow], p) = win.output([h, wi]).unwrap_or(([0, 0], [0; 4]));
+    let (xs, ws) = (x.as_f32().unwrap_or_default(), w.as_f32().unwrap_or_default());
+    let mut out = vec![0.0; n * oh * ow * f];
+    for b in 0..n {
+        for i in 0..oh {
+            for j in 0..ow {
+                for o in 0..f {
+                    let mut acc = 0.0;
+                    for di in 0..kh {
+                        for dj in 0..kw {
+                            let (r, s) = (
+                                (i * stride + di) as isize - p[0] as isize,
+                                (j * stride + dj) as isize - p[2] as isize,
+                            );
+                            if r < 0 || s < 0 || r >= h as isize || s >= wi as isize {
+                                continue;
+                            }
+                            for ch in 0..c {
+                                acc += xs[((b * h + r as usize) * wi + s as usize) * c + ch]
+                                    * ws[((di * kw + dj) * c + ch) * f + o];
+                            }
+                        }
+                    }
+                    out[((b * oh + i) * ow + j) * f + o] = acc;
+                }
+            }
+        }
+    }
+    (out, vec![n, oh, ow, f])
+}
+
+/// TensorFlow's pooling: max over, or mean of, the window's cells inside the input.
+fn naive_pool(x: &HostTensor, k: usize, stride: usize, padding: Padding, max: bool) -> (Vec<f32>, Vec<usize>) {
+    let (n, h, w, c) = (x.shape[0], x.shape[1], x.shape[2], x.shape[3]);
+    let win = Window { kernel: [k, k], strides: [stride, stride], padding };
+    let ([oh, ow], p) = win.output([h, w]).unwrap_or(([0, 0], [0; 4]));
+    let xs = x.as_f32().unwrap_or_default();
+    let mut out = vec![0.0; n * oh * ow * c];
+    for b in 0..n {
+        for i in 0..oh {
+            for j in 0..ow {
+                for ch in 0..c {
+                    let (mut acc, mut count, mut best) = (0.0, 0, f32::NEG_INFINITY);
+                    for di in 0..k {
+                        for dj in 0..k {
+                            let (r, s) = (
+                                (i * stride + di) as isize - p[0] as isize,
+                                (j * stride + dj) as isize - p[2] as isize,
+                            );
+                            if r < 0 || s < 0 || r >= h as isize || s >= w as isize {
+                                continue;
+                            }
+                            let v = xs[((b * h + r as usize) * w + s as usize) * c + ch];
+                            acc += v;
+                            count += 1;
+                            best = best.max(v);
+                        }
+                    }
+                    out[((b * oh + i) * ow + j) * c + ch] = if max { best } else { acc / count as f32 };
+                }
+            }
+        }
+    }
+    (out, vec![n, oh, ow, c])
+}
+
+#[test]
+fn conv2d_matches_the_definition() -> Result<()> {
+    for (xs, ws, stride, padding) in [
+        ([2, 7, 7, 3], [3, 3, 3, 4], 1, Padding::Valid),
+        ([1, 7, 6, 2], [3, 3, 2, 3], 2, Padding::Same),
+        ([1, 5, 5, 1], [2, 2, 1, 2], 1, Padding::Same),
+        ([2, 8, 8, 2], [4, 4, 2, 2], 3, Padding::Valid),
+    ] {
+        let (x, w) = (random(&xs, 1), random(&ws, 2));
+        let y = eval(&[x.clone(), w.clone()], |b, i| b.conv2d(i[0], i[1], [stride, stride], padding))?;
+        let (want, shape) = naive_conv(&x, &w, stride, padding);
+        close(&y, &want, &shape)?;
+    }
+    Ok(())
+}
+
+#[test]
+fn pooling_matches_tensorflow() -> Result<()> {
+    for (xs, k, stride, padding) in [
+        ([2, 6, 6, 3], 2, 2, Padding::Valid),
+        ([1, 5, 5, 2], 2, 2, Padding::Same),
+        ([1, 5, 7, 1], 3, 2, Padding::Same),
+        ([1, 4, 4, 1], 3, 1, Padding::Same),
+    ] {
+        let x = random(&xs, 3);
+        let win = Window { kernel: [k, k], strides: [stride, stride], padding };
+        let y = eval(&[x.clone()], |b, i| b.max_pool2d(i[0], win))?;
+        let (want, shape) = naive_pool(&x, k, stride, padding, true);
+        close(&y, &want, &shape)?;
+        let y = eval(&[x.clone()], |b, i| b.avg_pool2d(i[0], win))?;
+        let (want, shape) = naive_pool(&x, k, stride, padding, false);
+        close(&y, &want, &shape)?;
+    }
+    Ok(())
+}
+
+#[test]
+fn cross_entropies_are_stable_for_large_logits() -> Result<()> {
+    let logits = HostTensor::f32(vec![2, 3], vec![1000.0, 0.0, -1000.0, 1.0, 2.0, 3.0])?;
+    let labels = HostTensor::i64(vec![2], vec![1, 2])?;
+    let y = eval(&[logits.clone(), labels], |b, i| b.sparse_softmax_cross_entropy(i[0], i[1]))?;
+    let lse2 = (1f32.exp() + 2f32.exp() + 3f32.exp()).ln();
+    close(&y, &[1000.0, lse2 - 3.0], &[2])?;
+    let hot = HostTensor::f32(vec![2, 3], vec![0.0, 1.0, 0.0, 0.0, 0.0, 1.0])?;
+    let y = eval(&[logits.clone(), hot], |b, i| b.softmax_cross_entropy(i[0], i[1]))?;
+    close(&y, &[1000.0, lse2 - 3.0], &[2])?;
+    let z = HostTensor::f32(vec![2, 3], vec![1.0, 0.0, 0.0, 0.5, 0.5, 0.5])?;
+    let y = eval(&[logits, z], |b, i| b.sigmoid_cross_entropy(i[0], i[1]))?;
+    let sce = |x: f32, z: f32| x.max(0.0) - x * z + (1.0 + (-x.abs()).exp()).ln();
+    close(
+        &y,
+        &[sce(1000.0, 1.0), sce(0.0, 0.0), sce(-1000.0, 0.0), sce(1.0, 0.5), sce(2.0, 0.5), sce(3.0, 0.5)],
+        &[2, 3],
+    )
+}
+
+#[test]
+fn comparisons_casts_and_argmax() -> Result<()> {
+    let x = HostTensor::f32(vec![2, 3], vec![0.1, 0.7, 0.2, 0.9, 0.05, 0.05])?;
+    let labels = HostTensor::i64(vec![2], vec![1, 2])?;
+    let y = eval(&[x.clone(), labels.clone()], |b, i| {
+        let pred = b.argmax(i[0], -1)?;
+        let hit = b.equal(pred, i[1])?;
+        let f = b.cast(hit, DType::F32)?;
+        b.reduce_mean(f, &[], false)
+    })?;
+    close(&y, &[0.5], &[])?;
+    let y = eval(&[labels], |b, i| b.one_hot(i[0], 3))?;
+    close(&y, &[0.0, 1.0, 0.0, 0.0, 0.0, 1.0], &[2, 3])?;
+    let y = eval(&[x], |b, i| {
+        let half = b.scalar(0.5)?;
+        let big = b.greater(i[0], half)?;
+        let small = b.less(i[0], half)?;
+        let a = b.cast(big, DType::F32)?;
+        let c = b.cast(small, DType::F32)?;
+        b.sub(a, c)
+    })?;
+    close(&y, &[-1.0, 1.0, -1.0, 1.0, -1.0, -1.0], &[2, 3])
+}
+
+#[test]
+fn integer_step_arithmetic() -> Result<()> {
+    let step = HostTensor::scalar_i64(41);
+    let mut g = Graph::new();
+    let mut b = GraphBuilder::new(&mut g);
+    let s = b.placeholder("s", DType::I64, Shape::scalar())?;
+    let one = b.constant(HostTensor::scalar_i64(1))?;
+    let y = b.add(s, one)?;
+    g.roles.fetches.insert("y".into(), y);
+    let exec = Executor::new(Arc::new(Plan::new(g, vec![])?), Device::cpu(), Precision::F32)?;
+    let feeds = BTreeMap::from([("s".to_string(), step)]);
+    let out = exec.run(&mut VariableStore::new(), &feeds, &[y], RunOptions::default())?;
+    assert_eq!(out.fetched[0].to_host()?, HostTensor::scalar_i64(42));
+    Ok(())
+}

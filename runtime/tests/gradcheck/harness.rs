@@ -1,0 +1,135 @@
+use anyhow::{Result, anyhow};
+use engine_graph::{Graph, GraphBuilder, HostTensor, Initializer, Outlet, Plan, autodiff::gradients};
+use engine_runtime::{Device, Executor, Precision, RunOptions, Value, VariableStore};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// How an input is drawn.
+#[derive(Clone, Copy)]
+pub enum Domain {
+    /// Uniform in [-1, 1].
+    Any,
+    /// Uniform in [0.5, 2] (logs, square roots, divisors).
+    Positive,
+    /// Uniform in [0, 1] (probabilities as labels).
+    Unit,
+}
+
+pub struct Input {
+    pub shape: Vec<usize>,
+    pub domain: Domain,
+}
+
+pub fn input(shape: &[usize]) -> Input {
+    Input { shape: shape.to_vec(), domain: Domain::Any }
+}
+
+pub fn positive(shape: &[usize]) -> Input {
+    Input { shape: shape.to_vec(), domain: Domain::Positive }
+}
+
+pub fn unit(shape: &[usize]) -> Input {
+    Input { shape: shape.to_vec(), domain: Domain::Unit }
+}
+
+fn draw(rng: &mut ChaCha8Rng, input: &Input) -> Vec<f64> {
+    let n: usize = input.shape.iter().product();
+    (0..n)
+        .map(|_| {
+            let u: f64 = rng.random();
+            match input.domain {
+                Domain::Any => 2.0 * u - 1.0,
+                Domain::Positive => 0.5 + 1.5 * u,
+                Domain::Unit => u,
+            }
+        })
+        .collect()
+}
+
+/// Checks d loss / d input for every input, where `build` wires the op under test on the
+/// inputs (variables named `x0`, `x1`, ...). Extra non-differentiable inputs (labels) are
+/// constants inside `build`.
+pub fn check(
+    inputs: &[Input],
+    build: impl Fn(&mut GraphBuilder<'_>, &[Outlet]) -> engine_graph::Result<Outlet>,
+) -> Result<()> {
+    check_with(inputs, 1e-6, 1e-4, build)
+}
+
+pub fn check_with(
+    inputs: &[Input],
+    h: f64,
+    tolerance: f64,
+    build: impl Fn(&mut GraphBuilder<'_>, &[Outlet]) -> engine_graph::Result<Outlet>,
+) -> Result<()> {
+    let mut rng = ChaCha8Rng::seed_from_u64(7);
+    let mut g = Graph::new();
+    let mut b = GraphBuilder::new(&mut g);
+    let mut xs = Vec::new();
+    for (i, inp) in inputs.iter().enumerate() {
+        xs.push(b.variable(&format!("x{i}"), &inp.shape, Initializer::Zeros, true)?);
+    }
+    let y = build(&mut b, &xs)?;
+    let y_fact = b.fact(y)?.clone();
+    let y_shape = y_fact.shape.as_known().ok_or_else(|| anyhow!("the output must have a known shape"))?;
+    let n: usize = y_shape.iter().product();
+    let weights: Vec<f32> = (0..n).map(|_| rng.random::<f32>() * 2.0 - 1.0).collect();
+    let r = b.constant(HostTensor::f32(y_shape.clone(), weights)?)?;
+    let weighted = b.mul(y, r)?;
+    let loss = b.reduce_sum(weighted, &[], false)?;
+    let grads = gradients(&mut g, loss, &xs)?;
+    g.roles.loss = Some(loss);
+    let mut fetches = vec![loss];
+    for (i, gr) in grads.iter().enumerate() {
+        let gr = gr.ok_or_else(|| anyhow!("no gradient reached input {i}"))?;
+        g.roles.fetches.insert(format!("grad{i}"), gr);
+        fetches.push(gr);
+    }
+    let plan = Arc::new(Plan::new(g, vec![])?);
+    let device = Device::cpu();
+    let exec = Executor::new(plan, device.clone(), Precision::F64)?;
+    let values: Vec<Vec<f64>> = inputs.iter().map(|inp| draw(&mut rng, inp)).collect();
+    let store = |vals: &[Vec<f64>]| {
+        let mut s = VariableStore::new();
+        for (i, (inp, v)) in inputs.iter().zip(vals).enumerate() {
+            s.set(&format!("x{i}"), Value::from_f64(&inp.shape, v.clone(), device.dispatch(), Precision::F64));
+        }
+        s
+    };
+    let feeds: BTreeMap<String, HostTensor> = BTreeMap::new();
+    let run = |vals: &[Vec<f64>]| -> Result<Vec<Vec<f64>>> {
+        let mut s = store(vals);
+        let out = exec.run(&mut s, &feeds, &fetches, RunOptions::default())?;
+        out.fetched.iter().map(|v| Ok(v.to_f64_vec()?)).collect()
+    };
+    let analytic = run(&values)?;
+    for (i, inp) in inputs.iter().enumerate() {
+        let got = &analytic[i + 1];
+        if got.len() != values[i].len() {
+            return Err(anyhow!("gradient {i} has {} elements, input has {}", got.len(), values[i].len()));
+        }
+        for j in 0..values[i].len() {
+            let mut plus = values.clone();
+            plus[i][j] += h;
+            let mut minus = values.clone();
+            minus[i][j] -= h;
+            let numeric = (run(&plus)?[0][0] - run(&minus)?[0][0]) / (2.0 * h);
+            let err = (got[j] - numeric).abs() / (1e-3 + got[j].abs().max(numeric.abs()));
+            if err > tolerance {
+                return Err(anyhow!(
+                    "input {i} {:?} element {j}: analytic {} vs numeric {numeric} (relative error {err:.2e})",
+                    inp.shape,
+                    got[j]
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// An i64 constant (labels) for ops that take one.
+pub fn labels(b: &mut GraphBuilder<'_>, values: &[i64]) -> engine_graph::Result<Outlet> {
+    b.constant(HostTensor::i64(vec![values.len()], values.to_vec())?)
+}

@@ -1,0 +1,59 @@
+//! Convolution, pooling and dropout (small NHWC shapes, both paddings, strides).
+
+use crate::harness::{check, input};
+use anyhow::Result;
+use engine_graph::ops::{Padding, Window};
+
+fn win(k: usize, s: usize, padding: Padding) -> Window {
+    Window { kernel: [k, k], strides: [s, s], padding }
+}
+
+#[test]
+fn conv2d_valid() -> Result<()> {
+    check(&[input(&[2, 5, 5, 2]), input(&[3, 3, 2, 3])], |b, x| b.conv2d(x[0], x[1], [1, 1], Padding::Valid))
+}
+
+#[test]
+fn conv2d_same_strided_asymmetric() -> Result<()> {
+    // 6 wide, kernel 2, stride 2 -> SAME pads nothing; 5 wide, kernel 2 -> pads one after.
+    check(&[input(&[1, 5, 6, 2]), input(&[2, 2, 2, 2])], |b, x| b.conv2d(x[0], x[1], [2, 2], Padding::Same))?;
+    check(&[input(&[1, 5, 5, 1]), input(&[3, 3, 1, 2])], |b, x| b.conv2d(x[0], x[1], [1, 1], Padding::Same))
+}
+
+#[test]
+fn conv2d_backprop_input_second_order() -> Result<()> {
+    check(&[input(&[3, 3, 2, 3]), input(&[2, 3, 3, 3])], |b, x| {
+        b.conv2d_backprop_input(x[0], x[1], [5, 5], [1, 1], Padding::Valid)
+    })
+}
+
+#[test]
+fn conv2d_backprop_filter_second_order() -> Result<()> {
+    check(&[input(&[2, 5, 5, 2]), input(&[2, 3, 3, 3])], |b, x| {
+        b.conv2d_backprop_filter(x[0], x[1], [3, 3], [1, 1], Padding::Valid)
+    })
+}
+
+#[test]
+fn max_pool2d() -> Result<()> {
+    check(&[input(&[2, 4, 4, 3])], |b, x| b.max_pool2d(x[0], win(2, 2, Padding::Valid)))?;
+    check(&[input(&[1, 5, 5, 2])], |b, x| b.max_pool2d(x[0], win(2, 2, Padding::Same)))?;
+    check(&[input(&[1, 5, 5, 1])], |b, x| b.max_pool2d(x[0], win(3, 1, Padding::Same)))
+}
+
+#[test]
+fn avg_pool2d() -> Result<()> {
+    check(&[input(&[2, 4, 4, 3])], |b, x| b.avg_pool2d(x[0], win(2, 2, Padding::Valid)))?;
+    check(&[input(&[1, 5, 5, 2])], |b, x| b.avg_pool2d(x[0], win(2, 2, Padding::Same)))?;
+    check(&[input(&[1, 5, 5, 1])], |b, x| b.avg_pool2d(x[0], win(3, 1, Padding::Same)))
+}
+
+#[test]
+fn avg_pool2d_grad_second_order() -> Result<()> {
+    check(&[input(&[1, 3, 3, 2])], |b, x| b.avg_pool2d_grad(x[0], [5, 5], win(2, 2, Padding::Same)))
+}
+
+#[test]
+fn dropout_with_a_fixed_mask() -> Result<()> {
+    check(&[input(&[4, 6])], |b, x| b.dropout(x[0], 0.5, 11))
+}

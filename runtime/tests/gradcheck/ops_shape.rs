@@ -1,0 +1,36 @@
+//! Data movement ops.
+
+use crate::harness::{check, input};
+use anyhow::Result;
+use engine_graph::Shape;
+
+#[test]
+fn reshape() -> Result<()> {
+    check(&[input(&[2, 3, 4])], |b, x| b.reshape(x[0], Shape::known(&[6, 4])))
+}
+
+#[test]
+fn transpose() -> Result<()> {
+    check(&[input(&[2, 3, 4])], |b, x| b.transpose(x[0], &[2, 0, 1]))
+}
+
+#[test]
+fn concat() -> Result<()> {
+    check(&[input(&[2, 3]), input(&[2, 5])], |b, x| b.concat(x, -1))?;
+    check(&[input(&[2, 3]), input(&[1, 3])], |b, x| b.concat(x, 0))
+}
+
+#[test]
+fn slice() -> Result<()> {
+    check(&[input(&[4, 5])], |b, x| b.slice(x[0], &[1, 2], &[Some(2), None]))
+}
+
+#[test]
+fn pad() -> Result<()> {
+    check(&[input(&[2, 3])], |b, x| b.pad(x[0], &[(1, 0), (2, 1)]))
+}
+
+#[test]
+fn broadcast_to() -> Result<()> {
+    check(&[input(&[3, 1])], |b, x| b.broadcast_to(x[0], Shape::known(&[2, 3, 4])))
+}
