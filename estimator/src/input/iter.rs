@@ -1,0 +1,142 @@
+//! Iterating a dataset, and saving where the iteration is.
+//!
+//! The iterator owns one index stream that advances exactly one batch per batch handed
+//! out, so `state()` is always the position of the last batch the caller received. With
+//! prefetching, a second copy of the stream runs ahead on the dispatcher thread; the
+//! consumer's copy replays it (with the dispatcher's filter decisions, so nothing is decoded
+//! twice) and checks that both produced the same indices.
+
+use super::dataset::Plan;
+use super::error::{InputError, Result};
+use super::example::Batch;
+use super::materialize::EvalOracle;
+use super::prefetch::{Prefetcher, Produced};
+use super::state::{IdBatch, IteratorState};
+use super::stream::{ReplayOracle, Stream};
+use std::time::{Duration, Instant};
+
+enum Mode {
+    /// Decoding on the caller's thread.
+    Inline(EvalOracle),
+    Prefetch(Prefetcher, ReplayOracle),
+}
+
+/// Counters for the training loop's input report.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct IterStats {
+    pub batches: u64,
+    /// Total time callers spent inside `next` (waiting for a batch, or decoding it inline).
+    pub blocked: Duration,
+}
+
+pub struct DatasetIter {
+    plan: Plan,
+    stream: Box<dyn Stream<IdBatch>>,
+    mode: Mode,
+    batches: u64,
+    finished: bool,
+    blocked_total: Duration,
+    blocked_since_take: Duration,
+}
+
+impl DatasetIter {
+    pub(crate) fn start(plan: Plan, stream: Box<dyn Stream<IdBatch>>, batches: u64) -> Result<Self> {
+        let mode = if plan.prefetch == 0 && plan.threads <= 1 {
+            Mode::Inline(EvalOracle::new(plan.materializer.clone(), false))
+        } else {
+            let mut lead = plan.build_stream()?;
+            let mut saved = Vec::new();
+            stream.save(&mut saved);
+            lead.load(&mut saved.iter())?;
+            let depth = plan.prefetch.max(plan.threads);
+            Mode::Prefetch(
+                Prefetcher::start(lead, plan.materializer.clone(), plan.threads, depth)?,
+                ReplayOracle::default(),
+            )
+        };
+        Ok(DatasetIter {
+            plan,
+            stream,
+            mode,
+            batches,
+            finished: false,
+            blocked_total: Duration::ZERO,
+            blocked_since_take: Duration::ZERO,
+        })
+    }
+
+    /// The position after the last batch handed out; `Dataset::iter_from` continues there.
+    /// After an error, the position is past the batch that failed.
+    pub fn state(&self) -> IteratorState {
+        let mut stages = Vec::new();
+        self.stream.save(&mut stages);
+        IteratorState {
+            fingerprint: self.plan.fingerprint.clone(),
+            num_shards: self.plan.sharding.num,
+            shard_index: self.plan.sharding.index,
+            batches: self.batches,
+            stages,
+        }
+    }
+
+    pub fn stats(&self) -> IterStats {
+        IterStats { batches: self.batches, blocked: self.blocked_total }
+    }
+
+    /// Time spent blocked in `next` since the previous call (what a step counter reports as
+    /// input wait).
+    pub fn take_time_blocked(&mut self) -> Duration {
+        std::mem::take(&mut self.blocked_since_take)
+    }
+
+    fn produce(&mut self) -> Result<Option<Batch>> {
+        match &mut self.mode {
+            Mode::Inline(oracle) => match self.stream.next(oracle)? {
+                Some(ids) => self.plan.materializer.batch(&ids).map(Some),
+                None => Ok(None),
+            },
+            Mode::Prefetch(prefetcher, replay) => match prefetcher.recv() {
+                Produced::Batch { ids, batch, decisions } => {
+                    replay.decisions.extend(decisions);
+                    match self.stream.next(replay)? {
+                        Some(own) if own == ids => batch.map(Some),
+                        other => Err(InputError::Thread(format!(
+                            "the prefetching stream diverged: it produced {ids:?}, the iterator expected {other:?}"
+                        ))),
+                    }
+                }
+                Produced::End => Ok(None),
+                Produced::Failed(e) => Err(e),
+            },
+        }
+    }
+}
+
+impl Iterator for DatasetIter {
+    type Item = Result<Batch>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.finished {
+            return None;
+        }
+        let started = Instant::now();
+        let result = self.produce();
+        let waited = started.elapsed();
+        self.blocked_total += waited;
+        self.blocked_since_take += waited;
+        match result {
+            Ok(Some(batch)) => {
+                self.batches += 1;
+                Some(Ok(batch))
+            }
+            Ok(None) => {
+                self.finished = true;
+                None
+            }
+            Err(e) => {
+                self.finished = true;
+                Some(Err(e))
+            }
+        }
+    }
+}

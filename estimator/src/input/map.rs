@@ -1,0 +1,230 @@
+//! Per-example transformations, checked against the schema before any data is read.
+//!
+//! They act on one example at a time wherever they appear in a pipeline (before or after
+//! `batch`); each of them gives the same batch either way, and keeping them per example lets
+//! them run on the decoding threads.
+
+use super::error::{InputError, Result};
+use super::schema::{Row, Schema};
+use engine_graph::{DType, HostData};
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Map {
+    /// Divides every f32 feature (not the label) by this: `Scale(255.0)` takes pixels to [0, 1].
+    Scale(f32),
+    /// `(x - mean) / std`; `mean` and `std` hold one value, one per element of the last
+    /// dimension (per channel), or one per element.
+    Normalize { feature: String, mean: Vec<f32>, std: Vec<f32> },
+    /// i64 class ids to f32 one-hot vectors: shape `s` becomes `s + [depth]`.
+    OneHot { feature: String, depth: usize },
+    /// Converts the element type (f32 to i64 truncates toward zero).
+    Cast { feature: String, dtype: DType },
+    /// Same elements, another per-example shape.
+    Reshape { feature: String, shape: Vec<usize> },
+}
+
+/// A map resolved against a schema: column positions instead of names.
+#[derive(Debug, Clone)]
+pub(crate) enum CompiledMap {
+    Scale { columns: Vec<usize>, divisor: f32 },
+    Normalize { column: usize, mean: Vec<f32>, std: Vec<f32> },
+    OneHot { column: usize, depth: usize, name: String },
+    Cast { column: usize, dtype: DType },
+    Reshape,
+}
+
+impl Map {
+    /// Resolves the map against the schema it will see, and gives the schema after it.
+    pub(crate) fn compile(&self, schema: &Schema) -> Result<(CompiledMap, Schema)> {
+        let mut out = schema.clone();
+        let invalid = |feature: &str, detail: String| InputError::invalid(format!("{self:?} on `{feature}`: {detail}"));
+        let compiled = match self {
+            Map::Scale(divisor) => {
+                if *divisor == 0.0 || !divisor.is_finite() {
+                    return Err(InputError::invalid(format!(
+                        "Scale({divisor}) must divide by a finite non-zero number"
+                    )));
+                }
+                let columns = (0..schema.features.len()).filter(|&i| schema.features[i].dtype == DType::F32).collect();
+                CompiledMap::Scale { columns, divisor: *divisor }
+            }
+            Map::Normalize { feature, mean, std } => {
+                let column = schema.index_of(feature)?;
+                let info = &schema.column(column).ok_or_else(|| invalid(feature, "no such column".into()))?;
+                if info.dtype != DType::F32 {
+                    return Err(invalid(feature, format!("needs an f32 feature, this one is {}", info.dtype)));
+                }
+                let last = info.shape.last().copied().unwrap_or(1);
+                let fits = |n: usize| n == 1 || n == last || n == info.size();
+                if mean.len() != std.len() || !fits(mean.len()) {
+                    return Err(invalid(
+                        feature,
+                        format!(
+                            "mean ({}) and std ({}) must have the same length: 1, {last} (per channel) or {} (per element)",
+                            mean.len(),
+                            std.len(),
+                            info.size()
+                        ),
+                    ));
+                }
+                if std.iter().any(|&s| s == 0.0 || !s.is_finite()) {
+                    return Err(invalid(feature, "std must be finite and non-zero".into()));
+                }
+                CompiledMap::Normalize { column, mean: mean.clone(), std: std.clone() }
+            }
+            Map::OneHot { feature, depth } => {
+                let column = schema.index_of(feature)?;
+                let col = out.column_mut(column).ok_or_else(|| invalid(feature, "no such column".into()))?;
+                if col.dtype != DType::I64 {
+                    return Err(invalid(feature, format!("needs i64 class ids, this feature is {}", col.dtype)));
+                }
+                if *depth == 0 {
+                    return Err(invalid(feature, "depth must be at least 1".into()));
+                }
+                col.dtype = DType::F32;
+                col.shape.push(*depth);
+                CompiledMap::OneHot { column, depth: *depth, name: feature.clone() }
+            }
+            Map::Cast { feature, dtype } => {
+                let column = schema.index_of(feature)?;
+                let col = out.column_mut(column).ok_or_else(|| invalid(feature, "no such column".into()))?;
+                col.dtype = *dtype;
+                CompiledMap::Cast { column, dtype: *dtype }
+            }
+            Map::Reshape { feature, shape } => {
+                let column = schema.index_of(feature)?;
+                let col = out.column_mut(column).ok_or_else(|| invalid(feature, "no such column".into()))?;
+                let size: usize = shape.iter().product();
+                if size != col.size() {
+                    return Err(invalid(
+                        feature,
+                        format!("{:?} has {} elements, {shape:?} has {size}", col.shape, col.size()),
+                    ));
+                }
+                col.shape = shape.clone();
+                CompiledMap::Reshape
+            }
+        };
+        Ok((compiled, out))
+    }
+}
+
+impl CompiledMap {
+    pub(crate) fn apply(&self, row: &mut Row, id: u64) -> Result<()> {
+        let missing = || InputError::invalid(format!("example {id} has fewer columns than its schema"));
+        match self {
+            CompiledMap::Scale { columns, divisor } => {
+                for &c in columns {
+                    if let Some(HostData::F32(v)) = row.values.get_mut(c) {
+                        v.iter_mut().for_each(|x| *x /= divisor);
+                    }
+                }
+            }
+            CompiledMap::Normalize { column, mean, std } => {
+                if let Some(HostData::F32(v)) = row.values.get_mut(*column) {
+                    let n = mean.len();
+                    for (i, x) in v.iter_mut().enumerate() {
+                        *x = (*x - mean[i % n]) / std[i % n];
+                    }
+                }
+            }
+            CompiledMap::OneHot { column, depth, name } => {
+                let value = row.values.get_mut(*column).ok_or_else(missing)?;
+                if let HostData::I64(ids) = value {
+                    let mut out = vec![0.0f32; ids.len() * depth];
+                    for (i, &class) in ids.iter().enumerate() {
+                        let Some(slot) = usize::try_from(class).ok().filter(|&c| c < *depth) else {
+                            return Err(InputError::BadValue {
+                                example: id,
+                                detail: format!("`{name}` = {class} is outside one-hot depth {depth}"),
+                            });
+                        };
+                        out[i * depth + slot] = 1.0;
+                    }
+                    *value = HostData::F32(out);
+                }
+            }
+            CompiledMap::Cast { column, dtype } => {
+                let value = row.values.get_mut(*column).ok_or_else(missing)?;
+                *value = cast(std::mem::replace(value, HostData::Bool(Vec::new())), *dtype);
+            }
+            CompiledMap::Reshape => {}
+        }
+        Ok(())
+    }
+}
+
+fn cast(data: HostData, dtype: DType) -> HostData {
+    match (data, dtype) {
+        (HostData::F32(v), DType::I64) => HostData::I64(v.into_iter().map(|x| x as i64).collect()),
+        (HostData::F32(v), DType::Bool) => HostData::Bool(v.into_iter().map(|x| x != 0.0).collect()),
+        (HostData::I64(v), DType::F32) => HostData::F32(v.into_iter().map(|x| x as f32).collect()),
+        (HostData::I64(v), DType::Bool) => HostData::Bool(v.into_iter().map(|x| x != 0).collect()),
+        (HostData::Bool(v), DType::F32) => HostData::F32(v.into_iter().map(|x| f32::from(u8::from(x))).collect()),
+        (HostData::Bool(v), DType::I64) => HostData::I64(v.into_iter().map(i64::from).collect()),
+        (same, _) => same,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::input::schema::FeatureInfo;
+
+    fn schema() -> Schema {
+        Schema::new(
+            vec![FeatureInfo::new("x", DType::F32, vec![2, 2]), FeatureInfo::new("k", DType::I64, vec![])],
+            Some(FeatureInfo::new("y", DType::I64, vec![])),
+        )
+        .unwrap()
+    }
+
+    fn row() -> Row {
+        Row { values: vec![HostData::F32(vec![2.0, 4.0, 6.0, 8.0]), HostData::I64(vec![1]), HostData::I64(vec![2])] }
+    }
+
+    fn run(map: Map) -> Result<(Row, Schema)> {
+        let (compiled, schema) = map.compile(&schema())?;
+        let mut r = row();
+        compiled.apply(&mut r, 0)?;
+        Ok((r, schema))
+    }
+
+    #[test]
+    fn scale_touches_float_features_only() {
+        let (r, _) = run(Map::Scale(2.0)).unwrap();
+        assert_eq!(r.values[0], HostData::F32(vec![1.0, 2.0, 3.0, 4.0]));
+        assert_eq!(r.values[1], HostData::I64(vec![1]));
+    }
+
+    #[test]
+    fn normalize_per_channel() {
+        let (r, _) = run(Map::Normalize { feature: "x".into(), mean: vec![2.0, 4.0], std: vec![1.0, 2.0] }).unwrap();
+        assert_eq!(r.values[0], HostData::F32(vec![0.0, 0.0, 4.0, 2.0]));
+        assert!(run(Map::Normalize { feature: "x".into(), mean: vec![0.0; 3], std: vec![1.0; 3] }).is_err());
+    }
+
+    #[test]
+    fn one_hot_label_changes_schema_and_checks_range() {
+        let (r, s) = run(Map::OneHot { feature: "y".into(), depth: 3 }).unwrap();
+        assert_eq!(r.values[2], HostData::F32(vec![0.0, 0.0, 1.0]));
+        assert_eq!(s.label.unwrap().shape, vec![3]);
+        let err = run(Map::OneHot { feature: "y".into(), depth: 2 }).unwrap_err();
+        assert!(matches!(err, InputError::BadValue { .. }), "{err}");
+        assert!(run(Map::OneHot { feature: "x".into(), depth: 2 }).is_err());
+    }
+
+    #[test]
+    fn cast_and_reshape() {
+        let (r, s) = run(Map::Cast { feature: "k".into(), dtype: DType::F32 }).unwrap();
+        assert_eq!(r.values[1], HostData::F32(vec![1.0]));
+        assert_eq!(s.features[1].dtype, DType::F32);
+        let (_, s) = run(Map::Reshape { feature: "x".into(), shape: vec![4] }).unwrap();
+        assert_eq!(s.features[0].shape, vec![4]);
+        let err = run(Map::Reshape { feature: "x".into(), shape: vec![3] }).unwrap_err().to_string();
+        assert!(err.contains("4 elements"), "{err}");
+        let err = run(Map::Reshape { feature: "z".into(), shape: vec![3] }).unwrap_err().to_string();
+        assert!(err.contains("no feature or label named `z`"), "{err}");
+    }
+}

@@ -1,0 +1,57 @@
+//! Sources: random access to the examples of a data set by index.
+//!
+//! Every source, whatever its format, answers "example `i`" in any order: IDX and in-memory
+//! tensors trivially, CSV by parsing the file once when opened, TFRecord by indexing each
+//! record's offset when opened. A list of files is the concatenation of its files. That makes
+//! the rest of the pipeline a pure function of a stream of indices, which is what makes
+//! sharding, shuffling and resuming deterministic and cheap (the module docs of `input`
+//! explain).
+
+pub(crate) mod csv;
+pub(crate) mod example_proto;
+pub(crate) mod files;
+pub(crate) mod idx;
+pub(crate) mod tensors;
+pub(crate) mod tfrecord;
+
+use super::error::Result;
+use super::schema::{Row, Schema};
+use std::path::PathBuf;
+
+/// One file's examples in a source's index space: `start..start + count`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct FileSpan {
+    pub path: PathBuf,
+    pub start: u64,
+    pub count: u64,
+}
+
+pub(crate) trait Source: Send + Sync + std::fmt::Debug {
+    /// A stable one-line description (kind, files, size), part of the dataset fingerprint
+    /// that keeps an iterator state from being restored into another dataset.
+    fn describe(&self) -> String;
+
+    fn len(&self) -> u64;
+
+    fn schema(&self) -> &Schema;
+
+    /// The files in index order (empty for in-memory data), for file-level sharding.
+    fn files(&self) -> &[FileSpan];
+
+    /// Decodes example `index` (< `len`).
+    fn read(&self, index: u64) -> Result<Row>;
+}
+
+/// Spans for files holding `counts[k]` examples each, in order.
+pub(crate) fn file_spans(paths: &[PathBuf], counts: &[u64]) -> Vec<FileSpan> {
+    let mut start = 0;
+    paths
+        .iter()
+        .zip(counts)
+        .map(|(path, &count)| {
+            let span = FileSpan { path: path.clone(), start, count };
+            start += count;
+            span
+        })
+        .collect()
+}

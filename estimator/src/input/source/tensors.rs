@@ -1,0 +1,117 @@
+//! In-memory tensors from Rust: the first dimension of each tensor indexes the examples.
+
+use super::{FileSpan, Source};
+use crate::input::error::{InputError, Result};
+use crate::input::schema::{FeatureInfo, Row, Schema};
+use engine_graph::{HostData, HostTensor};
+use std::collections::BTreeMap;
+
+#[derive(Debug)]
+pub(crate) struct TensorSource {
+    schema: Schema,
+    /// Columns in schema order.
+    columns: Vec<HostTensor>,
+    len: u64,
+}
+
+impl TensorSource {
+    pub fn new(features: BTreeMap<String, HostTensor>, labels: Option<HostTensor>) -> Result<Self> {
+        let mut len = None;
+        let mut infos = Vec::new();
+        let mut columns = Vec::new();
+        let named =
+            features.into_iter().map(|(n, t)| (n, t, false)).chain(labels.map(|t| ("label".to_string(), t, true)));
+        let mut label = None;
+        for (name, tensor, is_label) in named {
+            let Some((&n, shape)) = tensor.shape.split_first() else {
+                return Err(InputError::invalid(format!(
+                    "`{name}` is a scalar; its first dimension must index examples"
+                )));
+            };
+            if tensor.len() != tensor.shape.iter().product::<usize>() {
+                return Err(InputError::invalid(format!(
+                    "`{name}` has {} values for shape {:?}",
+                    tensor.len(),
+                    tensor.shape
+                )));
+            }
+            match len {
+                None => len = Some(n),
+                Some(m) if m != n => {
+                    return Err(InputError::invalid(format!("`{name}` has {n} examples but another tensor has {m}")));
+                }
+                Some(_) => {}
+            }
+            let info = FeatureInfo::new(name, tensor.dtype(), shape.to_vec());
+            if is_label {
+                label = Some(info)
+            } else {
+                infos.push(info)
+            }
+            columns.push(tensor);
+        }
+        let schema = Schema::new(infos, label)?;
+        Ok(TensorSource { schema, columns, len: len.unwrap_or(0) as u64 })
+    }
+}
+
+impl Source for TensorSource {
+    fn describe(&self) -> String {
+        format!("tensors({:?}, n={})", self.schema, self.len)
+    }
+
+    fn len(&self) -> u64 {
+        self.len
+    }
+
+    fn schema(&self) -> &Schema {
+        &self.schema
+    }
+
+    fn files(&self) -> &[FileSpan] {
+        &[]
+    }
+
+    fn read(&self, index: u64) -> Result<Row> {
+        let i = index as usize;
+        let values = self
+            .columns
+            .iter()
+            .zip(self.schema.columns())
+            .map(|(tensor, info)| {
+                let size = info.size();
+                let range = i * size..(i + 1) * size;
+                let out = || InputError::invalid(format!("example {index} out of range"));
+                Ok(match &tensor.data {
+                    HostData::F32(v) => HostData::F32(v.get(range).ok_or_else(out)?.to_vec()),
+                    HostData::I64(v) => HostData::I64(v.get(range).ok_or_else(out)?.to_vec()),
+                    HostData::Bool(v) => HostData::Bool(v.get(range).ok_or_else(out)?.to_vec()),
+                })
+            })
+            .collect::<Result<_>>()?;
+        Ok(Row { values })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rows_slice_the_first_dimension() {
+        let mut features = BTreeMap::new();
+        features.insert("x".to_string(), HostTensor::f32(vec![3, 2], vec![0., 1., 2., 3., 4., 5.]).unwrap());
+        let src = TensorSource::new(features, Some(HostTensor::i64(vec![3], vec![7, 8, 9]).unwrap())).unwrap();
+        assert_eq!(src.len(), 3);
+        let row = src.read(2).unwrap();
+        assert_eq!(row.values, vec![HostData::F32(vec![4., 5.]), HostData::I64(vec![9])]);
+    }
+
+    #[test]
+    fn example_counts_must_agree() {
+        let mut features = BTreeMap::new();
+        features.insert("x".to_string(), HostTensor::f32(vec![3], vec![0., 1., 2.]).unwrap());
+        let err = TensorSource::new(features, Some(HostTensor::i64(vec![2], vec![7, 8]).unwrap())).unwrap_err();
+        assert!(err.to_string().contains("2 examples"), "{err}");
+    }
+}
