@@ -1,0 +1,135 @@
+//! The command line: `engine plan` and `engine run`.
+
+mod device;
+mod error;
+mod plan;
+mod run;
+
+pub use device::Device;
+pub use error::CliError;
+
+use crate::{
+    lower::Mode,
+    spec::{FieldPath, Override, Spec, Strategy, syntax::Value},
+};
+use clap::{Args, Parser, Subcommand};
+use std::{path::PathBuf, process::ExitCode};
+
+#[derive(Debug, Parser)]
+#[command(name = "engine", version, about = "A graph-compiling training engine for RON job specs")]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Compile a job spec and print the plan: passes, schedule with shapes, flops,
+    /// variables and peak memory.
+    Plan(PlanArgs),
+    /// Train the job spec's model and evaluate it.
+    Run(RunArgs),
+}
+
+/// What every command that reads a spec takes.
+#[derive(Debug, Args)]
+pub struct SpecArgs {
+    /// The RON job spec.
+    pub spec: PathBuf,
+    /// Override a value of the spec: `--set run_config.save_checkpoints_steps=200`
+    /// (the value is RON; text that is not RON is taken as a string).
+    #[arg(long = "set", value_name = "PATH=VALUE")]
+    pub set: Vec<String>,
+    /// The distribution strategy; defaults to the spec's `run_config.train_distribute`
+    /// (`eval_distribute` for evaluation), else `default`.
+    #[arg(long, value_name = "NAME")]
+    pub strategy: Option<Strategy>,
+}
+
+#[derive(Debug, Args)]
+pub struct PlanArgs {
+    #[command(flatten)]
+    pub common: SpecArgs,
+    /// Which graph to compile.
+    #[arg(long, default_value = "train", value_parser = parse_mode)]
+    pub mode: Mode,
+    /// Write the graph in Graphviz's dot language to FILE, or to stdout without FILE.
+    #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = "-")]
+    pub dot: Option<PathBuf>,
+    /// The batch size for the statistics; defaults to the input's `batch_size`.
+    #[arg(long, value_name = "N")]
+    pub batch: Option<usize>,
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub common: SpecArgs,
+    /// Stop at this global step (overrides `train_spec.max_steps`).
+    #[arg(long, value_name = "N")]
+    pub max_steps: Option<u64>,
+    /// Where checkpoints and summaries go (overrides `run_config.model_dir`).
+    #[arg(long, value_name = "DIR")]
+    pub model_dir: Option<String>,
+    /// `cpu`, `wgpu[:N]` or `cuda[:N]`.
+    #[arg(long, default_value = "cpu")]
+    pub device: Device,
+}
+
+fn parse_mode(s: &str) -> Result<Mode, String> {
+    s.parse()
+}
+
+impl SpecArgs {
+    /// Reads the spec with the `--set` overrides and any `extra` ones from dedicated flags.
+    pub fn load(&self, extra: Vec<Override>) -> Result<Spec, CliError> {
+        let mut overrides = self.set.iter().map(|s| Override::parse(s)).collect::<Result<Vec<_>, _>>()?;
+        overrides.extend(extra);
+        Ok(Spec::from_file(&self.spec, &overrides)?)
+    }
+
+    /// The flag, else the spec's setting for the mode, else `default`.
+    pub fn strategy(&self, spec: &Spec, mode: Mode) -> Strategy {
+        let from_spec = match mode {
+            Mode::Train => spec.job.run_config.train_distribute,
+            Mode::Eval | Mode::Predict => spec.job.run_config.eval_distribute,
+        };
+        self.strategy.or(from_spec).unwrap_or_default()
+    }
+}
+
+impl RunArgs {
+    /// `--max-steps` and `--model-dir` are overrides like `--set`, so they are checked alike.
+    fn overrides(&self) -> Vec<Override> {
+        let mut v = Vec::new();
+        if let Some(n) = self.max_steps {
+            let path = FieldPath::root().field("train_spec").field("max_steps");
+            v.push(Override::flag(&format!("--max-steps {n}"), path, Value::Int(n.into())));
+        }
+        if let Some(dir) = &self.model_dir {
+            let path = FieldPath::root().field("run_config").field("model_dir");
+            v.push(Override::flag(&format!("--model-dir {dir}"), path, Value::Str(dir.clone())));
+        }
+        v
+    }
+}
+
+/// Runs a parsed command line.
+pub fn execute(cli: Cli) -> Result<(), CliError> {
+    match cli.command {
+        Command::Plan(args) => plan::plan(&args),
+        Command::Run(args) => run::run(&args),
+    }
+}
+
+/// The binary's entry point: parse arguments (clap exits with status 2 on usage errors),
+/// execute, print any error on stderr with status 1.
+pub fn main() -> ExitCode {
+    match execute(Cli::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,59 @@
+//! `engine plan`: compile a spec and print (or draw) the plan.
+
+use super::{CliError, PlanArgs};
+use crate::{
+    lower::{self, Mode},
+    spec::{Spec, input_batch_size},
+};
+use engine_graph::{Op, Plan};
+use std::fmt::Write;
+
+/// When neither `--batch` nor the input section gives a batch size.
+const FALLBACK_BATCH: usize = 32;
+
+pub fn plan(args: &PlanArgs) -> Result<(), CliError> {
+    let spec = args.common.load(Vec::new())?;
+    let strategy = args.common.strategy(&spec, args.mode);
+    let plan = lower::compile(&spec, args.mode, strategy)?;
+    if args.dot.as_deref().is_some_and(|p| p.as_os_str() == "-") {
+        print!("{}", plan.graph.to_dot());
+        return Ok(());
+    }
+    let batch = args.batch.unwrap_or_else(|| default_batch(&spec, args.mode));
+    let mut out = String::new();
+    let _ = writeln!(out, "spec: {}", spec.file());
+    let _ = writeln!(out, "mode: {}  strategy: {strategy}  batch: {batch}", args.mode);
+    out.push_str(&variables(&plan));
+    out.push_str(&plan.describe(batch));
+    if let Some(path) = &args.dot {
+        std::fs::write(path, plan.graph.to_dot())
+            .map_err(|source| CliError::Write { path: path.display().to_string(), source })?;
+        let _ = writeln!(out, "graph written to {}", path.display());
+    }
+    print!("{out}");
+    Ok(())
+}
+
+fn default_batch(spec: &Spec, mode: Mode) -> usize {
+    let job = &spec.job;
+    let input = match mode {
+        Mode::Train => Some(&job.train_input),
+        Mode::Eval | Mode::Predict => job.eval_input.as_ref().or(Some(&job.train_input)),
+    };
+    input.and_then(|i| input_batch_size(spec, i)).unwrap_or(FALLBACK_BATCH)
+}
+
+fn variables(plan: &Plan) -> String {
+    let mut s = String::new();
+    let vars = plan.graph.variables();
+    let _ = writeln!(s, "variables ({}):", vars.len());
+    for id in vars {
+        let node = plan.graph.node(id);
+        if let Op::Variable(v) = &node.op {
+            let kind = if v.trainable { "trainable" } else { "" };
+            let shape = node.outputs.first().map(|f| f.to_string()).unwrap_or_default();
+            let _ = writeln!(s, "  {:<48} {:<22} {:<10} {:?}", node.name, shape, kind, v.init);
+        }
+    }
+    s
+}

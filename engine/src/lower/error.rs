@@ -1,0 +1,23 @@
+//! Lowering errors: the spec's fault (located) or a compiler pass's (named).
+
+use crate::spec::{SpecError, Strategy};
+use engine_graph::GraphError;
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum LowerError {
+    /// The spec asks for something that does not fit (shapes, classes): located in the spec.
+    #[error(transparent)]
+    Spec(#[from] SpecError),
+
+    /// A pass failed on a graph the spec produced.
+    #[error("{stage}: {source}")]
+    Graph {
+        stage: &'static str,
+        #[source]
+        source: GraphError,
+    },
+
+    #[error("strategy `{0}` is not implemented yet (available: default, one_device)")]
+    StrategyNotImplemented(Strategy),
+}

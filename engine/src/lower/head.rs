@@ -1,0 +1,129 @@
+//! The head: labels, loss and predictions on top of the model's output, as a canned
+//! Estimator head does.
+
+use super::{LowerError, Mode, build::Lowering};
+use crate::spec::{ErrorKind, FieldPath, Loss, Metric};
+use engine_graph::{DType, Dim, GraphBuilder, Outlet, Shape};
+use std::collections::BTreeMap;
+
+/// The feed name of the labels.
+pub const LABELS: &str = "labels";
+
+pub(super) struct Head {
+    pub labels: Option<Outlet>,
+    pub loss: Option<Outlet>,
+    pub regularization: Option<Outlet>,
+    pub predictions: BTreeMap<String, Outlet>,
+}
+
+/// `output_path` is where the model's output is defined (errors about it point there).
+pub(super) fn build(
+    cx: &mut Lowering<'_, '_, '_>,
+    logits: Outlet,
+    output_path: &FieldPath,
+) -> Result<Head, LowerError> {
+    let loss_kind = cx.spec.job.loss;
+    let shape = cx.shape_of(logits)?;
+    let labels_shape = labels_shape(cx, loss_kind, &shape, output_path)?;
+    check_metrics(cx, loss_kind, &shape)?;
+
+    let scope = cx.b.unique_scope("head");
+    let predictions =
+        cx.b.with_scope(&scope, |b| predictions(b, loss_kind, logits)).map_err(|e| cx.graph_error(output_path, e))?;
+    if cx.mode == Mode::Predict {
+        return Ok(Head { labels: None, loss: None, regularization: None, predictions });
+    }
+    let dtype = if loss_kind == Loss::SparseSoftmaxCrossEntropy { DType::I64 } else { DType::F32 };
+    let labels = cx.b.placeholder(LABELS, dtype, labels_shape).map_err(|e| cx.graph_error(output_path, e))?;
+    let regularizers = cx.regularizers.clone();
+    let scope = cx.b.unique_scope("loss");
+    let (loss, regularization) =
+        cx.b.with_scope(&scope, |b| {
+            let per_example = match loss_kind {
+                Loss::SparseSoftmaxCrossEntropy => b.sparse_softmax_cross_entropy(logits, labels)?,
+                Loss::SoftmaxCrossEntropy => b.softmax_cross_entropy(logits, labels)?,
+                Loss::SigmoidCrossEntropy => b.sigmoid_cross_entropy(logits, labels)?,
+                Loss::MeanSquaredError => b.mean_squared_error(logits, labels)?,
+            };
+            // The mean over every element: over the batch, and for sigmoid losses over
+            // the labels of each example too (TensorFlow's SUM_BY_NONZERO_WEIGHTS).
+            let mean = b.reduce_mean(per_example, &[], false)?;
+            if regularizers.is_empty() {
+                return Ok((mean, None));
+            }
+            let reg = b.with_scope("regularization", |b| {
+                let mut terms = Vec::new();
+                for &(factor, w) in &regularizers {
+                    let sq = b.square(w)?;
+                    let sum = b.reduce_sum(sq, &[], false)?;
+                    let f = b.scalar(factor)?;
+                    terms.push(b.mul(f, sum)?);
+                }
+                if terms.len() == 1 { Ok(terms[0]) } else { b.add_n(&terms) }
+            })?;
+            Ok((b.add(mean, reg)?, Some(reg)))
+        })
+        .map_err(|e| cx.graph_error(output_path, e))?;
+    Ok(Head { labels: Some(labels), loss: Some(loss), regularization, predictions })
+}
+
+/// The labels each loss takes, or why the model's output does not suit the loss.
+fn labels_shape(cx: &Lowering<'_, '_, '_>, loss: Loss, logits: &Shape, at: &FieldPath) -> Result<Shape, LowerError> {
+    let batched = logits.dims().first().is_some_and(|d| d.is_batch());
+    match loss {
+        Loss::SparseSoftmaxCrossEntropy | Loss::SoftmaxCrossEntropy => match logits.dims() {
+            [n, Dim::Known(c)] if n.is_batch() && *c >= 2 => Ok(if loss == Loss::SparseSoftmaxCrossEntropy {
+                Shape(vec![*n])
+            } else {
+                logits.clone()
+            }),
+            _ => Err(cx.shape_error(
+                at,
+                format!("{loss:?} needs the model to output logits of shape [batch, classes] with at least 2 classes, got {logits}"),
+            )),
+        },
+        Loss::SigmoidCrossEntropy | Loss::MeanSquaredError if batched && logits.rank() >= 2 => Ok(logits.clone()),
+        _ => Err(cx.shape_error(at, format!("{loss:?} needs the model to output [batch, ...], got {logits}"))),
+    }
+}
+
+/// Metrics whose fit depends on the number of classes.
+fn check_metrics(cx: &Lowering<'_, '_, '_>, loss: Loss, logits: &Shape) -> Result<(), LowerError> {
+    let classes = logits.dims().last().and_then(|d| d.known()).unwrap_or(0);
+    for (i, m) in cx.spec.job.metrics.iter().enumerate() {
+        let at = FieldPath::root().field("metrics").index(i);
+        let why = match m {
+            Metric::TopKAccuracy { k } if *k > classes => {
+                Some((at.field("k"), format!("k = {k} exceeds the model's {classes} classes")))
+            }
+            Metric::Precision | Metric::Recall | Metric::Auc if loss.is_softmax() && classes != 2 => {
+                Some((at, format!("`{}` needs a binary problem; the model has {classes} classes", m.key())))
+            }
+            _ => None,
+        };
+        if let Some((at, why)) = why {
+            return Err(LowerError::Spec(cx.spec_error(&at, ErrorKind::Invalid(why))));
+        }
+    }
+    Ok(())
+}
+
+fn predictions(b: &mut GraphBuilder<'_>, loss: Loss, logits: Outlet) -> engine_graph::Result<BTreeMap<String, Outlet>> {
+    let mut p = BTreeMap::from([("logits".to_string(), logits)]);
+    match loss {
+        Loss::SparseSoftmaxCrossEntropy | Loss::SoftmaxCrossEntropy => {
+            p.insert("probabilities".into(), b.softmax(logits, -1)?);
+            p.insert("classes".into(), b.argmax(logits, -1)?);
+        }
+        Loss::SigmoidCrossEntropy => {
+            p.insert("probabilities".into(), b.sigmoid(logits)?);
+            let zero = b.scalar(0.0)?;
+            let positive = b.greater(logits, zero)?;
+            p.insert("classes".into(), b.cast(positive, DType::I64)?);
+        }
+        Loss::MeanSquaredError => {
+            p.insert("predictions".into(), logits);
+        }
+    }
+    Ok(p)
+}

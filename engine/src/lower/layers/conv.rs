@@ -1,0 +1,51 @@
+//! `Conv2d`: NHWC convolution with an HWIO kernel, then bias and activation.
+
+use super::{super::LowerError, super::build::Lowering, activate};
+use crate::spec::{Conv2d, FieldPath, Regularizer};
+use engine_graph::{Dim, Outlet, ops::Window};
+
+pub fn lower(
+    cx: &mut Lowering<'_, '_, '_>,
+    c: &Conv2d,
+    name: &str,
+    x: Outlet,
+    path: &FieldPath,
+) -> Result<Outlet, LowerError> {
+    let shape = cx.shape_of(x)?;
+    let (hw, channels) = match shape.dims() {
+        [n, Dim::Known(h), Dim::Known(w), Dim::Known(ch)] if n.is_batch() => ([*h, *w], *ch),
+        _ => {
+            return Err(cx.shape_error(
+                path,
+                format!("Conv2d needs an input of shape [batch, height, width, channels], got {shape}; a Reshape layer can make one"),
+            ));
+        }
+    };
+    let window = Window { kernel: c.kernel_size.0, strides: c.strides.0, padding: c.padding };
+    window.output(hw).map_err(|why| {
+        let [kh, kw] = c.kernel_size.0;
+        cx.shape_error(path, format!("kernel_size ({kh}, {kw}) does not fit the input {shape}: {why}"))
+    })?;
+    let (k, c2) = (c.kernel_size.0, c.clone());
+    let (out, kernel, bias) =
+        cx.b.with_scope(name, |b| {
+            let kernel =
+                b.variable("kernel", &[k[0], k[1], channels, c2.filters], c2.kernel_initializer.clone(), true)?;
+            let mut y = b.conv2d(x, kernel, c2.strides.0, c2.padding)?;
+            let mut bias = None;
+            if c2.use_bias {
+                let v = b.variable("bias", &[c2.filters], c2.bias_initializer.clone(), true)?;
+                y = b.add(y, v)?;
+                bias = Some(v);
+            }
+            Ok((activate(b, y, c2.activation)?, kernel, bias))
+        })
+        .map_err(|e| cx.graph_error(path, e))?;
+    if let Some(Regularizer::L2(f)) = c.kernel_regularizer {
+        cx.regularizers.push((f, kernel));
+    }
+    if let (Some(Regularizer::L2(f)), Some(bias)) = (c.bias_regularizer, bias) {
+        cx.regularizers.push((f, bias));
+    }
+    Ok(out)
+}

@@ -1,0 +1,45 @@
+//! `Dense`: `activation(x @ kernel + bias)` on `[batch, features]`.
+
+use super::{super::LowerError, super::build::Lowering, activate};
+use crate::spec::{Dense, FieldPath, Regularizer};
+use engine_graph::{Dim, Outlet};
+
+pub fn lower(
+    cx: &mut Lowering<'_, '_, '_>,
+    d: &Dense,
+    name: &str,
+    x: Outlet,
+    path: &FieldPath,
+) -> Result<Outlet, LowerError> {
+    let shape = cx.shape_of(x)?;
+    let features = match shape.dims() {
+        [n, Dim::Known(f)] if n.is_batch() => *f,
+        _ => {
+            let hint = if shape.rank() > 2 { "; add a Flatten layer before it" } else { "" };
+            return Err(
+                cx.shape_error(path, format!("Dense needs an input of shape [batch, features], got {shape}{hint}"))
+            );
+        }
+    };
+    let (units, d2) = (d.units, d.clone());
+    let (out, kernel, bias) =
+        cx.b.with_scope(name, |b| {
+            let kernel = b.variable("kernel", &[features, units], d2.kernel_initializer.clone(), true)?;
+            let mut y = b.matmul(x, kernel)?;
+            let mut bias = None;
+            if d2.use_bias {
+                let v = b.variable("bias", &[units], d2.bias_initializer.clone(), true)?;
+                y = b.add(y, v)?;
+                bias = Some(v);
+            }
+            Ok((activate(b, y, d2.activation)?, kernel, bias))
+        })
+        .map_err(|e| cx.graph_error(path, e))?;
+    if let Some(Regularizer::L2(f)) = d.kernel_regularizer {
+        cx.regularizers.push((f, kernel));
+    }
+    if let (Some(Regularizer::L2(f)), Some(bias)) = (d.bias_regularizer, bias) {
+        cx.regularizers.push((f, bias));
+    }
+    Ok(out)
+}

@@ -1,0 +1,45 @@
+//! `MaxPool2d` and `AvgPool2d` over NHWC inputs.
+
+use super::super::{LowerError, build::Lowering};
+use crate::spec::{FieldPath, Pool2d};
+use engine_graph::{Dim, Outlet, ops::Window};
+
+#[derive(Clone, Copy)]
+pub enum Kind {
+    Max,
+    Avg,
+}
+
+pub fn lower(
+    cx: &mut Lowering<'_, '_, '_>,
+    p: &Pool2d,
+    kind: Kind,
+    name: &str,
+    x: Outlet,
+    path: &FieldPath,
+) -> Result<Outlet, LowerError> {
+    let layer = match kind {
+        Kind::Max => "MaxPool2d",
+        Kind::Avg => "AvgPool2d",
+    };
+    let shape = cx.shape_of(x)?;
+    let hw = match shape.dims() {
+        [n, Dim::Known(h), Dim::Known(w), Dim::Known(_)] if n.is_batch() => [*h, *w],
+        _ => {
+            return Err(cx.shape_error(
+                path,
+                format!("{layer} needs an input of shape [batch, height, width, channels], got {shape}"),
+            ));
+        }
+    };
+    let window = Window { kernel: p.pool_size.0, strides: p.strides().0, padding: p.padding };
+    window.output(hw).map_err(|why| {
+        let [ph, pw] = p.pool_size.0;
+        cx.shape_error(path, format!("pool_size ({ph}, {pw}) does not fit the input {shape}: {why}"))
+    })?;
+    cx.b.with_scope(name, |b| match kind {
+        Kind::Max => b.max_pool2d(x, window),
+        Kind::Avg => b.avg_pool2d(x, window),
+    })
+    .map_err(|e| cx.graph_error(path, e))
+}

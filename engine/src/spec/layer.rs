@@ -1,0 +1,221 @@
+//! Layers, with Keras' parameters and defaults (glorot_uniform kernels, zero biases,
+//! VALID padding, pool strides equal to the pool size).
+
+use engine_graph::{Initializer, ops::Padding};
+use serde::{
+    Deserialize, Deserializer,
+    de::{self, SeqAccess, Visitor},
+};
+use std::fmt;
+
+/// One layer of a `Sequential` model or one node of a `Functional` one. The merge layers
+/// (`Add`, `Multiply`, `Concatenate`) take several inputs, so only a functional model can
+/// use them.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub enum Layer {
+    Dense(Dense),
+    Conv2d(Conv2d),
+    MaxPool2d(Pool2d),
+    AvgPool2d(Pool2d),
+    Flatten,
+    Reshape(Reshape),
+    Dropout(Dropout),
+    Activation(Activation),
+    Add,
+    Multiply,
+    Concatenate(Concatenate),
+}
+
+impl Layer {
+    /// Keras' default layer name, the base of variable scopes (`dense`, `dense_1`, ...).
+    pub fn keras_name(&self) -> &'static str {
+        match self {
+            Layer::Dense(_) => "dense",
+            Layer::Conv2d(_) => "conv2d",
+            Layer::MaxPool2d(_) => "max_pooling2d",
+            Layer::AvgPool2d(_) => "average_pooling2d",
+            Layer::Flatten => "flatten",
+            Layer::Reshape(_) => "reshape",
+            Layer::Dropout(_) => "dropout",
+            Layer::Activation(_) => "activation",
+            Layer::Add => "add",
+            Layer::Multiply => "multiply",
+            Layer::Concatenate(_) => "concatenate",
+        }
+    }
+
+    /// The name as written in a spec (`Conv2d`).
+    pub fn spec_name(&self) -> &'static str {
+        match self {
+            Layer::Dense(_) => "Dense",
+            Layer::Conv2d(_) => "Conv2d",
+            Layer::MaxPool2d(_) => "MaxPool2d",
+            Layer::AvgPool2d(_) => "AvgPool2d",
+            Layer::Flatten => "Flatten",
+            Layer::Reshape(_) => "Reshape",
+            Layer::Dropout(_) => "Dropout",
+            Layer::Activation(_) => "Activation",
+            Layer::Add => "Add",
+            Layer::Multiply => "Multiply",
+            Layer::Concatenate(_) => "Concatenate",
+        }
+    }
+
+    /// Whether the layer combines several inputs.
+    pub fn is_merge(&self) -> bool {
+        matches!(self, Layer::Add | Layer::Multiply | Layer::Concatenate(_))
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+pub enum Activation {
+    Relu,
+    Sigmoid,
+    Tanh,
+    /// Over the last axis.
+    Softmax,
+    #[default]
+    Linear,
+}
+
+/// A penalty added to the loss (Keras' `kernel_regularizer`).
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+pub enum Regularizer {
+    /// `factor * sum(w^2)`, Keras' `L2(l2=factor)` (note: not TensorFlow's `l2_loss`, which halves it).
+    L2(f32),
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Dense {
+    pub units: usize,
+    #[serde(default)]
+    pub activation: Activation,
+    #[serde(default = "yes")]
+    pub use_bias: bool,
+    #[serde(default = "glorot_uniform")]
+    pub kernel_initializer: Initializer,
+    #[serde(default)]
+    pub bias_initializer: Initializer,
+    #[serde(default)]
+    pub kernel_regularizer: Option<Regularizer>,
+    #[serde(default)]
+    pub bias_regularizer: Option<Regularizer>,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Conv2d {
+    pub filters: usize,
+    pub kernel_size: Size2,
+    #[serde(default = "ones")]
+    pub strides: Size2,
+    #[serde(default)]
+    pub padding: Padding,
+    #[serde(default)]
+    pub activation: Activation,
+    #[serde(default = "yes")]
+    pub use_bias: bool,
+    #[serde(default = "glorot_uniform")]
+    pub kernel_initializer: Initializer,
+    #[serde(default)]
+    pub bias_initializer: Initializer,
+    #[serde(default)]
+    pub kernel_regularizer: Option<Regularizer>,
+    #[serde(default)]
+    pub bias_regularizer: Option<Regularizer>,
+}
+
+/// `MaxPool2d` and `AvgPool2d`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Pool2d {
+    #[serde(default = "twos")]
+    pub pool_size: Size2,
+    /// `None`: the pool size, as Keras does.
+    #[serde(default)]
+    pub strides: Option<Size2>,
+    #[serde(default)]
+    pub padding: Padding,
+}
+
+impl Pool2d {
+    pub fn strides(&self) -> Size2 {
+        self.strides.unwrap_or(self.pool_size)
+    }
+}
+
+/// Keras' `Reshape`: the batch dimension is implied; one entry may be -1.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Reshape {
+    pub target_shape: Vec<i64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Dropout {
+    pub rate: f32,
+    /// `None`: derived from the job's random seed and the layer's name.
+    #[serde(default)]
+    pub seed: Option<u64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Concatenate {
+    /// Counted over the full shape including the batch axis, as Keras does; -1 is the last.
+    #[serde(default = "last_axis")]
+    pub axis: i64,
+}
+
+/// A 2-D size written as one integer (`3`) or a pair (`(3, 5)` or `[3, 5]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Size2(pub [usize; 2]);
+
+impl<'de> Deserialize<'de> for Size2 {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(Size2Visitor)
+    }
+}
+
+struct Size2Visitor;
+
+impl<'de> Visitor<'de> for Size2Visitor {
+    type Value = Size2;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("an integer or a pair `(height, width)`")
+    }
+
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Size2, E> {
+        let n = usize::try_from(v).map_err(|_| E::invalid_value(de::Unexpected::Unsigned(v), &self))?;
+        Ok(Size2([n, n]))
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Size2, A::Error> {
+        let h = seq.next_element()?.ok_or_else(|| de::Error::invalid_length(0, &self))?;
+        let w = seq.next_element()?.ok_or_else(|| de::Error::invalid_length(1, &self))?;
+        Ok(Size2([h, w]))
+    }
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn glorot_uniform() -> Initializer {
+    Initializer::GlorotUniform
+}
+
+fn ones() -> Size2 {
+    Size2([1, 1])
+}
+
+fn twos() -> Size2 {
+    Size2([2, 2])
+}
+
+fn last_axis() -> i64 {
+    -1
+}
