@@ -1,1 +1,2 @@
+pub mod model_dir;
 pub mod input;
