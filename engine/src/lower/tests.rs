@@ -1,1 +1,336 @@
+use super::*;
+use crate::spec::{ErrorKind, FieldPath, Override, Spec, SpecError, Strategy};
+use engine_graph::{DType, Graph, GraphBuilder, Op, Plan, derive_seed};
 
+const CNN: &str = include_str!("../../../specs/fashion_mnist_cnn.ron");
+const RESIDUAL: &str = include_str!("../../../specs/fashion_mnist_residual.ron");
+const MLP: &str = include_str!("../../../specs/fashion_mnist_mlp.ron");
+
+type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+fn spec(text: &str) -> Result<Spec, SpecError> {
+    Spec::parse(text, "test.ron", &[])
+}
+
+/// A job around a model section, with every other section minimal.
+fn job(model: &str, loss: &str) -> String {
+    format!(
+        "Job(\n  model: {model},\n  loss: {loss},\n  optimizer: Sgd(learning_rate: 0.1),\n  \
+         train_input: Idx(images: \"i\", labels: \"l\", batch_size: 4),\n  run_config: (model_dir: \"m\"),\n)"
+    )
+}
+
+fn build(spec: &Spec, mode: Mode) -> Result<(Graph, ModelGraph), LowerError> {
+    let mut graph = Graph::new();
+    let model = build_model(spec, mode, &mut GraphBuilder::new(&mut graph), 42)?;
+    Ok((graph, model))
+}
+
+fn shapes(graph: &Graph, model: &ModelGraph) -> Vec<(String, String)> {
+    model
+        .layers
+        .iter()
+        .map(|l| (l.name.clone(), graph.fact(l.output).map(|f| f.shape.to_string()).unwrap_or_default()))
+        .collect()
+}
+
+fn op_names(plan: &Plan) -> Vec<&'static str> {
+    plan.schedule.iter().map(|&id| plan.graph.node(id).op.name()).collect()
+}
+
+fn variable_names(graph: &Graph, trainable_only: bool) -> Vec<String> {
+    let ids = if trainable_only { graph.trainable_variables() } else { graph.variables() };
+    ids.into_iter().map(|id| graph.node(id).name.clone()).collect()
+}
+
+/// The shape error a model section produces, as `(line, col, path)`.
+fn shape_error(text: &str) -> (usize, usize, String, String) {
+    let spec = match spec(text) {
+        Ok(s) => s,
+        Err(e) => panic!("the spec should parse: {e}"),
+    };
+    match build(&spec, Mode::Train) {
+        Err(LowerError::Spec(e)) => match (e.location(), e.kind()) {
+            (Some(l), ErrorKind::Shape(m)) => (l.line, l.col, e.path().to_string(), m.clone()),
+            _ => panic!("expected a located shape error, got {e}"),
+        },
+        Err(e) => panic!("expected a spec error, got {e}"),
+        Ok(_) => panic!("expected a shape error"),
+    }
+}
+
+#[test]
+fn the_tutorial_cnn_lowers_to_keras_shapes_and_names() -> TestResult {
+    let (graph, model) = build(&spec(CNN)?, Mode::Train)?;
+    let expected = [
+        ("conv2d", "[N, 26, 26, 32]"),
+        ("max_pooling2d", "[N, 13, 13, 32]"),
+        ("flatten", "[N, 5408]"),
+        ("dense", "[N, 64]"),
+        ("dense_1", "[N, 10]"),
+    ];
+    let expected: Vec<(String, String)> = expected.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect();
+    assert_eq!(shapes(&graph, &model), expected);
+    assert_eq!(
+        variable_names(&graph, true),
+        ["conv2d/kernel", "conv2d/bias", "dense/kernel", "dense/bias", "dense_1/kernel", "dense_1/bias"]
+    );
+    let labels = model.labels.ok_or("no labels")?;
+    assert_eq!(graph.fact(labels)?.to_string(), "i64[N]");
+    assert_eq!(graph.fact(model.features["x"])?.to_string(), "f32[N, 28, 28, 1]");
+    assert_eq!(graph.fact(model.loss.ok_or("no loss")?)?.to_string(), "f32[]");
+    let keys: Vec<&str> = model.predictions.keys().map(String::as_str).collect();
+    assert_eq!(keys, ["classes", "logits", "probabilities"]);
+    assert_eq!(graph.fact(model.predictions["classes"])?.to_string(), "i64[N]");
+    let inputs: Vec<&str> = graph.roles.inputs.keys().map(String::as_str).collect();
+    assert_eq!(inputs, ["labels", "x"]);
+    Ok(())
+}
+
+#[test]
+fn the_training_plan_differentiates_every_variable_but_not_the_input() -> TestResult {
+    let plan = training_plan(&spec(CNN)?, Strategy::Default)?;
+    let with_gradients: Vec<String> =
+        plan.graph.roles.gradients.iter().map(|(v, _)| plan.graph.node(*v).name.clone()).collect();
+    assert_eq!(with_gradients, variable_names(&plan.graph, true));
+    assert_eq!(with_gradients.len(), 6);
+    for (var, grad) in &plan.graph.roles.gradients {
+        assert_eq!(plan.graph.fact(*grad)?, plan.graph.fact((*var).into())?);
+    }
+    let ops = op_names(&plan);
+    assert!(ops.contains(&"Conv2DBackpropFilter"));
+    assert!(!ops.contains(&"Conv2DBackpropInput"), "the first conv's input is a placeholder");
+    assert!(plan.graph.roles.train_op.is_some());
+    let names: Vec<&str> = plan.passes.iter().map(|p| p.0.as_str()).collect();
+    assert_eq!(names, ["autodiff", "apply-optimizer", "common-subexpression-elimination", "dead-code-elimination"]);
+    Ok(())
+}
+
+#[test]
+fn evaluation_and_prediction_graphs_have_no_training_parts() -> TestResult {
+    let spec = spec(MLP)?;
+    let train = training_plan(&spec, Strategy::Default)?;
+    let eval = eval_plan(&spec, Strategy::Default)?;
+    let predict = predict_plan(&spec, Strategy::Default)?;
+    assert!(op_names(&train).contains(&"Dropout"));
+    for plan in [&eval, &predict] {
+        let ops = op_names(plan);
+        assert!(!ops.contains(&"Dropout") && !ops.contains(&"Assign"), "{ops:?}");
+        assert!(plan.graph.roles.train_op.is_none() && plan.graph.roles.gradients.is_empty());
+        // Checkpoints are shared across modes, so the model's variables are named alike.
+        assert_eq!(variable_names(&plan.graph, true), variable_names(&train.graph, true));
+    }
+    assert!(eval.graph.roles.loss.is_some() && eval.graph.roles.inputs.contains_key("labels"));
+    assert!(predict.graph.roles.loss.is_none() && !predict.graph.roles.inputs.contains_key("labels"));
+    assert_eq!(predict.passes.len(), 2);
+    Ok(())
+}
+
+#[test]
+fn dropout_masks_derive_from_the_job_seed_and_the_layer_name() -> TestResult {
+    let (graph, _) = build(&spec(MLP)?, Mode::Train)?;
+    let seeds: Vec<(String, u64)> = graph
+        .nodes()
+        .filter_map(|(_, n)| match &n.op {
+            Op::Dropout(d) => Some((n.name.clone(), d.seed)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(seeds, [("dropout/Dropout".to_string(), derive_seed(42, "dropout"))]);
+    let pinned = spec(&MLP.replace("Dropout(rate: 0.2)", "Dropout(rate: 0.2, seed: 7)"))?;
+    let (graph, _) = build(&pinned, Mode::Train)?;
+    let seed = graph.nodes().find_map(|(_, n)| match &n.op {
+        Op::Dropout(d) => Some(d.seed),
+        _ => None,
+    });
+    assert_eq!(seed, Some(derive_seed(7, "dropout")));
+    Ok(())
+}
+
+#[test]
+fn a_residual_functional_model_lowers() -> TestResult {
+    let spec = spec(RESIDUAL)?;
+    let (graph, model) = build(&spec, Mode::Train)?;
+    let shapes = shapes(&graph, &model);
+    let get = |name: &str| shapes.iter().find(|s| s.0 == name).map(|s| s.1.as_str());
+    assert_eq!(get("stem"), Some("[N, 28, 28, 16]"));
+    assert_eq!(get("block_sum"), Some("[N, 28, 28, 16]"));
+    assert_eq!(get("pool"), Some("[N, 14, 14, 16]"));
+    assert_eq!(get("logits"), Some("[N, 10]"));
+    assert!(graph.contains_name("block_sum/Add"));
+    assert!(graph.roles.fetches.contains_key("regularization_loss"));
+    assert_eq!(graph.roles.inputs.keys().map(String::as_str).collect::<Vec<_>>(), ["image", "labels"]);
+    let plan = training_plan(&spec, Strategy::OneDevice)?;
+    // The stem's output feeds the block and the sum: its two gradients are summed.
+    let stem_grad_sums = plan
+        .schedule
+        .iter()
+        .map(|&id| plan.graph.node(id))
+        .filter(|n| n.op.name() == "AddN" && n.name.contains("stem/Relu"))
+        .count();
+    assert_eq!(stem_grad_sums, 1);
+    assert_eq!(plan.graph.roles.gradients.len(), 10);
+    assert!(op_names(&plan).contains(&"Conv2DBackpropInput"), "the block's convolutions pass gradients back");
+    Ok(())
+}
+
+#[test]
+fn two_towers_concatenated_lower() -> TestResult {
+    let model = r#"Functional(
+    inputs: {"image": [28, 28, 1], "extra": [5]},
+    nodes: [
+      ("tower_a", Conv2d(filters: 8, kernel_size: 3, activation: Relu), ["image"]),
+      ("pool_a", MaxPool2d(), ["tower_a"]),
+      ("tower_b", Conv2d(filters: 4, kernel_size: (5, 5), strides: 2, padding: Same), ["image"]),
+      ("pool_b", AvgPool2d(pool_size: 2, strides: 1), ["tower_b"]),
+      ("towers", Concatenate(axis: -1), ["pool_a", "pool_b"]),
+      ("flat", Flatten, ["towers"]),
+      ("extra_dense", Dense(units: 12, activation: Tanh), ["extra"]),
+      ("flat_dense", Dense(units: 12, activation: Sigmoid), ["flat"]),
+      ("joined", Multiply, ["extra_dense", "flat_dense"]),
+      ("logits", Dense(units: 3), ["joined"]),
+    ],
+    outputs: ["logits"],
+  )"#;
+    let spec = spec(&job(model, "SoftmaxCrossEntropy"))?;
+    let (graph, built) = build(&spec, Mode::Eval)?;
+    let shapes = shapes(&graph, &built);
+    let get = |name: &str| shapes.iter().find(|s| s.0 == name).map(|s| s.1.as_str());
+    assert_eq!(get("pool_a"), Some("[N, 13, 13, 8]"));
+    assert_eq!(get("tower_b"), Some("[N, 14, 14, 4]"));
+    assert_eq!(get("pool_b"), Some("[N, 13, 13, 4]"));
+    assert_eq!(get("towers"), Some("[N, 13, 13, 12]"));
+    assert_eq!(get("joined"), Some("[N, 12]"));
+    let labels = built.labels.ok_or("no labels")?;
+    assert_eq!(graph.fact(labels)?.to_string(), "f32[N, 3]");
+    let plan = training_plan(&spec, Strategy::Default)?;
+    assert_eq!(plan.graph.roles.gradients.len(), 10);
+    Ok(())
+}
+
+#[test]
+fn labels_and_predictions_follow_the_loss() -> TestResult {
+    let model = "Sequential(input_shape: [3], layers: [Dense(units: 2)])";
+    let cases = [
+        ("SigmoidCrossEntropy", DType::F32, "[N, 2]", vec!["classes", "logits", "probabilities"]),
+        ("MeanSquaredError", DType::F32, "[N, 2]", vec!["logits", "predictions"]),
+        ("SparseSoftmaxCrossEntropy", DType::I64, "[N]", vec!["classes", "logits", "probabilities"]),
+    ];
+    for (loss, dtype, shape, keys) in cases {
+        let (graph, built) = build(&spec(&job(model, loss))?, Mode::Eval)?;
+        let labels = graph.fact(built.labels.ok_or("no labels")?)?;
+        assert_eq!((labels.dtype, labels.shape.to_string()), (dtype, shape.to_string()), "{loss}");
+        assert_eq!(built.predictions.keys().map(String::as_str).collect::<Vec<_>>(), keys, "{loss}");
+    }
+    Ok(())
+}
+
+#[test]
+fn l2_regularization_is_added_to_the_loss() -> TestResult {
+    let model = "Sequential(input_shape: [3], layers: [Dense(units: 4, kernel_regularizer: L2(0.01), \
+                 bias_regularizer: L2(0.5)), Dense(units: 2)])";
+    let (graph, _) = build(&spec(&job(model, "SparseSoftmaxCrossEntropy"))?, Mode::Train)?;
+    let loss = graph.node(graph.roles.loss.ok_or("no loss")?.node);
+    assert_eq!(loss.op.name(), "Add");
+    let reg = graph.roles.fetches["regularization_loss"];
+    assert!(loss.inputs.contains(&reg));
+    assert_eq!(graph.node(reg.node).op.name(), "AddN");
+    let factors: Vec<f32> = graph
+        .nodes()
+        .filter(|(_, n)| n.name.starts_with("loss/regularization/Const"))
+        .filter_map(|(_, n)| match &n.op {
+            Op::Constant(c) => c.value.as_f32().and_then(|v| v.first().copied()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(factors, [0.01, 0.5]);
+    Ok(())
+}
+
+#[test]
+fn dense_after_conv_without_flatten_is_a_shape_error_at_the_dense_layer() {
+    let model = "Sequential(\n    input_shape: [28, 28, 1],\n    layers: [\n      Conv2d(filters: 4, kernel_size: 3),\n      \
+                 Dense(units: 10),\n    ],\n  )";
+    let (line, col, path, message) = shape_error(&job(model, "SparseSoftmaxCrossEntropy"));
+    assert_eq!((line, col, path.as_str()), (6, 7, "model.layers[1]"));
+    assert_eq!(
+        message,
+        "Dense needs an input of shape [batch, features], got [N, 26, 26, 4]; add a Flatten layer before it"
+    );
+}
+
+#[test]
+fn merging_incompatible_shapes_is_a_shape_error_at_the_merge_node() {
+    let model = "Functional(\n    inputs: {\"a\": [8], \"b\": [4]},\n    nodes: [\n      (\"d\", Dense(units: 4), [\"a\"]),\n      \
+                 (\"sum\", Add, [\"a\", \"d\"]),\n      (\"cat\", Concatenate(), [\"d\", \"b\"]),\n    ],\n    outputs: [\"sum\"],\n  )";
+    let (line, col, path, message) = shape_error(&job(model, "MeanSquaredError"));
+    assert_eq!((line, col, path.as_str()), (6, 7, "model.nodes[1]"));
+    assert_eq!(message, "Add needs inputs of one shape: `a` gives [N, 8], `d` gives [N, 4]");
+    let towers = "Functional(inputs: {\"img\": [8, 8, 3]}, nodes: [\n  (\"p\", MaxPool2d(), [\"img\"]),\n  \
+                  (\"cat\", Concatenate(axis: 3), [\"img\", \"p\"])], outputs: [\"cat\"])";
+    let (line, col, path, message) = shape_error(&job(towers, "MeanSquaredError"));
+    assert_eq!((line, col, path.as_str()), (4, 3, "model.nodes[1]"));
+    assert!(message.contains("`img` gives [N, 8, 8, 3], `p` gives [N, 4, 4, 3]"), "{message}");
+}
+
+#[test]
+fn other_shape_errors_name_the_layer_and_the_shapes() {
+    let case = |layers: &str, loss: &str| {
+        let model = format!("Sequential(input_shape: [6, 6, 2], layers: [{layers}])");
+        let (_, _, path, message) = shape_error(&job(&model, loss));
+        format!("{path}: {message}")
+    };
+    assert_eq!(
+        case("Flatten, Conv2d(filters: 2, kernel_size: 2)", "MeanSquaredError"),
+        "model.layers[1]: Conv2d needs an input of shape [batch, height, width, channels], got [N, 72]; a Reshape layer can make one"
+    );
+    assert!(case("Conv2d(filters: 2, kernel_size: 7)", "MeanSquaredError").starts_with(
+        "model.layers[0]: kernel_size (7, 7) does not fit the input [N, 6, 6, 2]: input size 6 is smaller than the window 7"
+    ));
+    assert!(
+        case("MaxPool2d(pool_size: 8)", "MeanSquaredError")
+            .starts_with("model.layers[0]: pool_size (8, 8) does not fit")
+    );
+    assert_eq!(
+        case("Reshape(target_shape: [5, -1])", "MeanSquaredError"),
+        "model.layers[0].target_shape: cannot reshape [N, 6, 6, 2] (72 elements per example) to [batch, 5, -1]"
+    );
+    assert_eq!(
+        case("Conv2d(filters: 3, kernel_size: 3)", "SparseSoftmaxCrossEntropy"),
+        "model.layers[0]: SparseSoftmaxCrossEntropy needs the model to output logits of shape [batch, classes] \
+         with at least 2 classes, got [N, 4, 4, 3]"
+    );
+}
+
+#[test]
+fn metrics_that_need_classes_are_checked_against_the_output() -> TestResult {
+    let model = "Sequential(input_shape: [3], layers: [Dense(units: 4)])";
+    let text = job(model, "SparseSoftmaxCrossEntropy")
+        .replace("  optimizer:", "  metrics: [Accuracy, TopKAccuracy(k: 5)],\n  optimizer:");
+    let spec = spec(&text)?;
+    match build(&spec, Mode::Eval) {
+        Err(LowerError::Spec(e)) => {
+            assert_eq!(e.path(), &FieldPath::root().field("metrics").index(1).field("k"));
+            assert_eq!(e.location().map(|l| (l.line, l.col)), Some((4, 39)));
+        }
+        other => panic!("expected a metric error, got {other:?}"),
+    }
+    Ok(())
+}
+
+#[test]
+fn unimplemented_strategies_are_refused_by_name() -> TestResult {
+    let spec = spec(CNN)?;
+    let err = training_plan(&spec, Strategy::Mirrored).err().map(|e| e.to_string());
+    assert_eq!(err.as_deref(), Some("strategy `mirrored` is not implemented yet (available: default, one_device)"));
+    Ok(())
+}
+
+#[test]
+fn overrides_change_what_is_lowered() -> TestResult {
+    let set = Override::parse("model.layers[3].units=32")?;
+    let spec = Spec::parse(CNN, "cnn.ron", &[set])?;
+    let (graph, model) = build(&spec, Mode::Predict)?;
+    assert_eq!(shapes(&graph, &model)[3].1, "[N, 32]");
+    Ok(())
+}

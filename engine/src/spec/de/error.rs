@@ -4,7 +4,7 @@
 //! deserializer that an error passes through fills in what it knows and the innermost
 //! level wins, so the error ends up pointing at the exact value, key or identifier.
 
-use crate::spec::{ErrorKind, FieldPath, Location, SpecError};
+use crate::spec::{ErrorKind, FieldPath, Location, SpecError, syntax::Node};
 use serde::de::{self, Expected, Unexpected};
 use std::fmt;
 
@@ -38,6 +38,30 @@ impl DeError {
             self.0.located = Some((path, loc.clone()));
         }
         self
+    }
+
+    /// As [`DeError::at`], at a value: a wrong-type error that only says "enum" or "map"
+    /// (all serde's visitors know) then describes the value as written.
+    pub fn at_node(mut self, path: &FieldPath, node: &Node) -> Self {
+        const VAGUE: &[&str] = &[
+            "enum",
+            "map",
+            "sequence",
+            "unit value",
+            "Option value",
+            "unit variant",
+            "newtype variant",
+            "tuple variant",
+            "struct variant",
+            "newtype struct",
+        ];
+        if self.0.located.is_none()
+            && let ErrorKind::WrongType { found, .. } = &mut self.0.kind
+            && VAGUE.contains(&found.as_str())
+        {
+            *found = node.value.describe();
+        }
+        self.at(path, &node.loc)
     }
 
     /// Names what kind of thing an unknown name was meant to be (`layer`, `loss`).

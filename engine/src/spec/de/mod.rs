@@ -12,7 +12,7 @@ mod raw;
 pub use error::DeError;
 pub use raw::{RAW_SECTION, RawSection, SectionKinds};
 
-use crate::spec::{FieldPath, SpecError, syntax::Node, syntax::Value};
+use crate::spec::{FieldPath, Origin, SpecError, syntax::Node, syntax::Value};
 use access::{EnumDe, FieldsDe, MapDe, SeqDe};
 use serde::de::{self, DeserializeOwned, IntoDeserializer, Visitor};
 
@@ -50,7 +50,7 @@ impl<'a> ValueDe<'a> {
     }
 
     fn locate(&self, e: DeError) -> DeError {
-        e.at(&self.path, &self.node.loc)
+        e.at_node(&self.path, self.node)
     }
 
     fn wrong(&self, expected: &str) -> DeError {
@@ -199,6 +199,15 @@ impl<'a> ValueDe<'a> {
         }
     }
 
+    /// On the command line a bare word is a string where a string is expected
+    /// (`--set run_config.model_dir=runs`); in a file RON's quotes are required.
+    fn string<'de, V: Visitor<'de>>(&self, v: V) -> Result<V::Value, DeError> {
+        match (&self.node.value, &self.node.loc.origin) {
+            (Value::Ident(word), Origin::CommandLine(_)) => v.visit_str(word),
+            _ => self.any(v),
+        }
+    }
+
     fn identifier<'de, V: Visitor<'de>>(&self, v: V) -> Result<V::Value, DeError> {
         match &self.node.value {
             Value::Ident(n) => v.visit_str(n),
@@ -233,8 +242,9 @@ impl<'de, 'a> de::Deserializer<'de> for ValueDe<'a> {
 
     forward_to!(any => deserialize_any, deserialize_bool, deserialize_i8, deserialize_i16, deserialize_i32,
         deserialize_i64, deserialize_i128, deserialize_u8, deserialize_u16, deserialize_u32, deserialize_u64,
-        deserialize_u128, deserialize_f32, deserialize_f64, deserialize_char, deserialize_str,
-        deserialize_string, deserialize_bytes, deserialize_byte_buf);
+        deserialize_u128, deserialize_f32, deserialize_f64, deserialize_char, deserialize_bytes,
+        deserialize_byte_buf);
+    forward_to!(string => deserialize_str, deserialize_string);
     forward_to!(option => deserialize_option);
     forward_to!(unit => deserialize_unit);
     forward_to!(sequence => deserialize_seq);

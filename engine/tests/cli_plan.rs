@@ -1,0 +1,149 @@
+//! `engine plan` on good and bad specs, through the real binary.
+
+mod common;
+
+use anyhow::{Result, ensure};
+use common::{cnn_text, engine, spec_path, write_spec};
+
+#[test]
+fn plan_prints_the_cnn_schedule_shapes_variables_and_memory() -> Result<()> {
+    let out = engine(&["plan", &spec_path("fashion_mnist_cnn.ron")])?;
+    ensure!(out.code == Some(0), "{}", out.stderr);
+    for expected in [
+        "mode: train  strategy: default  batch: 64",
+        "passes: autodiff -> apply-optimizer -> common-subexpression-elimination -> dead-code-elimination",
+        "dense_1/kernel                                   f32[64, 10]            trainable  GlorotUniform",
+        "conv2d/Conv2D                                    Conv2D                 f32[N, 26, 26, 32]",
+        "max_pooling2d/MaxPool",
+        "f32[N, 5408]",
+        "Conv2DBackpropFilter",
+        "GradientDescent/train_op",
+        "statistics at batch 64:",
+        "peak activations",
+    ] {
+        ensure!(out.stdout.contains(expected), "missing `{expected}` in:\n{}", out.stdout);
+    }
+    ensure!(!out.stdout.contains("Conv2DBackpropInput"));
+    Ok(())
+}
+
+#[test]
+fn plan_compiles_each_mode_with_its_batch_size() -> Result<()> {
+    let eval = engine(&["plan", &spec_path("fashion_mnist_cnn.ron"), "--mode", "eval"])?;
+    ensure!(eval.code == Some(0), "{}", eval.stderr);
+    ensure!(eval.stdout.contains("batch: 1000") && eval.stdout.contains("loss/Mean"));
+    ensure!(!eval.stdout.contains("apply-optimizer") && !eval.stdout.contains("gradients/"));
+    let predict = engine(&["plan", &spec_path("fashion_mnist_residual.ron"), "--mode", "predict", "--batch", "8"])?;
+    ensure!(predict.code == Some(0), "{}", predict.stderr);
+    ensure!(predict.stdout.contains("statistics at batch 8:") && predict.stdout.contains("head/ArgMax"));
+    ensure!(!predict.stdout.contains("labels"), "{}", predict.stdout);
+    let bad = engine(&["plan", &spec_path("fashion_mnist_cnn.ron"), "--mode", "serve"])?;
+    ensure!(bad.code == Some(2) && bad.stderr.contains("expected one of: train, eval, predict"), "{}", bad.stderr);
+    Ok(())
+}
+
+#[test]
+fn plan_draws_graphviz_to_stdout_or_a_file() -> Result<()> {
+    let out = engine(&["plan", &spec_path("fashion_mnist_mlp.ron"), "--dot"])?;
+    ensure!(out.code == Some(0), "{}", out.stderr);
+    ensure!(out.stdout.starts_with("digraph engine {") && out.stdout.trim_end().ends_with('}'));
+    let dir = tempfile::tempdir()?;
+    let file = dir.path().join("mlp.dot");
+    let file_arg = file.display().to_string();
+    let out = engine(&["plan", &spec_path("fashion_mnist_mlp.ron"), "--dot", &file_arg])?;
+    ensure!(out.code == Some(0), "{}", out.stderr);
+    ensure!(out.stdout.contains("schedule (") && out.stdout.contains(&format!("graph written to {file_arg}")));
+    ensure!(std::fs::read_to_string(&file)?.contains("dense_2/MatMul"));
+    Ok(())
+}
+
+#[test]
+fn plan_applies_set_overrides() -> Result<()> {
+    let spec = spec_path("fashion_mnist_cnn.ron");
+    let out = engine(&["plan", &spec, "--set", "model.layers[3].units=32", "--set", "optimizer=Adam()"])?;
+    ensure!(out.code == Some(0), "{}", out.stderr);
+    ensure!(out.stdout.contains("dense/kernel                                     f32[5408, 32]"), "{}", out.stdout);
+    ensure!(out.stdout.contains("dense/kernel/Adam "), "{}", out.stdout);
+    let out = engine(&["plan", &spec, "--set", "model.layers[3].units=6 4"])?;
+    ensure!(out.code == Some(1));
+    ensure!(
+        out.stderr.trim_end()
+            == "error: `--set model.layers[3].units=6 4` (column 29): model.layers[3].units: \
+                expected a non-negative integer, found string \"6 4\"",
+        "{}",
+        out.stderr
+    );
+    let out = engine(&["plan", &spec, "--set", "model.layers[3].units=many"])?;
+    ensure!(out.stderr.contains("(column 29): model.layers[3].units: expected a non-negative integer, found `many`"));
+    Ok(())
+}
+
+#[test]
+fn strategies_are_validated_against_the_registry() -> Result<()> {
+    let spec = spec_path("fashion_mnist_cnn.ron");
+    let out = engine(&["plan", &spec, "--strategy", "mirrorred"])?;
+    ensure!(out.code == Some(2), "clap refuses unknown names: {:?}", out.code);
+    ensure!(
+        out.stderr.contains(
+            "unknown strategy `mirrorred`, expected one of: default, one_device, mirrored, central_storage, multi_worker, parameter_server"
+        ),
+        "{}",
+        out.stderr
+    );
+    let out = engine(&["plan", &spec, "--strategy", "one_device"])?;
+    ensure!(out.code == Some(0) && out.stdout.contains("strategy: one_device"), "{}", out.stderr);
+    let out = engine(&["plan", &spec, "--strategy", "mirrored"])?;
+    ensure!(out.code == Some(1) && out.stderr.contains("strategy `mirrored` is not implemented yet"), "{}", out.stderr);
+    Ok(())
+}
+
+/// Bad specs written to a temporary directory: each error names the file, line, column and path.
+#[test]
+fn bad_specs_fail_with_located_messages() -> Result<()> {
+    let cnn = cnn_text()?;
+    let cases = [
+        (
+            "units: 64",
+            "units: -64",
+            "10:26: model.layers[3].units: expected a non-negative integer, found integer `-64`",
+        ),
+        (
+            "Dense(units: 10)",
+            "Dense(units: 10, activaton: Relu)",
+            "11:30: model.layers[4].activaton: unknown field `activaton`",
+        ),
+        (
+            "MaxPool2d(pool_size: 2)",
+            "MaxPool(pool_size: 2)",
+            "8:13: model.layers[1]: unknown layer `MaxPool`, expected one of: Dense, Conv2d,",
+        ),
+        (
+            "optimizer: Sgd(learning_rate: 0.05)",
+            "optimizer: Sgd(momentum: 0.9)",
+            "15:16: optimizer.learning_rate: missing field `learning_rate`",
+        ),
+        (
+            "            Flatten,\n",
+            "",
+            "9:13: model.layers[2]: shape mismatch: Dense needs an input of shape [batch, features], got [N, 13, 13, 32]",
+        ),
+        ("metrics: [Accuracy]", "metrics: [Accuracy, Accuracy]", "16:25: metrics[1]: `accuracy` is listed twice"),
+        (
+            "    run_config:",
+            "    run_config",
+            "27:16: syntax error: expected `:` after field name `run_config`, found `(`",
+        ),
+    ];
+    for (from, to, expected) in cases {
+        let (_dir, path) = write_spec("bad.ron", &cnn.replacen(from, to, 1))?;
+        let path = path.display().to_string();
+        let out = engine(&["plan", &path])?;
+        ensure!(out.code == Some(1), "{from} -> {to}: exit {:?}", out.code);
+        let want = format!("error: {path}:{expected}");
+        ensure!(out.stderr.starts_with(&want), "expected `{want}`, got `{}`", out.stderr);
+        ensure!(!out.stderr.contains("panicked"), "{}", out.stderr);
+    }
+    let out = engine(&["plan", "/nonexistent/spec.ron"])?;
+    ensure!(out.code == Some(1) && out.stderr.starts_with("error: cannot read the spec: /nonexistent/spec.ron:"));
+    Ok(())
+}
