@@ -1,2 +1,3 @@
+pub mod checkpoint;
 pub mod model_dir;
 pub mod input;
