@@ -1,3 +1,4 @@
 pub mod checkpoint;
 pub mod model_dir;
+pub mod summary;
 pub mod input;
