@@ -37,6 +37,8 @@ fn plan_compiles_each_mode_with_its_batch_size() -> Result<()> {
     ensure!(predict.code == Some(0), "{}", predict.stderr);
     ensure!(predict.stdout.contains("statistics at batch 8:") && predict.stdout.contains("head/ArgMax"));
     ensure!(!predict.stdout.contains("labels"), "{}", predict.stdout);
+    let bad = engine(&["plan", &spec_path("fashion_mnist_cnn.ron"), "--batch", "0"])?;
+    ensure!(bad.code == Some(2) && bad.stderr.contains("expected a batch size from 1 to 65536"), "{}", bad.stderr);
     let bad = engine(&["plan", &spec_path("fashion_mnist_cnn.ron"), "--mode", "serve"])?;
     ensure!(bad.code == Some(2) && bad.stderr.contains("expected one of: train, eval, predict"), "{}", bad.stderr);
     Ok(())

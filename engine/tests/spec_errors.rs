@@ -357,3 +357,78 @@ fn an_unreadable_file_is_named() {
     let err = Spec::from_file("/nonexistent/job.ron", &[]).err().map(|e| e.to_string()).unwrap_or_default();
     assert!(err.starts_with("cannot read the spec: /nonexistent/job.ron: "), "{err}");
 }
+
+/// Sections the engine keeps raw (inputs, hooks) are decoded later by their owner, with
+/// the same located errors.
+#[test]
+fn raw_sections_decode_later_with_located_errors() -> Result<(), SpecError> {
+    #[derive(Debug, serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    enum Input {
+        Idx { images: String, labels: String, scale: f32, batch_size: usize, shuffle_buffer: usize, seed: u64 },
+    }
+    let spec = Spec::parse(CNN, "cnn.ron", &[])?;
+    let Input::Idx { batch_size, .. } = spec.decode::<Input>(&spec.job.train_input.path)?;
+    assert_eq!(batch_size, 64);
+    let eval = spec.job.eval_input.as_ref().map(|e| e.path.clone()).unwrap_or_default();
+    let e = spec.decode::<Input>(&eval).err().map(failure).map(|f| (f.line, f.col, f.path, f.kind));
+    assert_eq!(
+        e,
+        Some((
+            22,
+            17,
+            "eval_input.shuffle_buffer".to_string(),
+            ErrorKind::MissingField { field: "shuffle_buffer".into() }
+        ))
+    );
+    Ok(())
+}
+
+/// Mangled specs (characters dropped, duplicated or replaced) are refused with a located
+/// error or accepted; nothing panics, whatever the damage.
+#[test]
+fn mangled_specs_never_panic() {
+    let chars: Vec<char> = CNN.chars().collect();
+    let noise =
+        ['(', ')', '[', ']', '{', '}', ',', ':', '"', '\'', '-', '.', '0', '9', 'e', 'r', '#', '/', '*', ' ', '\n'];
+    let mut state: u64 = 0x2545_f491_4f6c_dd1d;
+    let mut next = |n: usize| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        (state % n as u64) as usize
+    };
+    let (mut accepted, mut refused) = (0, 0);
+    for _ in 0..3000 {
+        let mut text = chars.clone();
+        for _ in 0..1 + next(3) {
+            let at = next(text.len());
+            match next(3) {
+                0 => {
+                    text.remove(at);
+                }
+                1 => text.insert(at, text[at]),
+                _ => text[at] = noise[next(noise.len())],
+            }
+        }
+        let text: String = text.into_iter().collect();
+        match Spec::parse(&text, "mangled.ron", &[]) {
+            Ok(spec) => {
+                accepted += 1;
+                for mode in [Mode::Train, Mode::Eval] {
+                    match lower::compile(&spec, mode, Strategy::Default) {
+                        Ok(_) => {}
+                        Err(LowerError::Spec(e)) => assert!(e.location().is_some(), "{e}"),
+                        Err(other) => panic!("an accepted spec failed to compile: {other}\n{text}"),
+                    }
+                }
+            }
+            Err(e) => {
+                refused += 1;
+                assert!(e.location().is_some(), "unlocated error for a mangled spec: {e}");
+            }
+        }
+    }
+    assert!(accepted > 0 && refused > 0, "{accepted} accepted, {refused} refused");
+}

@@ -56,8 +56,8 @@ pub struct PlanArgs {
     /// Write the graph in Graphviz's dot language to FILE, or to stdout without FILE.
     #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = "-")]
     pub dot: Option<PathBuf>,
-    /// The batch size for the statistics; defaults to the input's `batch_size`.
-    #[arg(long, value_name = "N")]
+    /// The batch size for the statistics (1 to 65536); defaults to the input's `batch_size`.
+    #[arg(long, value_name = "N", value_parser = parse_batch)]
     pub batch: Option<usize>,
 }
 
@@ -78,6 +78,16 @@ pub struct RunArgs {
 
 fn parse_mode(s: &str) -> Result<Mode, String> {
     s.parse()
+}
+
+/// Plan statistics multiply sizes by the batch; the bound keeps them exact.
+pub const MAX_PLAN_BATCH: usize = 1 << 16;
+
+fn parse_batch(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(n) if (1..=MAX_PLAN_BATCH).contains(&n) => Ok(n),
+        _ => Err(format!("expected a batch size from 1 to {MAX_PLAN_BATCH}")),
+    }
 }
 
 impl SpecArgs {

@@ -40,7 +40,7 @@ fn default_batch(spec: &Spec, mode: Mode) -> usize {
         Mode::Train => Some(&job.train_input),
         Mode::Eval | Mode::Predict => job.eval_input.as_ref().or(Some(&job.train_input)),
     };
-    input.and_then(|i| input_batch_size(spec, i)).unwrap_or(FALLBACK_BATCH)
+    input.and_then(|i| input_batch_size(spec, i)).unwrap_or(FALLBACK_BATCH).clamp(1, super::MAX_PLAN_BATCH)
 }
 
 fn variables(plan: &Plan) -> String {

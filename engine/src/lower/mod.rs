@@ -26,11 +26,13 @@ mod error;
 mod functional;
 mod head;
 mod layers;
+mod limits;
 mod plan;
 mod sequential;
 
 pub use build::{LayerOutput, ModelGraph, build_model};
 pub use error::LowerError;
+pub use limits::{MAX_ELEMENTS, MAX_LAYER_FLOPS};
 pub use plan::{compile, eval_plan, predict_plan, training_plan};
 
 use std::{fmt, str::FromStr};

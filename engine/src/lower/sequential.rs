@@ -16,6 +16,7 @@ pub(super) fn build(
     let x =
         cx.b.placeholder(FEATURES, DType::F32, Shape::batched(&s.input_shape))
             .map_err(|e| cx.graph_error(&path.field("input_shape"), e))?;
+    cx.check_output(&path.field("input_shape"), x)?;
     let mut out = x;
     let mut out_name = FEATURES.to_string();
     let mut out_path = path.field("input_shape");

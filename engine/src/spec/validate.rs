@@ -8,6 +8,9 @@ use super::{
 use engine_graph::{Initializer, optimizer::LearningRate};
 use std::collections::BTreeSet;
 
+/// Window sizes and strides beyond this are typos; the bound keeps padding arithmetic exact.
+const MAX_WINDOW: usize = 1 << 20;
+
 /// Names the graph uses itself; a functional input or node may not take them.
 pub const RESERVED_NAMES: &[&str] = &["labels", "global_step", "x", "head", "loss"];
 
@@ -191,7 +194,12 @@ impl Checker<'_> {
     }
 
     fn size(&self, s: [usize; 2], at: FieldPath) -> Check {
-        self.require(s[0] > 0 && s[1] > 0, at, format!("sizes must be positive, found ({}, {})", s[0], s[1]))
+        self.require(s[0] > 0 && s[1] > 0, at.clone(), format!("sizes must be positive, found ({}, {})", s[0], s[1]))?;
+        self.require(
+            s[0] <= MAX_WINDOW && s[1] <= MAX_WINDOW,
+            at,
+            format!("sizes must be at most {MAX_WINDOW}, found ({}, {})", s[0], s[1]),
+        )
     }
 
     fn initializer(&self, init: &Initializer, at: FieldPath) -> Check {
@@ -236,22 +244,19 @@ impl Checker<'_> {
     fn optimizer(&self, o: &OptimizerSpec) -> Check {
         let at = root().field("optimizer");
         let unit = |x: f32| (0.0..1.0).contains(&x);
-        let name = match o {
+        match o {
             OptimizerSpec::Sgd(s) => {
                 self.require(s.momentum >= 0.0, at.field("momentum"), "must be >= 0")?;
-                "Sgd"
             }
             OptimizerSpec::Adam(a) => {
                 self.require(unit(a.beta1), at.field("beta1"), "must be in [0, 1)")?;
                 self.require(unit(a.beta2), at.field("beta2"), "must be in [0, 1)")?;
                 self.require(a.epsilon >= 0.0, at.field("epsilon"), "must be >= 0")?;
-                "Adam"
             }
             OptimizerSpec::RmsProp(r) => {
                 self.require(unit(r.decay), at.field("decay"), "must be in [0, 1)")?;
                 self.require(r.momentum >= 0.0, at.field("momentum"), "must be >= 0")?;
                 self.require(r.epsilon >= 0.0, at.field("epsilon"), "must be >= 0")?;
-                "RmsProp"
             }
             OptimizerSpec::Adagrad(a) => {
                 self.require(a.initial_accumulator >= 0.0, at.field("initial_accumulator"), "must be >= 0")?;
@@ -261,10 +266,8 @@ impl Checker<'_> {
                     at.field("initial_accumulator"),
                     "must be positive when epsilon is 0 (the first step would divide by zero)",
                 )?;
-                "Adagrad"
             }
-        };
-        let _ = name;
+        }
         if let Some(c) = o.clip_global_norm() {
             self.require(c.is_finite() && c > 0.0, at.field("clip_global_norm"), "must be positive")?;
         }

@@ -22,10 +22,13 @@ pub fn lower(
         }
     };
     let window = Window { kernel: c.kernel_size.0, strides: c.strides.0, padding: c.padding };
-    window.output(hw).map_err(|why| {
-        let [kh, kw] = c.kernel_size.0;
+    let [kh, kw] = c.kernel_size.0;
+    let (out_hw, _) = window.output(hw).map_err(|why| {
         cx.shape_error(path, format!("kernel_size ({kh}, {kw}) does not fit the input {shape}: {why}"))
     })?;
+    cx.check_variable(&path.field("filters"), "kernel", &[kh, kw, channels, c.filters])?;
+    let cost = [out_hw[0], out_hw[1], kh, kw, channels, c.filters].map(|d| d as u64);
+    cx.check_flops(path, &cost)?;
     let (k, c2) = (c.kernel_size.0, c.clone());
     let (out, kernel, bias) =
         cx.b.with_scope(name, |b| {

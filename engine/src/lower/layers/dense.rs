@@ -21,6 +21,7 @@ pub fn lower(
             );
         }
     };
+    cx.check_variable(&path.field("units"), "kernel", &[features, d.units])?;
     let (units, d2) = (d.units, d.clone());
     let (out, kernel, bias) =
         cx.b.with_scope(name, |b| {

@@ -46,6 +46,7 @@ pub(super) fn apply(
         Layer::Multiply => merge::elementwise(cx, merge::Kind::Multiply, name, inputs, path)?,
         Layer::Concatenate(c) => merge::concatenate(cx, c.axis, name, inputs, path)?,
     };
+    cx.check_output(path, out)?;
     cx.layers.push(LayerOutput { name: name.to_string(), path: path.clone(), output: out });
     Ok(out)
 }

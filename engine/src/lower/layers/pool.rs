@@ -33,10 +33,12 @@ pub fn lower(
         }
     };
     let window = Window { kernel: p.pool_size.0, strides: p.strides().0, padding: p.padding };
-    window.output(hw).map_err(|why| {
-        let [ph, pw] = p.pool_size.0;
-        cx.shape_error(path, format!("pool_size ({ph}, {pw}) does not fit the input {shape}: {why}"))
-    })?;
+    let [ph, pw] = p.pool_size.0;
+    let (out_hw, _) = window
+        .output(hw)
+        .map_err(|why| cx.shape_error(path, format!("pool_size ({ph}, {pw}) does not fit the input {shape}: {why}")))?;
+    let channels = shape.dims().last().and_then(|d| d.known()).unwrap_or(1);
+    cx.check_flops(path, &[out_hw[0], out_hw[1], channels, ph, pw].map(|d| d as u64))?;
     cx.b.with_scope(name, |b| match kind {
         Kind::Max => b.max_pool2d(x, window),
         Kind::Avg => b.avg_pool2d(x, window),

@@ -1,6 +1,6 @@
 //! `Flatten` and `Reshape`: the batch dimension stays, the rest is rearranged.
 
-use super::super::{LowerError, build::Lowering};
+use super::super::{LowerError, build::Lowering, limits::product};
 use crate::spec::{FieldPath, Reshape};
 use engine_graph::{Dim, Outlet, Shape};
 
@@ -21,11 +21,11 @@ pub fn reshape(
 ) -> Result<Outlet, LowerError> {
     let shape = cx.shape_of(x)?;
     let per_example = Shape(shape.dims().get(1..).unwrap_or_default().to_vec()).volume().and_then(Dim::known);
-    let target: usize = r.target_shape.iter().filter(|&&d| d > 0).map(|&d| d as usize).product();
-    let fits = match (per_example, r.target_shape.contains(&-1)) {
-        (Some(n), false) => n == target,
-        (Some(n), true) => target > 0 && n % target == 0,
-        (None, _) => false,
+    let known: Vec<u64> = r.target_shape.iter().filter(|&&d| d > 0).map(|&d| d as u64).collect();
+    let fits = match (per_example.map(|n| n as u64), product(&known), r.target_shape.contains(&-1)) {
+        (Some(n), Some(target), false) => n == target,
+        (Some(n), Some(target), true) => target > 0 && n % target == 0,
+        _ => false,
     };
     if !fits || !shape.dims().first().is_some_and(|d| d.is_batch()) {
         let have = per_example.map(|n| format!("{n} elements per example")).unwrap_or_else(|| "no fixed size".into());

@@ -168,7 +168,8 @@ impl<'a> ValueDe<'a> {
             // constant learning rate) or a string (a strategy name).
             _ => self.any(v).map_err(|e| {
                 e.expecting_instead(|exp| {
-                    exp.starts_with("enum ").then(|| format!("a {what} (one of: {})", variants.join(", ")))
+                    exp.starts_with("enum ")
+                        .then(|| format!("{} (one of: {})", with_article(&what), variants.join(", ")))
                 })
             }),
         }
@@ -215,6 +216,12 @@ impl<'a> ValueDe<'a> {
             _ => Err(self.wrong("a name")),
         }
     }
+}
+
+/// `activation` -> `an activation`, `layer` -> `a layer`.
+pub(super) fn with_article(noun: &str) -> String {
+    let vowel = noun.starts_with(['a', 'e', 'i', 'o', 'u']);
+    format!("{} {noun}", if vowel { "an" } else { "a" })
 }
 
 /// `LearningRateSchedule` -> `learning rate schedule`, for messages.

@@ -59,9 +59,9 @@ impl<'de, K: SectionKinds> Visitor<'de> for RawVisitor<K> {
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let what = K::TAG.strip_prefix(RAW_SECTION).unwrap_or("section");
         if K::KINDS.is_empty() {
-            write!(f, "a {what} such as `Name(field: value, ...)`")
+            write!(f, "{} such as `Name(field: value, ...)`", super::with_article(what))
         } else {
-            write!(f, "a {what} (one of: {})", K::KINDS.join(", "))
+            write!(f, "{} (one of: {})", super::with_article(what), K::KINDS.join(", "))
         }
     }
 

@@ -112,7 +112,7 @@ fn unknown_variants_list_the_valid_ones() {
         }
     );
     let (_, _, _, kind) = failure::<Outer>("Outer(name: \"n\", items: [3])");
-    assert!(matches!(kind, ErrorKind::WrongType { expected, .. } if expected.starts_with("a item (one of: Unit, ")));
+    assert!(matches!(kind, ErrorKind::WrongType { expected, .. } if expected.starts_with("an item (one of: Unit, ")));
 }
 
 #[test]

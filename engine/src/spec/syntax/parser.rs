@@ -23,6 +23,8 @@ pub fn parse_value(text: &str, origin: &Origin, first_col: usize) -> Result<Node
 }
 
 fn parse_with(text: &str, origin: &Origin, first_col: usize) -> Result<Node, SpecError> {
+    // Editors on some systems start UTF-8 files with a byte-order mark.
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let mut p = Parser { c: Cursor::new(text, origin, first_col), depth: 0 };
     p.c.skip_trivia()?;
     p.attributes()?;
@@ -491,6 +493,13 @@ mod tests {
         assert_eq!(col, 8);
         let (_, col, msg) = syntax_at("(a: 1.2.3)");
         assert_eq!(col, 8, "{msg}");
+    }
+
+    #[test]
+    fn a_byte_order_mark_is_skipped() -> Result<(), SpecError> {
+        let n = parse("\u{feff}Job(a: 1)")?;
+        assert_eq!((n.loc.line, n.loc.col), (1, 1));
+        Ok(())
     }
 
     #[test]
