@@ -61,6 +61,7 @@ pub struct Executor {
     /// Placeholders fed with labels of a sparse cross entropy, and the class count: labels
     /// are checked on the host, where an out-of-range class can be named.
     label_ranges: Vec<(String, usize)>,
+    native_kernels: bool,
 }
 
 impl Executor {
@@ -121,7 +122,14 @@ impl Executor {
             steps.push(Step { node: id, inputs, outputs, free });
         }
         let slots = slot_of.len();
-        Ok(Executor { plan, device, precision, steps, slot_of, slots, constants, label_ranges })
+        Ok(Executor { plan, device, precision, steps, slot_of, slots, constants, label_ranges, native_kernels: true })
+    }
+
+    /// Whether the CPU runs the engine's native NHWC kernels (the default) or burn's
+    /// generic ones, which every other device uses; tests compare the two.
+    pub fn with_native_kernels(mut self, native: bool) -> Self {
+        self.native_kernels = native;
+        self
     }
 
     pub fn plan(&self) -> &Plan {
@@ -196,6 +204,7 @@ impl Executor {
                         batch,
                         step: options.step,
                         replica: options.replica,
+                        native: self.native_kernels,
                     };
                     kernels::run(op, inputs, &ctx)?
                 }

@@ -35,7 +35,7 @@ fn eval(
     }
     let y = build(&mut b, &xs)?;
     g.roles.fetches.insert("y".into(), y);
-    let exec = Executor::new(Arc::new(Plan::new(g, vec![])?), Device::cpu(), Precision::F32)?;
+    let exec = Executor::new(Arc::new(Plan::new(g, vec![])?), Device::cpu(), Precision::F32)?.with_native_kernels(native);
     let out = exec.run(&mut VariableStore::new(), &feeds, &[y], RunOptions::default())?;
     Ok(out.fetched[0].to_host()?)
 }

@@ -6,6 +6,7 @@
 
 mod activation;
 mod conv;
+mod cpu;
 mod dropout;
 mod logic;
 mod loss;
@@ -31,6 +32,8 @@ pub(crate) struct KernelCtx<'a> {
     pub batch: Option<usize>,
     pub step: i64,
     pub replica: u64,
+    /// Use the native CPU kernels where they apply.
+    pub native: bool,
 }
 
 impl KernelCtx<'_> {
@@ -67,6 +70,19 @@ impl KernelCtx<'_> {
 }
 
 pub(crate) fn run(op: &Op, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Result<Vec<Value>> {
+    if !ctx.native {
+        return generic(op, inputs, ctx);
+    }
+    let inputs = match cpu::try_run(op, inputs, ctx) {
+        Ok(done) => return done,
+        Err(inputs) => inputs,
+    };
+    generic(op, inputs, ctx)
+}
+
+/// The backend-generic kernels (every device; the CPU falls back to them for the cases the
+/// native kernels do not cover).
+pub(crate) fn generic(op: &Op, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Result<Vec<Value>> {
     use Op::*;
     let one = |t: T| Ok(vec![Value::Float(t)]);
     match op {

@@ -1,0 +1,100 @@
+//! Zero-copy access to flex tensors and the element types the native kernels support.
+
+use crate::{Precision, Value, value::{B, T}};
+use burn::backend::flex::FlexTensor;
+use burn::backend::ops::FloatTensorOps;
+use burn::backend::{BackendTensor, DispatchDevice, DispatchTensorKind, read_sync};
+use burn::tensor::{DType, Element, TensorData};
+use std::borrow::Cow;
+
+/// f32 for training, f64 for gradient checks: the same kernel code serves both.
+pub(crate) trait Elem:
+    num_traits::Float + std::ops::AddAssign + Element + bytemuck::Pod + Default + Send + Sync + std::iter::Sum + 'static
+{
+}
+impl Elem for f32 {}
+impl Elem for f64 {}
+
+fn flex(t: &T) -> Option<&FlexTensor> {
+    match &t.kind {
+        DispatchTensorKind::Flex(BackendTensor::Float(f)) => Some(f),
+        _ => None,
+    }
+}
+
+/// Whether a value can be read natively: a flex float tensor in the working precision, or
+/// an int/bool tensor (which native kernels read through `ints`).
+pub(super) fn is_native(v: &Value, precision: Precision) -> bool {
+    match v {
+        Value::Float(t) => {
+            let want = match precision {
+                Precision::F32 => DType::F32,
+                Precision::F64 => DType::F64,
+            };
+            flex(t).is_some_and(|f| f.dtype() == want)
+        }
+        Value::Int(t) | Value::Bool(t) => matches!(t.kind, DispatchTensorKind::Flex(_)),
+        Value::Unit => false,
+    }
+}
+
+/// The elements in row-major order: borrowed when the tensor is contiguous.
+pub(super) fn view<E: Elem>(t: &T) -> Cow<'_, [E]> {
+    let Some(f) = flex(t) else { return Cow::Owned(Vec::new()) };
+    match f.layout().contiguous_offsets() {
+        Some((s, e)) => Cow::Borrowed(&f.storage::<E>()[s..e]),
+        None => {
+            let c = f.to_contiguous();
+            let (s, e) = c.layout().contiguous_offsets().unwrap_or((0, 0));
+            Cow::Owned(c.storage::<E>()[s..e].to_vec())
+        }
+    }
+}
+
+/// The elements as an owned vector; no copy when the executor handed over the only
+/// reference to a contiguous buffer, which lets elementwise kernels work in place.
+pub(super) fn into_vec<E: Elem>(t: T) -> Vec<E> {
+    let whole = flex(&t).is_some_and(|f| {
+        f.is_unique() && f.layout().contiguous_offsets() == Some((0, f.layout().num_elements()))
+    });
+    if !whole {
+        return view::<E>(&t).into_owned();
+    }
+    match read_sync(B::float_into_data(t)) {
+        Ok(data) => match data.try_into_vec::<E>() {
+            Ok(v) => v,
+            Err(_) => Vec::new(),
+        },
+        Err(_) => Vec::new(),
+    }
+}
+
+pub(super) fn tensor<E: Elem>(data: Vec<E>, shape: &[usize], device: &DispatchDevice) -> T {
+    B::float_from_data(TensorData::new(data, shape.to_vec()), device)
+}
+
+/// Integer elements (argmax positions) as i64.
+pub(super) fn ints(t: &T) -> Cow<'_, [i64]> {
+    match &t.kind {
+        DispatchTensorKind::Flex(BackendTensor::Int(f)) if f.dtype() == DType::I64 => match f.layout().contiguous_offsets() {
+            Some((s, e)) => Cow::Borrowed(&f.storage::<i64>()[s..e]),
+            None => {
+                let c = f.to_contiguous();
+                let (s, e) = c.layout().contiguous_offsets().unwrap_or((0, 0));
+                Cow::Owned(c.storage::<i64>()[s..e].to_vec())
+            }
+        },
+        _ => Cow::Owned(Vec::new()),
+    }
+}
+
+pub(super) fn int_tensor(data: Vec<i64>, shape: &[usize], device: &DispatchDevice) -> T {
+    use burn::backend::ops::IntTensorOps;
+    B::int_from_data(TensorData::new(data, shape.to_vec()), device)
+}
+
+/// Rayon chunking that depends only on the problem size and the pool size, so results
+/// (float sums in particular) are the same from run to run.
+pub(super) fn chunks(n: usize) -> usize {
+    n.div_ceil(rayon::current_num_threads().max(1)).max(1)
+}

@@ -1,0 +1,73 @@
+//! A bounds-checked wrapper over the `gemm` crate's strided matrix product.
+
+use super::buffer::Elem;
+
+/// A read-only matrix: elements, row stride, column stride.
+#[derive(Clone, Copy)]
+pub(super) struct Mat<'a, E> {
+    pub data: &'a [E],
+    pub rs: usize,
+    pub cs: usize,
+}
+
+impl<'a, E> Mat<'a, E> {
+    pub fn row_major(data: &'a [E], cols: usize) -> Self {
+        Mat { data, rs: cols, cs: 1 }
+    }
+
+    /// The transpose of a row-major matrix with `cols` columns, without moving data.
+    pub fn transposed(data: &'a [E], cols: usize) -> Self {
+        Mat { data, rs: 1, cs: cols }
+    }
+
+    fn fits(&self, rows: usize, cols: usize) -> bool {
+        rows == 0 || cols == 0 || (rows - 1) * self.rs + (cols - 1) * self.cs < self.data.len()
+    }
+}
+
+/// `dst (m x n, row-major) = [dst +] lhs (m x k) * rhs (k x n)`.
+///
+/// Returns false (computing nothing) if a matrix does not fit its slice, which callers
+/// turn into a kernel error; the unsafe call below is only reached with checked bounds.
+pub(super) fn gemm<E: Elem>(m: usize, n: usize, k: usize, dst: &mut [E], accumulate: bool, lhs: Mat<'_, E>, rhs: Mat<'_, E>, threads: usize) -> bool {
+    if dst.len() < m * n || !lhs.fits(m, k) || !rhs.fits(k, n) {
+        return false;
+    }
+    if m == 0 || n == 0 {
+        return true;
+    }
+    if k == 0 {
+        if !accumulate {
+            dst[..m * n].iter_mut().for_each(|x| *x = E::zero());
+        }
+        return true;
+    }
+    let parallelism = if threads > 1 { gemm::Parallelism::Rayon(threads) } else { gemm::Parallelism::None };
+    // SAFETY: every index the product touches was checked above: dst holds m*n row-major
+    // elements, lhs and rhs fit their strides; the slices outlive the call and dst is
+    // borrowed mutably, so nothing aliases it.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            dst.as_mut_ptr(),
+            1,
+            n as isize,
+            accumulate,
+            lhs.data.as_ptr(),
+            lhs.cs as isize,
+            lhs.rs as isize,
+            rhs.data.as_ptr(),
+            rhs.cs as isize,
+            rhs.rs as isize,
+            E::one(),
+            E::one(),
+            false,
+            false,
+            false,
+            parallelism,
+        );
+    }
+    true
+}

@@ -1,0 +1,26 @@
+//! Matrix products with transposes expressed as strides (no copies).
+
+use super::{
+    buffer::{Elem, tensor, view},
+    gemm::{Mat, gemm},
+};
+use crate::{Result, Value, kernels::{KernelCtx, dims}, value::T};
+use engine_graph::ops::MatMul;
+
+pub(super) fn matmul<E: Elem>(mm: &MatMul, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Result<T> {
+    let [a, b] = ctx.floats(inputs)?;
+    let (ad, bd) = (dims(&a), dims(&b));
+    if ad.len() != 2 || bd.len() != 2 {
+        return Err(ctx.err("matmul operands must be matrices"));
+    }
+    let (m, k) = if mm.transpose_a { (ad[1], ad[0]) } else { (ad[0], ad[1]) };
+    let n = if mm.transpose_b { bd[0] } else { bd[1] };
+    let (av, bv) = (view::<E>(&a), view::<E>(&b));
+    let lhs = if mm.transpose_a { Mat::transposed(&av, ad[1]) } else { Mat::row_major(&av, ad[1]) };
+    let rhs = if mm.transpose_b { Mat::transposed(&bv, bd[1]) } else { Mat::row_major(&bv, bd[1]) };
+    let mut out = vec![E::zero(); m * n];
+    if !gemm(m, n, k, &mut out, false, lhs, rhs, rayon::current_num_threads()) {
+        return Err(ctx.err(format!("matrices {ad:?} and {bd:?} do not fit")));
+    }
+    Ok(tensor(out, &[m, n], ctx.device))
+}

@@ -1,0 +1,57 @@
+//! Native CPU kernels in the graph's own NHWC layout.
+//!
+//! burn's CPU convolutions and pooling are NCHW, so every call paid two transposes, and
+//! its broadcasting paths iterate strided; on the tutorial CNN that made a training step
+//! ten times slower than TensorFlow's. These kernels read flex's storage in place (no
+//! copy), lower convolution to patch matrices times the filter with the `gemm` crate,
+//! pool directly in NHWC, and write in place into inputs the executor handed over for
+//! the last time. They run whenever the device is the CPU; other devices use the generic
+//! burn kernels, which the tests check against these.
+
+mod buffer;
+mod conv;
+mod elementwise;
+mod gemm;
+mod matmul;
+mod pool;
+mod reduce;
+
+use super::KernelCtx;
+use crate::{Precision, Result, Value};
+use burn::backend::DispatchDevice;
+use engine_graph::Op;
+
+/// `Ok(outputs)` if a native kernel ran, `Err(inputs)` (unchanged) if the op or its
+/// inputs are not ones these kernels handle.
+pub(super) type Outcome = std::result::Result<Result<Vec<Value>>, Vec<Value>>;
+
+pub(super) fn try_run(op: &Op, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Outcome {
+    if !matches!(ctx.device, DispatchDevice::Flex(_)) || !inputs.iter().all(|v| buffer::is_native(v, ctx.precision)) {
+        return Err(inputs);
+    }
+    match ctx.precision {
+        Precision::F32 => dispatch::<f32>(op, inputs, ctx),
+        Precision::F64 => dispatch::<f64>(op, inputs, ctx),
+    }
+}
+
+fn dispatch<E: buffer::Elem>(op: &Op, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Outcome {
+    let float = |r: Result<crate::value::T>| Ok(r.map(|t| vec![Value::Float(t)]));
+    match op {
+        Op::Conv2d(c) => float(conv::forward::<E>(c, inputs, ctx)),
+        Op::Conv2dBackpropFilter(c) => float(conv::backprop_filter::<E>(c, inputs, ctx)),
+        Op::Conv2dBackpropInput(c) => float(conv::backprop_input::<E>(c, inputs, ctx)),
+        Op::MaxPool2d(p) => Ok(pool::max_forward::<E>(&p.window, inputs, ctx)),
+        Op::MaxPool2dGrad(p) => float(pool::max_backward::<E>(&p.window, inputs, ctx)),
+        Op::AvgPool2d(p) => float(pool::avg_forward::<E>(&p.window, inputs, ctx)),
+        Op::AvgPool2dGrad(p) => float(pool::avg_backward::<E>(p, inputs, ctx)),
+        Op::MatMul(m) => float(matmul::matmul::<E>(m, inputs, ctx)),
+        Op::Add(_) | Op::Sub(_) | Op::Mul(_) | Op::Div(_) | Op::Maximum(_) | Op::Minimum(_) => {
+            elementwise::binary::<E>(op, inputs, ctx)
+        }
+        Op::Relu(_) | Op::ReluGrad(_) => float(elementwise::relu::<E>(op, inputs, ctx)),
+        Op::ReduceSum(r) => reduce::sum::<E>(&r.axes, false, inputs, ctx),
+        Op::ReduceMean(r) => reduce::sum::<E>(&r.axes, true, inputs, ctx),
+        _ => Err(inputs),
+    }
+}

@@ -1,0 +1,150 @@
+//! Pooling directly in NHWC, one image per task, channels innermost so the inner loops
+//! run over contiguous memory. Windows are clipped to the image (TensorFlow's SAME
+//! semantics: max over real cells, average over real cells).
+
+use super::buffer::{Elem, int_tensor, ints, tensor, view};
+use crate::{Result, Value, kernels::{KernelCtx, dims}, value::T};
+use engine_graph::ops::{AvgPool2dGrad, Window};
+use rayon::prelude::*;
+
+struct Plane {
+    h: usize,
+    w: usize,
+    c: usize,
+    oh: usize,
+    ow: usize,
+    win: Window,
+    top: usize,
+    left: usize,
+}
+
+impl Plane {
+    fn new(win: &Window, hw: [usize; 2], c: usize, ctx: &KernelCtx<'_>) -> Result<Self> {
+        let ([oh, ow], p) = win.output(hw).map_err(|e| ctx.err(e))?;
+        Ok(Plane { h: hw[0], w: hw[1], c, oh, ow, win: *win, top: p[0], left: p[2] })
+    }
+
+    /// The input rows and columns the window of output `(oy, ox)` covers.
+    fn cells(&self, oy: usize, ox: usize) -> (std::ops::Range<usize>, std::ops::Range<usize>) {
+        let y0 = (oy * self.win.strides[0]) as isize - self.top as isize;
+        let x0 = (ox * self.win.strides[1]) as isize - self.left as isize;
+        let clip = |a: isize, k: usize, n: usize| (a.max(0) as usize)..((a + k as isize).clamp(0, n as isize) as usize);
+        (clip(y0, self.win.kernel[0], self.h), clip(x0, self.win.kernel[1], self.w))
+    }
+
+    fn image(&self) -> usize {
+        self.h * self.w * self.c
+    }
+
+    fn pooled(&self) -> usize {
+        self.oh * self.ow * self.c
+    }
+}
+
+fn nhwc(t: &T, ctx: &KernelCtx<'_>) -> Result<[usize; 4]> {
+    dims(t).try_into().map_err(|_| ctx.err("expected an NHWC tensor"))
+}
+
+/// Values and, per output, the position `y * w + x` of its maximum in the input plane.
+pub(super) fn max_forward<E: Elem>(win: &Window, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Result<Vec<Value>> {
+    let [x] = ctx.floats(inputs)?;
+    let [n, h, w, c] = nhwc(&x, ctx)?;
+    let pl = Plane::new(win, [h, w], c, ctx)?;
+    let xs = view::<E>(&x);
+    let mut out = vec![E::neg_infinity(); n * pl.pooled()];
+    let mut arg = vec![0i64; n * pl.pooled()];
+    out.par_chunks_mut(pl.pooled()).zip(arg.par_chunks_mut(pl.pooled())).zip(xs.par_chunks(pl.image())).for_each(|((y, a), x)| {
+        for oy in 0..pl.oh {
+            for ox in 0..pl.ow {
+                let o = (oy * pl.ow + ox) * c;
+                let (best, pos) = (&mut y[o..o + c], &mut a[o..o + c]);
+                let (rows, cols) = pl.cells(oy, ox);
+                for iy in rows {
+                    for ix in cols.clone() {
+                        let cell = iy * w + ix;
+                        let src = &x[cell * c..][..c];
+                        for ch in 0..c {
+                            if src[ch] > best[ch] || (pos[ch] == 0 && best[ch] == E::neg_infinity()) {
+                                best[ch] = src[ch];
+                                pos[ch] = cell as i64;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    });
+    let shape = [n, pl.oh, pl.ow, c];
+    Ok(vec![Value::Float(tensor(out, &shape, ctx.device)), Value::Int(int_tensor(arg, &shape, ctx.device))])
+}
+
+pub(super) fn max_backward<E: Elem>(win: &Window, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Result<T> {
+    let mut it = inputs.into_iter();
+    let (Some(Value::Float(x)), Some(Value::Int(idx)), Some(Value::Float(gy))) = (it.next(), it.next(), it.next()) else {
+        return Err(ctx.err("expected (input, argmax, gradient)"));
+    };
+    let [n, h, w, c] = nhwc(&x, ctx)?;
+    let pl = Plane::new(win, [h, w], c, ctx)?;
+    let (idx, gys) = (ints(&idx), view::<E>(&gy));
+    if idx.len() != n * pl.pooled() || gys.len() != idx.len() {
+        return Err(ctx.err("argmax and gradient do not match the pooling"));
+    }
+    let mut out = vec![E::zero(); n * pl.image()];
+    let plane = (h * w) as i64;
+    out.par_chunks_mut(pl.image()).zip(idx.par_chunks(pl.pooled())).zip(gys.par_chunks(pl.pooled())).for_each(|((dx, a), dy)| {
+        for (o, (&cell, &g)) in a.iter().zip(dy).enumerate() {
+            if (0..plane).contains(&cell) {
+                dx[cell as usize * c + o % c] += g;
+            }
+        }
+    });
+    Ok(tensor(out, &[n, h, w, c], ctx.device))
+}
+
+pub(super) fn avg_forward<E: Elem>(win: &Window, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Result<T> {
+    let [x] = ctx.floats(inputs)?;
+    let [n, h, w, c] = nhwc(&x, ctx)?;
+    let pl = Plane::new(win, [h, w], c, ctx)?;
+    let xs = view::<E>(&x);
+    let mut out = vec![E::zero(); n * pl.pooled()];
+    out.par_chunks_mut(pl.pooled()).zip(xs.par_chunks(pl.image())).for_each(|(y, x)| {
+        for oy in 0..pl.oh {
+            for ox in 0..pl.ow {
+                let acc = &mut y[(oy * pl.ow + ox) * c..][..c];
+                let (rows, cols) = pl.cells(oy, ox);
+                let count = E::from(rows.len() * cols.len()).unwrap_or(E::one());
+                for iy in rows {
+                    for ix in cols.clone() {
+                        acc.iter_mut().zip(&x[(iy * w + ix) * c..][..c]).for_each(|(a, v)| *a += *v);
+                    }
+                }
+                acc.iter_mut().for_each(|a| *a = *a / count);
+            }
+        }
+    });
+    Ok(tensor(out, &[n, pl.oh, pl.ow, c], ctx.device))
+}
+
+pub(super) fn avg_backward<E: Elem>(a: &AvgPool2dGrad, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Result<T> {
+    let [gy] = ctx.floats(inputs)?;
+    let [n, _, _, c] = nhwc(&gy, ctx)?;
+    let pl = Plane::new(&a.window, a.input_hw, c, ctx)?;
+    let gys = view::<E>(&gy);
+    let w = pl.w;
+    let mut out = vec![E::zero(); n * pl.image()];
+    out.par_chunks_mut(pl.image()).zip(gys.par_chunks(pl.pooled())).for_each(|(dx, dy)| {
+        for oy in 0..pl.oh {
+            for ox in 0..pl.ow {
+                let g = &dy[(oy * pl.ow + ox) * c..][..c];
+                let (rows, cols) = pl.cells(oy, ox);
+                let count = E::from(rows.len() * cols.len()).unwrap_or(E::one());
+                for iy in rows {
+                    for ix in cols.clone() {
+                        dx[(iy * w + ix) * c..][..c].iter_mut().zip(g).for_each(|(d, v)| *d += *v / count);
+                    }
+                }
+            }
+        }
+    });
+    Ok(tensor(out, &[n, pl.h, pl.w, c], ctx.device))
+}

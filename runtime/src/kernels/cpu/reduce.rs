@@ -1,0 +1,46 @@
+//! Sums and means over leading axes (bias gradients) or over everything (losses), in a
+//! fixed summation order. Other axis sets go to burn.
+
+use super::{
+    Outcome,
+    buffer::{Elem, chunks, tensor, view},
+};
+use crate::{Value, kernels::{KernelCtx, dims}};
+use rayon::prelude::*;
+
+pub(super) fn sum<E: Elem>(axes: &[usize], mean: bool, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Outcome {
+    let Some(Value::Float(x)) = inputs.first() else { return Err(inputs) };
+    let d = dims(x);
+    // Leading axes 0..r: the input is (rows x cols) and the result is cols long.
+    let leading = !axes.is_empty() && axes.iter().enumerate().all(|(i, &a)| a == i) && axes.len() <= d.len();
+    if !leading {
+        return Err(inputs);
+    }
+    let rows: usize = d[..axes.len()].iter().product();
+    let cols: usize = d[axes.len()..].iter().product();
+    let out = match ctx.out_shape(0) {
+        Ok(o) => o,
+        Err(e) => return Ok(Err(e)),
+    };
+    let xs = view::<E>(x);
+    let per = chunks(rows);
+    let partials: Vec<Vec<E>> = xs
+        .par_chunks((per * cols).max(1))
+        .map(|block| {
+            let mut acc = vec![E::zero(); cols];
+            for row in block.chunks(cols.max(1)) {
+                acc.iter_mut().zip(row).for_each(|(a, v)| *a += *v);
+            }
+            acc
+        })
+        .collect();
+    let mut total = vec![E::zero(); cols];
+    for p in partials {
+        total.iter_mut().zip(p).for_each(|(t, v)| *t += v);
+    }
+    if mean && rows > 0 {
+        let n = E::from(rows).unwrap_or(E::one());
+        total.iter_mut().for_each(|t| *t = *t / n);
+    }
+    Ok(Ok(vec![Value::Float(tensor(total, &out, ctx.device))]))
+}
