@@ -45,7 +45,7 @@ impl InputContext {
     /// The batch each replica gets when the global batch is split evenly, as TensorFlow's
     /// `InputContext.get_per_replica_batch_size`.
     pub fn per_replica_batch_size(&self, global_batch_size: usize) -> Result<usize> {
-        if self.num_replicas_in_sync == 0 || global_batch_size % self.num_replicas_in_sync != 0 {
+        if self.num_replicas_in_sync == 0 || !global_batch_size.is_multiple_of(self.num_replicas_in_sync) {
             return Err(InputError::invalid(format!(
                 "the global batch size {global_batch_size} is not divisible by num_replicas_in_sync {}",
                 self.num_replicas_in_sync
@@ -57,7 +57,7 @@ impl InputContext {
     /// Replicas fed by each pipeline (each pipeline yields this many per-replica batches a step).
     pub fn replicas_per_pipeline(&self) -> Result<usize> {
         self.validate()?;
-        if self.num_replicas_in_sync % self.num_input_pipelines != 0 {
+        if !self.num_replicas_in_sync.is_multiple_of(self.num_input_pipelines) {
             return Err(InputError::Sharding(format!(
                 "num_replicas_in_sync {} is not a multiple of num_input_pipelines {}",
                 self.num_replicas_in_sync, self.num_input_pipelines

@@ -140,3 +140,11 @@ impl Iterator for DatasetIter {
         }
     }
 }
+
+// The training loop may run the iterator on its own thread, and share datasets.
+const _: fn() = || {
+    fn send<T: Send>() {}
+    fn send_sync<T: Send + Sync>() {}
+    send::<DatasetIter>();
+    send_sync::<super::dataset::Dataset>();
+};

@@ -54,7 +54,9 @@ pub enum InputSpec {
         /// Pixels are divided by this (`255.0` gives [0, 1]); none when absent.
         #[serde(default, deserialize_with = "lenient::option")]
         scale: Option<f32>,
+        /// Per replica.
         batch_size: usize,
+        /// Training only; 0 (the default) does not shuffle.
         #[serde(default)]
         shuffle_buffer: usize,
         #[serde(default)]
@@ -63,22 +65,28 @@ pub enum InputSpec {
         reshuffle_each_iteration: bool,
         #[serde(default)]
         shard_policy: AutoShardPolicy,
+        /// Applied in order, after `scale`.
         #[serde(default)]
         maps: Vec<Map>,
+        /// Applied after the maps; an example must pass all of them.
         #[serde(default)]
         filters: Vec<Predicate>,
+        /// Keeps decoded (and mapped) examples in memory.
         #[serde(default)]
         cache: bool,
+        /// Examples of each pipeline's shard to skip, then to take, before maps and filters.
         #[serde(default)]
         skip: u64,
         #[serde(default, deserialize_with = "lenient::option")]
         take: Option<u64>,
+        /// Batches read ahead on a background thread (0: none).
         #[serde(default = "two")]
         prefetch: usize,
+        /// Threads decoding batches.
         #[serde(default = "one")]
         num_parallel_calls: usize,
     },
-    /// CSV with a header; see `CsvOptions`.
+    /// CSV with a header; see `CsvOptions`. The other fields are as for `Idx`.
     Csv {
         path: String,
         #[serde(default, deserialize_with = "lenient::option")]
@@ -113,7 +121,7 @@ pub enum InputSpec {
         #[serde(default = "one")]
         num_parallel_calls: usize,
     },
-    /// TFRecord files of `tf.train.Example` (a path or a glob).
+    /// TFRecord files of `tf.train.Example` (a path or a glob); see `FeatureSpec`.
     TfRecord {
         files: String,
         features: BTreeMap<String, FeatureDef>,

@@ -141,6 +141,12 @@ pub(crate) struct CsvSource {
     description: String,
 }
 
+/// Which header positions feed which feature, and where the label is.
+struct ColumnPlan {
+    selected: Vec<(usize, String)>,
+    label_at: Option<usize>,
+}
+
 /// How one selected column is converted.
 enum Column<'a> {
     Numeric,
@@ -154,7 +160,7 @@ impl CsvSource {
         let mut counts = Vec::new();
         let mut feature_values: Vec<Vec<f64>> = Vec::new();
         let mut label_raw: Vec<(PathBuf, usize, String)> = Vec::new();
-        let mut plan: Option<(Vec<(usize, String)>, Option<usize>)> = None;
+        let mut plan: Option<ColumnPlan> = None;
 
         for path in &paths {
             let bytes = std::fs::read(path).map_err(|e| InputError::io(path, e))?;
@@ -184,9 +190,9 @@ impl CsvSource {
             }
             if plan.is_none() {
                 plan = Some(Self::plan(path, &names, options)?);
-                feature_values = vec![Vec::new(); plan.as_ref().map_or(0, |p| p.0.len())];
+                feature_values = vec![Vec::new(); plan.as_ref().map_or(0, |p| p.selected.len())];
             }
-            let Some((selected, label_at)) = &plan else { continue };
+            let Some(ColumnPlan { selected, label_at }) = &plan else { continue };
             for record in body {
                 if record.fields.len() != names.len() {
                     return Err(InputError::Csv {
@@ -209,7 +215,7 @@ impl CsvSource {
             }
             counts.push((body.len()) as u64);
         }
-        let Some((selected, _)) = plan else {
+        let Some(ColumnPlan { selected, .. }) = plan else {
             return Err(InputError::NoFiles { pattern: options.path.clone() });
         };
 
@@ -237,8 +243,7 @@ impl CsvSource {
         Ok(CsvSource { schema, columns, files: file_spans(&paths, &counts), description })
     }
 
-    /// Which header positions feed which feature, and where the label is.
-    fn plan(path: &Path, names: &[String], options: &CsvOptions) -> Result<(Vec<(usize, String)>, Option<usize>)> {
+    fn plan(path: &Path, names: &[String], options: &CsvOptions) -> Result<ColumnPlan> {
         let find = |column: &str| {
             names.iter().position(|n| n == column).ok_or_else(|| InputError::MissingColumn {
                 path: path.to_path_buf(),
@@ -256,7 +261,7 @@ impl CsvSource {
         for column in options.categorical.keys() {
             find(column)?;
         }
-        Ok((selected, label_at))
+        Ok(ColumnPlan { selected, label_at })
     }
 }
 

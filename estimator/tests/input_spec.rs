@@ -1,0 +1,134 @@
+//! The RON input spec: parsing (as the job spec embeds it) and building training and
+//! evaluation datasets from it.
+
+mod input_common;
+
+use anyhow::Result;
+use engine_estimator::input::{AutoShardPolicy, FeatureKind, InputContext, InputSpec, MASK_FEATURE, Map, Predicate};
+use input_common::*;
+
+const FASHION_SPEC: &str = r#"Idx(images: "/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz", labels: "/usr/share/datasets/fashion-mnist/train-labels-idx1-ubyte.gz", scale: 255.0, batch_size: 64, shuffle_buffer: 10000, seed: 1)"#;
+
+#[test]
+fn the_fashion_mnist_spec_parses_with_defaults() -> Result<()> {
+    let spec: InputSpec = ron::from_str(FASHION_SPEC)?;
+    let InputSpec::Idx {
+        images,
+        scale,
+        batch_size,
+        shuffle_buffer,
+        seed,
+        reshuffle_each_iteration,
+        shard_policy,
+        prefetch,
+        maps,
+        ..
+    } = &spec
+    else {
+        anyhow::bail!("parsed as {spec:?}");
+    };
+    assert!(images.ends_with("train-images-idx3-ubyte.gz"));
+    assert_eq!((*scale, *batch_size, *shuffle_buffer, *seed), (Some(255.0), 64, 10_000, 1));
+    assert!(*reshuffle_each_iteration);
+    assert_eq!((*shard_policy, *prefetch), (AutoShardPolicy::Auto, 2));
+    assert!(maps.is_empty());
+    Ok(())
+}
+
+#[test]
+fn csv_and_tfrecord_specs_parse_bare_or_optional_fields() -> Result<()> {
+    let spec: InputSpec = ron::from_str(
+        r#"Csv(path: "iris.csv", label: "species", categorical: {"species": ["a", "b"]}, batch_size: 32,
+               shuffle_buffer: 1000, maps: [Normalize(feature: "x", mean: [1.0], std: [2.0])],
+               filters: [LabelIn([0])], shard_policy: Data, take: 10)"#,
+    )?;
+    let InputSpec::Csv { label, maps, filters, take, shard_policy, .. } = &spec else { anyhow::bail!("{spec:?}") };
+    assert_eq!(label.as_deref(), Some("species"));
+    assert_eq!(maps[0], Map::Normalize { feature: "x".into(), mean: vec![1.0], std: vec![2.0] });
+    assert_eq!(filters[0], Predicate::LabelIn(vec![0]));
+    assert_eq!((*take, *shard_policy), (Some(10), AutoShardPolicy::Data));
+    let spec: InputSpec = ron::from_str(r#"Csv(path: "iris.csv", label: Some("species"), batch_size: 32)"#)?;
+    assert!(matches!(spec, InputSpec::Csv { label: Some(ref l), .. } if l == "species"));
+
+    let spec: InputSpec = ron::from_str(
+        r#"TfRecord(files: "data/train-*.tfrecord", features: {"x": (kind: Float, shape: [4]), "y": (kind: Int64)},
+                    label: "y", batch_size: 32)"#,
+    )?;
+    let InputSpec::TfRecord { features, .. } = &spec else { anyhow::bail!("{spec:?}") };
+    assert_eq!(features["x"].kind, FeatureKind::Float);
+    assert_eq!(features["y"].shape, Vec::<usize>::new());
+
+    let err = ron::from_str::<InputSpec>(r#"Idx(images: "a", labels: "b", batch_size: 1, shufle_buffer: 5)"#).err();
+    assert!(err.is_some_and(|e| e.to_string().contains("shufle_buffer")), "a misspelt field is an error");
+    Ok(())
+}
+
+#[test]
+fn fashion_mnist_training_and_evaluation_datasets() -> Result<()> {
+    fashion("train-images-idx3-ubyte.gz")?;
+    let spec: InputSpec = ron::from_str(FASHION_SPEC)?;
+    let ctx = InputContext::default();
+    assert_eq!(spec.steps_per_epoch(&ctx)?, 937); // 60000 / 64, remainder dropped
+    let mut train = spec.build(true, &ctx)?.iter()?;
+    let batch = train.next().transpose()?.ok_or_else(|| anyhow::anyhow!("no batch"))?;
+    assert_eq!(batch.features["x"].shape, vec![64, 28, 28, 1]);
+    assert_eq!(batch.labels.as_ref().map(|l| l.shape.clone()), Some(vec![64]));
+    assert!(batch.features["x"].as_f32().unwrap_or_default().iter().all(|v| (0.0..=1.0).contains(v)));
+    // The state of a 10 000-example shuffle buffer stays small enough for every checkpoint.
+    let json = train.state().to_json()?;
+    assert!(json.len() < 128 * 1024, "{} bytes", json.len());
+
+    let eval: InputSpec = ron::from_str(&FASHION_SPEC.replace("train-", "t10k-"))?;
+    assert_eq!(eval.eval_steps(&ctx)?, 157);
+    let batches = eval.build(false, &ctx)?.iter()?.collect::<Result<Vec<_>, _>>()?;
+    assert_eq!(batches.len(), 157);
+    let last_mask = batches[156].features[MASK_FEATURE].as_f32().unwrap_or_default().iter().sum::<f32>();
+    assert_eq!(last_mask, 16.0); // 10000 - 156 * 64
+    Ok(())
+}
+
+#[test]
+fn spec_datasets_agree_across_pipelines() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let pattern = write_csv_parts(dir.path(), &[9, 4, 7])?;
+    let spec: InputSpec = ron::from_str(&format!(
+        r#"Csv(path: "{pattern}", label: "y", batch_size: 2, shuffle_buffer: 8, seed: 3, shard_policy: File)"#
+    ))?;
+    let mut steps = Vec::new();
+    let mut evaluated = Vec::new();
+    for index in 0..3 {
+        let ctx = InputContext::new(3, index, 3)?;
+        assert_eq!(spec.global_batch_size(&ctx), 6);
+        steps.push(spec.steps_per_epoch(&ctx)?);
+        // Training repeats forever: three epochs of the agreed 2 steps.
+        let train: Vec<_> = spec.build(true, &ctx)?.iter()?.take(6).collect::<Result<_, _>>()?;
+        assert_eq!(train.len(), 6);
+        let eval: Vec<_> = spec.build(false, &ctx)?.iter()?.collect::<Result<_, _>>()?;
+        assert_eq!(eval.len(), 5, "ceil(9 / 2) batches on every pipeline");
+        evaluated.extend(ids(&eval));
+    }
+    assert_eq!(steps, [2, 2, 2]); // the 4-example file allows 2 full batches
+    evaluated.sort_unstable();
+    assert_eq!(evaluated, (0..20).collect::<Vec<_>>());
+
+    let ctx = InputContext::new(4, 0, 4)?;
+    let err = spec.build(true, &ctx).err().map(|e| e.to_string());
+    assert!(err.is_some_and(|e| e.contains("at least as many input files")));
+    Ok(())
+}
+
+#[test]
+fn tfrecord_spec_builds_from_python_written_files() -> Result<()> {
+    let dir = tfrecord_fixture()?;
+    let spec: InputSpec = ron::from_str(&format!(
+        r#"TfRecord(files: "{}/train-*.tfrecord", features: {{"x": (kind: Float, shape: [4]), "y": (kind: Int64)}},
+                    label: "y", batch_size: 4, maps: [OneHot(feature: "y", depth: 3)])"#,
+        dir.path().display()
+    ))?;
+    let ctx = InputContext::new(3, 2, 3)?;
+    let batches = spec.build(false, &ctx)?.iter()?.collect::<Result<Vec<_>, _>>()?;
+    // Three files, three pipelines: pipeline 2 reads train-2 (examples 20..24).
+    assert_eq!(ids(&batches), [20, 21, 22, 23, 24]);
+    assert_eq!(batches[0].labels.as_ref().map(|l| l.shape.clone()), Some(vec![4, 3]));
+    Ok(())
+}
