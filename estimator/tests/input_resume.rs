@@ -127,7 +127,11 @@ fn resume_in_a_fresh_process_continues_the_unbroken_sequence() -> Result<()> {
 #[test]
 #[ignore = "run by resume_in_a_fresh_process_continues_the_unbroken_sequence in a child process"]
 fn fresh_process_child() -> Result<()> {
-    let dir = std::path::PathBuf::from(std::env::var(DIR_VAR).context("started without its directory")?);
+    let Some(dir) = std::env::var_os(DIR_VAR).map(std::path::PathBuf::from) else {
+        // Run directly (e.g. with --include-ignored): there is nothing to continue.
+        eprintln!("fresh_process_child: {DIR_VAR} is not set; only its parent test runs it");
+        return Ok(());
+    };
     let n: usize = std::env::var(BATCHES_VAR)?.parse()?;
     let state = IteratorState::from_json(&std::fs::read_to_string(dir.join("state.json"))?)?;
     let tail = take(dataset(&dir)?.iter_from(&state)?, n)?;
