@@ -2,5 +2,6 @@
 //! ([`lower`]), and the command line ([`cli`]).
 
 pub mod cli;
+pub mod job;
 pub mod lower;
 pub mod spec;

@@ -1,4 +1,35 @@
+//! TensorFlow's Estimator workflow over the engine's compiler and runtime.
+//!
+//! A model function builds graph nodes for a mode and returns an [`EstimatorSpec`]; an
+//! input function returns a [`input::Dataset`]; the [`Estimator`] compiles, places and
+//! distributes the graph with its strategy's passes and drives `train`, `evaluate` and
+//! `predict` with hooks, checkpoints in a model directory (local or object store) and
+//! TensorBoard summaries. [`train_and_evaluate`] alternates training and evaluation with
+//! TensorFlow's semantics, or runs one role of a cluster.
+
 pub mod checkpoint;
-pub mod model_dir;
-pub mod summary;
+mod error;
+mod estimator;
+mod estimator_spec;
+pub mod hooks;
 pub mod input;
+pub mod metrics;
+mod mode;
+mod model_fn;
+pub mod model_dir;
+mod run_config;
+mod session;
+pub mod strategy;
+pub mod summary;
+mod train_and_evaluate;
+mod warm_start;
+
+pub use error::{EstimatorError, Result};
+pub use estimator::{EvalResult, Estimator, Evaluator, StepLimit};
+pub use estimator_spec::{EstimatorSpec, TrainOp};
+pub use mode::Mode;
+pub use model_fn::{Features, InputFn, ModelFn, Params};
+pub use run_config::{CheckpointTrigger, RunConfig};
+pub use session::{Predictions, TrainOutcome};
+pub use train_and_evaluate::{EvalSpec, Exporter, TrainSpec, train_and_evaluate};
+pub use warm_start::WarmStartSettings;

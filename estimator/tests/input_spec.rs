@@ -82,8 +82,10 @@ fn fashion_mnist_training_and_evaluation_datasets() -> Result<()> {
     assert_eq!(eval.eval_steps(&ctx)?, 157);
     let batches = eval.build(false, &ctx)?.iter()?.collect::<Result<Vec<_>, _>>()?;
     assert_eq!(batches.len(), 157);
-    let last_mask = batches[156].features[MASK_FEATURE].as_f32().unwrap_or_default().iter().sum::<f32>();
-    assert_eq!(last_mask, 16.0); // 10000 - 156 * 64
+    // Exact batches: the last holds the 16 remaining examples and no padding or mask.
+    assert_eq!(batches[156].len, 16); // 10000 - 156 * 64
+    assert!(!batches[156].features.contains_key(MASK_FEATURE));
+    assert_eq!(batches.iter().map(|b| b.len).sum::<usize>(), 10000);
     Ok(())
 }
 
@@ -103,8 +105,9 @@ fn spec_datasets_agree_across_pipelines() -> Result<()> {
         // Training repeats forever: three epochs of the agreed 2 steps.
         let train: Vec<_> = spec.build(true, &ctx)?.iter()?.take(6).collect::<Result<_, _>>()?;
         assert_eq!(train.len(), 6);
+        // Each pipeline evaluates exactly its own shard (files of 9, 4, 7 examples).
         let eval: Vec<_> = spec.build(false, &ctx)?.iter()?.collect::<Result<_, _>>()?;
-        assert_eq!(eval.len(), 5, "ceil(9 / 2) batches on every pipeline");
+        assert_eq!(eval.len(), [5, 2, 4][index], "ceil(shard / 2) batches");
         evaluated.extend(ids(&eval));
     }
     assert_eq!(steps, [2, 2, 2]); // the 4-example file allows 2 full batches

@@ -23,6 +23,7 @@ mod dot;
 mod dtype;
 mod error;
 mod fact;
+mod fingerprint;
 mod graph;
 mod init;
 mod node;

@@ -18,9 +18,6 @@ pub enum CliError {
         source: std::io::Error,
     },
 
-    #[error(
-        "training is not wired yet: `{spec}` is valid and compiles ({nodes} nodes in the training plan), \
-         but `engine run` is not connected to the runtime"
-    )]
-    NotWired { spec: String, nodes: usize },
+    #[error(transparent)]
+    Estimator(#[from] engine_estimator::EstimatorError),
 }

@@ -2,6 +2,7 @@
 
 mod device;
 mod error;
+pub mod logging;
 mod plan;
 mod run;
 
@@ -135,6 +136,7 @@ pub fn execute(cli: Cli) -> Result<(), CliError> {
 /// The binary's entry point: parse arguments (clap exits with status 2 on usage errors),
 /// execute, print any error on stderr with status 1.
 pub fn main() -> ExitCode {
+    logging::init();
     match execute(Cli::parse()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -1,14 +1,50 @@
-//! `engine run`: validate and compile the job; training itself is the runtime's (not
-//! connected yet).
+//! `engine run`: train the spec's model with `train_and_evaluate` (or `train` when the
+//! spec has no `eval_input`), resuming from the model directory's latest checkpoint.
 
 use super::{CliError, RunArgs};
-use crate::lower::{self, Mode};
+use crate::job::{self, RunOverrides};
+use engine_estimator::{EvalResult, EvalSpec, StepLimit, TrainSpec, train_and_evaluate};
+use std::sync::Arc;
 
 pub fn run(args: &RunArgs) -> Result<(), CliError> {
-    let spec = args.common.load(args.overrides())?;
-    let train = lower::compile(&spec, Mode::Train, args.common.strategy(&spec, Mode::Train))?;
-    if spec.job.eval_input.is_some() {
-        lower::compile(&spec, Mode::Eval, args.common.strategy(&spec, Mode::Eval))?;
+    let spec = Arc::new(args.common.load(args.overrides())?);
+    let strategy = args.common.strategy.map(|s| s.name().to_string());
+    let overrides = RunOverrides { strategy: strategy.clone(), eval_strategy: strategy, device: Some(args.device.to_string()) };
+    let estimator = job::estimator(spec.clone(), &overrides)?;
+    let train_input = job::train_input_fn(&spec)?;
+    let train_hooks = job::hooks_of(&spec, &spec.job.train_spec.hooks)?;
+    let max_steps = spec.job.train_spec.max_steps;
+    match job::eval_input_fn(&spec)? {
+        Some(eval_input) => {
+            let es = &spec.job.eval_spec;
+            let eval_spec = EvalSpec {
+                input_fn: eval_input,
+                steps: es.steps,
+                name: es.name.clone(),
+                hooks: job::hooks_of(&spec, &es.hooks)?,
+                exporters: Vec::new(),
+                start_delay_secs: es.start_delay_secs,
+                throttle_secs: es.throttle_secs,
+                every_n_steps: es.every_n_steps,
+            };
+            let train_spec = TrainSpec { input_fn: train_input, max_steps, hooks: train_hooks };
+            let result = train_and_evaluate(&estimator, train_spec, eval_spec)?;
+            println!("{}", python_dict(&result));
+        }
+        None => {
+            let limit = max_steps.map(StepLimit::MaxSteps).unwrap_or(StepLimit::UntilInputEnds);
+            let outcome = estimator.train(train_input.as_ref(), train_hooks, limit, Vec::new())?;
+            println!("{{'global_step': {}, 'loss': {}}}", outcome.global_step, outcome.loss.map(|l| format!("{l:.7}")).unwrap_or("None".into()));
+        }
     }
-    Err(CliError::NotWired { spec: spec.file().to_string(), nodes: train.schedule.len() })
+    Ok(())
+}
+
+/// The evaluation result as TensorFlow users see it printed: `{'accuracy': 0.8712, ...}`.
+pub(super) fn python_dict(result: &EvalResult) -> String {
+    let items: Vec<String> = result
+        .iter()
+        .map(|(k, v)| if k == "global_step" { format!("'{k}': {}", *v as u64) } else { format!("'{k}': {v:.7}") })
+        .collect();
+    format!("{{{}}}", items.join(", "))
 }

@@ -37,8 +37,37 @@ pub struct LayerOutput {
 /// the graph's roles. `seed` is the job's random seed (dropout masks derive from it;
 /// initial values are the runtime's, derived from the seed and each variable's name).
 pub fn build_model(spec: &Spec, mode: Mode, b: &mut GraphBuilder<'_>, seed: u64) -> Result<ModelGraph, LowerError> {
-    let mut cx =
-        Lowering { spec, mode, b, seed, counters: HashMap::new(), regularizers: Vec::new(), layers: Vec::new() };
+    build_model_on(spec, mode, b, seed, None)
+}
+
+/// Inputs made by someone else (the Estimator makes placeholders from the input
+/// pipeline's schema and hands them to the model function).
+#[derive(Debug, Clone, Default)]
+pub struct ProvidedInputs {
+    pub features: BTreeMap<String, Outlet>,
+    pub labels: Option<Outlet>,
+}
+
+/// [`build_model`] on inputs that already exist: the model's inputs are bound by name to
+/// `provided.features` (a single-input model binds to a single feature whatever its name)
+/// and checked against the spec's shapes.
+pub fn build_model_on(
+    spec: &Spec,
+    mode: Mode,
+    b: &mut GraphBuilder<'_>,
+    seed: u64,
+    provided: Option<&ProvidedInputs>,
+) -> Result<ModelGraph, LowerError> {
+    let mut cx = Lowering {
+        spec,
+        mode,
+        b,
+        seed,
+        counters: HashMap::new(),
+        regularizers: Vec::new(),
+        layers: Vec::new(),
+        provided,
+    };
     let (features, logits, output_path) = match &spec.job.model {
         Model::Sequential(s) => sequential::build(&mut cx, s)?,
         Model::Functional(f) => functional::build(&mut cx, f)?,
@@ -77,9 +106,45 @@ pub(super) struct Lowering<'s, 'b, 'g> {
     /// `(factor, variable)` for every L2 penalty.
     pub regularizers: Vec<(f32, Outlet)>,
     pub layers: Vec<LayerOutput>,
+    pub provided: Option<&'s ProvidedInputs>,
 }
 
 impl Lowering<'_, '_, '_> {
+    /// The model input `name` (of `count` inputs): the provided placeholder, checked
+    /// against the spec's shape, or a new placeholder.
+    pub fn input(&mut self, name: &str, count: usize, dtype: engine_graph::DType, shape: engine_graph::Shape, at: &FieldPath) -> Result<Outlet, LowerError> {
+        let Some(p) = self.provided else {
+            return self.b.placeholder(name, dtype, shape).map_err(|e| self.graph_error(at, e));
+        };
+        let found = p.features.get(name).copied().or_else(|| {
+            (count == 1 && p.features.len() == 1).then(|| p.features.values().next().copied()).flatten()
+        });
+        let names: Vec<&str> = p.features.keys().map(String::as_str).collect();
+        let x = found.ok_or_else(|| {
+            self.shape_error(at, format!("the input pipeline provides features {names:?}, not '{name}'"))
+        })?;
+        let fact = self.b.fact(x).map_err(|e| self.graph_error(at, e))?.clone();
+        if fact.dtype != dtype || fact.shape != shape {
+            return Err(self.shape_error(at, format!("the model expects input '{name}' as {dtype}{shape}, the input pipeline provides {fact}")));
+        }
+        Ok(x)
+    }
+
+    /// The labels: the provided placeholder (checked) or a new one.
+    pub fn labels(&mut self, dtype: engine_graph::DType, shape: engine_graph::Shape, at: &FieldPath) -> Result<Outlet, LowerError> {
+        match self.provided {
+            None => self.b.placeholder(super::head::LABELS, dtype, shape).map_err(|e| self.graph_error(at, e)),
+            Some(p) => {
+                let l = p.labels.ok_or_else(|| self.shape_error(at, "the input pipeline provides no labels"))?;
+                let fact = self.b.fact(l).map_err(|e| self.graph_error(at, e))?.clone();
+                if fact.dtype != dtype || fact.shape != shape {
+                    return Err(self.shape_error(at, format!("the loss needs labels {dtype}{shape}, the input pipeline provides {fact}")));
+                }
+                Ok(l)
+            }
+        }
+    }
+
     /// The next Keras-style name for a kind of layer, unused in the graph.
     pub fn layer_name(&mut self, base: &'static str) -> String {
         let n = self.counters.entry(base).or_insert(0);

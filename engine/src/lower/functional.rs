@@ -15,7 +15,7 @@ pub(super) fn build(
     let mut features = BTreeMap::new();
     for (name, shape) in &f.inputs {
         let at = path.field("inputs").key(name);
-        let x = cx.b.placeholder(name, DType::F32, Shape::batched(shape)).map_err(|e| cx.graph_error(&at, e))?;
+        let x = cx.input(name, f.inputs.len(), DType::F32, Shape::batched(shape), &at)?;
         cx.check_output(&at, x)?;
         features.insert(name.clone(), x);
         env.insert(name, x);

@@ -34,7 +34,7 @@ pub(super) fn build(
         return Ok(Head { labels: None, loss: None, regularization: None, predictions });
     }
     let dtype = if loss_kind == Loss::SparseSoftmaxCrossEntropy { DType::I64 } else { DType::F32 };
-    let labels = cx.b.placeholder(LABELS, dtype, labels_shape).map_err(|e| cx.graph_error(output_path, e))?;
+    let labels = cx.labels(dtype, labels_shape, output_path)?;
     let regularizers = cx.regularizers.clone();
     let scope = cx.b.unique_scope("loss");
     let (loss, regularization) =

@@ -30,7 +30,7 @@ mod limits;
 mod plan;
 mod sequential;
 
-pub use build::{LayerOutput, ModelGraph, build_model};
+pub use build::{LayerOutput, ModelGraph, ProvidedInputs, build_model, build_model_on};
 pub use error::LowerError;
 pub use limits::{MAX_ELEMENTS, MAX_LAYER_FLOPS};
 pub use plan::{compile, eval_plan, predict_plan, training_plan};

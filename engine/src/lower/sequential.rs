@@ -13,9 +13,7 @@ pub(super) fn build(
     s: &Sequential,
 ) -> Result<(BTreeMap<String, Outlet>, Outlet, FieldPath), LowerError> {
     let path = FieldPath::root().field("model");
-    let x =
-        cx.b.placeholder(FEATURES, DType::F32, Shape::batched(&s.input_shape))
-            .map_err(|e| cx.graph_error(&path.field("input_shape"), e))?;
+    let x = cx.input(FEATURES, 1, DType::F32, Shape::batched(&s.input_shape), &path.field("input_shape"))?;
     cx.check_output(&path.field("input_shape"), x)?;
     let mut out = x;
     let mut out_name = FEATURES.to_string();

@@ -19,12 +19,12 @@ impl SectionKinds for InputKinds {
     const KINDS: &'static [&'static str] = &["Idx", "Csv", "TfRecord"];
 }
 
-/// Hooks (`train_spec.hooks`) are the estimator's too; any name is accepted for now.
+/// Hooks (`train_spec.hooks`) are the estimator's: its registry names them.
 pub struct HookKinds;
 
 impl SectionKinds for HookKinds {
     const TAG: &'static str = "$engine::RawSection:hook";
-    const KINDS: &'static [&'static str] = &[];
+    const KINDS: &'static [&'static str] = &engine_estimator::hooks::HOOK_NAMES;
 }
 
 pub type InputSection = RawSection<InputKinds>;

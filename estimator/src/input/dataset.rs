@@ -212,6 +212,14 @@ impl Dataset {
         Ok(self.padded_batch(batch_size, batches))
     }
 
+    /// Rows per batch, if the dataset is batched (the per-replica batch size).
+    pub fn batch_size(&self) -> Option<usize> {
+        self.ops.iter().rev().find_map(|op| match op {
+            Op::Batch { size, .. } | Op::PaddedBatch { size, .. } => Some(*size),
+            _ => None,
+        })
+    }
+
     /// Batches to read ahead on a background thread.
     pub fn prefetch(mut self, batches: usize) -> Self {
         self.prefetch = batches;

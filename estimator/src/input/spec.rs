@@ -344,7 +344,9 @@ impl InputSpec {
 
     /// The dataset of input pipeline `ctx.input_pipeline_id`: for training, shuffled,
     /// batched with the agreed steps per epoch, repeated forever; for evaluation, one pass
-    /// of padded batches with a `mask` feature.
+    /// in exact batches (the last one smaller). Compiled graphs run any batch size and
+    /// evaluation has no per-step collective, so no padding is needed: each pipeline
+    /// evaluates its own shard and the metric states are merged once at the end.
     pub fn build(&self, mode_is_training: bool, ctx: &InputContext) -> Result<Dataset> {
         let p = self.pipeline();
         let mut ds = self.examples(ctx)?;
@@ -354,7 +356,7 @@ impl InputSpec {
             }
             ds = ds.batch_for_training(p.batch_size)?.repeat(None);
         } else {
-            ds = ds.batch_for_evaluation(p.batch_size)?;
+            ds = ds.batch(p.batch_size);
         }
         Ok(ds.prefetch(p.prefetch).num_parallel_calls(p.num_parallel_calls))
     }

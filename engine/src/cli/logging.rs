@@ -1,0 +1,57 @@
+//! Log lines on stderr in the shape TensorFlow users read: `I1121 21:05:29.123 engine] loss = ...`.
+
+use log::{Level, LevelFilter, Log, Metadata, Record};
+use std::io::Write;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+struct Logger {
+    level: LevelFilter,
+}
+
+impl Log for Logger {
+    fn enabled(&self, metadata: &Metadata<'_>) -> bool {
+        metadata.level() <= self.level
+    }
+
+    fn log(&self, record: &Record<'_>) {
+        if !self.enabled(record.metadata()) {
+            return;
+        }
+        let t = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+        let secs = t.as_secs() % 86_400;
+        let letter = match record.level() {
+            Level::Error => 'E',
+            Level::Warn => 'W',
+            Level::Info => 'I',
+            Level::Debug | Level::Trace => 'D',
+        };
+        let prefix = std::env::var("ENGINE_LOG_PREFIX").unwrap_or_default();
+        let mut err = std::io::stderr().lock();
+        let _ = writeln!(
+            err,
+            "{prefix}{letter} {:02}:{:02}:{:02}.{:03} engine] {}",
+            secs / 3600,
+            secs / 60 % 60,
+            secs % 60,
+            t.subsec_millis(),
+            record.args()
+        );
+    }
+
+    fn flush(&self) {}
+}
+
+/// Installs the logger; `ENGINE_LOG=debug|info|warn|error` sets the level (info by default).
+pub fn init() {
+    let level = match std::env::var("ENGINE_LOG").unwrap_or_default().to_ascii_lowercase().as_str() {
+        "debug" | "trace" => LevelFilter::Debug,
+        "warn" | "warning" => LevelFilter::Warn,
+        "error" => LevelFilter::Error,
+        "off" => LevelFilter::Off,
+        _ => LevelFilter::Info,
+    };
+    let logger: &'static Logger = Box::leak(Box::new(Logger { level }));
+    if log::set_logger(logger).is_ok() {
+        log::set_max_level(level);
+    }
+}

@@ -1,0 +1,70 @@
+//! A job spec as an Estimator: the spec's model becomes a model function, its input
+//! sections input functions, its run config a RunConfig, its hooks hooks. `engine run`
+//! and the Rust API then share one code path.
+
+mod hooks;
+mod input_fn;
+mod model_fn;
+
+pub use hooks::hooks_of;
+pub use input_fn::SpecInputFn;
+pub use model_fn::SpecModelFn;
+
+use crate::spec::{FieldPath, Spec, SpecError};
+use engine_estimator::{Estimator, RunConfig, input::InputSpec};
+use std::sync::Arc;
+
+/// What `engine run` may change on top of the spec.
+#[derive(Debug, Clone, Default)]
+pub struct RunOverrides {
+    pub strategy: Option<String>,
+    pub eval_strategy: Option<String>,
+    pub device: Option<String>,
+}
+
+/// The estimator's RunConfig for a spec.
+pub fn run_config(spec: &Spec, overrides: &RunOverrides) -> RunConfig {
+    let rc = &spec.job.run_config;
+    RunConfig {
+        model_dir: rc.model_dir.clone(),
+        random_seed: rc.random_seed,
+        save_summary_steps: rc.save_summary_steps,
+        save_checkpoints_steps: rc.save_checkpoints_steps,
+        save_checkpoints_secs: rc.save_checkpoints_secs,
+        keep_checkpoint_max: rc.keep_checkpoint_max,
+        keep_checkpoint_every_n_hours: rc.keep_checkpoint_every_n_hours,
+        log_step_count_steps: rc.log_step_count_steps,
+        train_distribute: overrides.strategy.clone().or_else(|| rc.train_distribute.map(|s| s.name().to_string())),
+        eval_distribute: overrides.eval_strategy.clone().or_else(|| rc.eval_distribute.map(|s| s.name().to_string())),
+        device: overrides.device.clone().unwrap_or_else(|| "cpu".into()),
+        s3: None,
+    }
+}
+
+/// The Estimator for a spec.
+pub fn estimator(spec: Arc<Spec>, overrides: &RunOverrides) -> engine_estimator::Result<Estimator> {
+    let config = run_config(&spec, overrides);
+    let seed = config.seed();
+    let config = RunConfig { random_seed: Some(seed), ..config };
+    Estimator::new(SpecModelFn::new(spec, seed), config)
+}
+
+/// The input spec of `train_input` or `eval_input`, decoded with located errors.
+pub fn input_spec(spec: &Spec, field: &str) -> Result<Option<InputSpec>, SpecError> {
+    let section = match field {
+        "train_input" => Some(&spec.job.train_input),
+        _ => spec.job.eval_input.as_ref(),
+    };
+    section.map(|s| spec.decode::<InputSpec>(&s.path)).transpose()
+}
+
+/// `train_input` as an input function.
+pub fn train_input_fn(spec: &Spec) -> Result<Arc<SpecInputFn>, SpecError> {
+    let s = input_spec(spec, "train_input")?.ok_or_else(|| spec.error(FieldPath::root().field("train_input"), crate::spec::ErrorKind::Invalid("missing".into())))?;
+    Ok(Arc::new(SpecInputFn::new(s)))
+}
+
+/// `eval_input` as an input function, if the spec has one.
+pub fn eval_input_fn(spec: &Spec) -> Result<Option<Arc<SpecInputFn>>, SpecError> {
+    Ok(input_spec(spec, "eval_input")?.map(|s| Arc::new(SpecInputFn::new(s))))
+}

@@ -1,0 +1,363 @@
+//! The Estimator: `train`, `evaluate`, `predict` over a model function and a RunConfig.
+
+use crate::{
+    EstimatorError, InputFn, Mode, ModelFn, Params, Result,
+    checkpoint::{Checkpoint, CheckpointManager, RetentionPolicy, read_checkpoint},
+    hooks::{
+        CheckpointSaverHook, CheckpointSaverListener, LoggingTensorHook, NanTensorHook, SessionRunHook, SharedSummaryWriter,
+        StepCounterHook, StopAtStepHook, SummarySaverHook,
+    },
+    input::{Dataset, IteratorState},
+    model_dir::ModelDir,
+    run_config::RunConfig,
+    session::{EvalOutcome, Predictions, Replicas, TrainOutcome, TrainingSession, compile, evaluate_dataset},
+    strategy::{Strategy, strategy_by_name},
+    summary::SummaryWriter,
+    warm_start::WarmStartSettings,
+};
+use engine_graph::HostTensor;
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Arc, Mutex};
+
+/// How far `train` goes: `Steps` more than the checkpoint, or up to `MaxSteps` in total
+/// (TensorFlow's `steps` and `max_steps`), or until the input ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StepLimit {
+    Steps(u64),
+    MaxSteps(u64),
+    UntilInputEnds,
+}
+
+/// The result of `evaluate`: every metric, `loss` and `global_step`.
+pub type EvalResult = BTreeMap<String, f64>;
+
+pub struct Estimator {
+    model_fn: Arc<dyn ModelFn>,
+    config: RunConfig,
+    params: Params,
+    warm_start: Option<WarmStartSettings>,
+    model_dir: ModelDir,
+    checkpoints: CheckpointManager,
+    seed: u64,
+    train_strategy: Arc<dyn Strategy>,
+    eval_strategy: Arc<dyn Strategy>,
+}
+
+impl Estimator {
+    pub fn new(model_fn: impl ModelFn + 'static, config: RunConfig) -> Result<Self> {
+        config.validate()?;
+        let model_dir = ModelDir::open_with(&config.model_dir, config.s3.as_ref())?;
+        let policy = RetentionPolicy { keep_checkpoint_max: config.keep_checkpoint_max, keep_checkpoint_every_n_hours: Some(config.keep_checkpoint_every_n_hours) };
+        let checkpoints = CheckpointManager::with_policy(model_dir.clone(), policy);
+        let seed = config.seed();
+        if config.random_seed.is_none() {
+            log::info!("No random_seed set; using {seed}");
+        }
+        let train_strategy: Arc<dyn Strategy> = strategy_by_name(config.train_distribute.as_deref().unwrap_or("default"), &config.device)?.into();
+        let eval_strategy: Arc<dyn Strategy> = strategy_by_name(config.eval_distribute.as_deref().unwrap_or("default"), &config.device)?.into();
+        log::info!("Using config: {config:?}");
+        Ok(Estimator {
+            model_fn: Arc::new(model_fn),
+            config,
+            params: Params::Null,
+            warm_start: None,
+            model_dir,
+            checkpoints,
+            seed,
+            train_strategy,
+            eval_strategy,
+        })
+    }
+
+    pub fn with_params(mut self, params: Params) -> Self {
+        self.params = params;
+        self
+    }
+
+    pub fn with_warm_start(mut self, settings: WarmStartSettings) -> Self {
+        self.warm_start = Some(settings);
+        self
+    }
+
+    /// Replaces the strategies chosen by name (for strategies built in code, such as a
+    /// multi-worker strategy resolved from a cluster).
+    pub fn with_strategies(mut self, train: Arc<dyn Strategy>, eval: Arc<dyn Strategy>) -> Self {
+        self.train_strategy = train;
+        self.eval_strategy = eval;
+        self
+    }
+
+    pub fn config(&self) -> &RunConfig {
+        &self.config
+    }
+
+    pub fn model_dir(&self) -> &ModelDir {
+        &self.model_dir
+    }
+
+    pub fn checkpoints(&self) -> &CheckpointManager {
+        &self.checkpoints
+    }
+
+    pub fn train_strategy(&self) -> &Arc<dyn Strategy> {
+        &self.train_strategy
+    }
+
+    pub fn latest_checkpoint(&self) -> Result<Option<String>> {
+        Ok(self.checkpoints.latest()?.map(|c| c.path))
+    }
+
+    pub fn get_variable_names(&self) -> Result<Vec<String>> {
+        let restored = self.checkpoints.restore_latest_valid()?.ok_or(EstimatorError::NoCheckpoint("read variables from"))?;
+        Ok(restored.checkpoint.tensors.keys().cloned().collect())
+    }
+
+    pub fn get_variable_value(&self, name: &str) -> Result<HostTensor> {
+        let restored = self.checkpoints.restore_latest_valid()?.ok_or(EstimatorError::NoCheckpoint("read variables from"))?;
+        restored.checkpoint.tensors.get(name).cloned().ok_or_else(|| EstimatorError::UnknownVariable(name.to_string()))
+    }
+
+    fn dataset(&self, input_fn: &dyn InputFn, mode: Mode, strategy: &dyn Strategy) -> Result<Dataset> {
+        Ok(input_fn.dataset(mode, &strategy.input_context())?)
+    }
+
+    /// Trains until `limit`. Resumes from the latest valid checkpoint (variables, optimizer
+    /// slots, global step and input position); skips when it is already at `MaxSteps`.
+    pub fn train(
+        &self,
+        input_fn: &dyn InputFn,
+        hooks: Vec<Box<dyn SessionRunHook>>,
+        limit: StepLimit,
+        saving_listeners: Vec<Box<dyn CheckpointSaverListener + '_>>,
+    ) -> Result<TrainOutcome> {
+        self.train_with(input_fn, hooks, limit, saving_listeners, self.config.checkpoint_trigger())
+    }
+
+    pub(crate) fn train_with<'l>(
+        &self,
+        input_fn: &dyn InputFn,
+        hooks: Vec<Box<dyn SessionRunHook>>,
+        limit: StepLimit,
+        saving_listeners: Vec<Box<dyn CheckpointSaverListener + 'l>>,
+        trigger: crate::CheckpointTrigger,
+    ) -> Result<TrainOutcome> {
+        let restored = self.checkpoints.restore_latest_valid()?;
+        if let Some(r) = &restored {
+            for skipped in &r.skipped {
+                log::warn!("Skipping an unreadable checkpoint: {skipped}");
+            }
+        }
+        let start = restored.as_ref().map(|r| r.checkpoint.step).unwrap_or(0);
+        let last_step = match limit {
+            StepLimit::Steps(n) => Some(start + n),
+            StepLimit::MaxSteps(m) => Some(m),
+            StepLimit::UntilInputEnds => None,
+        };
+        if let Some(last) = last_step
+            && start >= last
+        {
+            log::info!("Skipping training since max_steps has already saved.");
+            return Ok(TrainOutcome { global_step: start, loss: None });
+        }
+        let strategy = self.train_strategy.clone();
+        let dataset = self.dataset(input_fn, Mode::Train, strategy.as_ref())?;
+        let schema = dataset.schema()?;
+        let mut user_hooks = hooks;
+        let required: Vec<String> = user_hooks.iter().flat_map(|h| h.required_tensors()).collect();
+        let mut compiled = compile(self.model_fn.as_ref(), &self.params, Mode::Train, &schema, strategy.as_ref(), &required)?;
+        let mut replicas = Replicas::new(&compiled, &strategy.local_devices())?;
+        let input = match &restored {
+            Some(r) => {
+                let loaded = replicas.restore(&r.checkpoint.tensors, self.seed)?;
+                log::info!("Restoring parameters from {} ({} variables)", r.checkpoint.path, loaded.len());
+                if r.checkpoint.meta.fingerprint != compiled.fingerprint {
+                    log::warn!(
+                        "checkpoint {} was written by a graph with fingerprint {}, this one is {}; restored by name",
+                        r.checkpoint.path,
+                        r.checkpoint.meta.fingerprint,
+                        compiled.fingerprint
+                    );
+                }
+                match IteratorState::from_json(&r.checkpoint.meta.input_state) {
+                    Ok(state) => dataset.iter_from(&state)?,
+                    Err(e) => {
+                        log::warn!("input position not restorable ({e}); replaying {} batches", start * replicas.len() as u64);
+                        dataset.iter_after(start * replicas.len() as u64)?
+                    }
+                }
+            }
+            None => {
+                replicas.initialize(self.seed)?;
+                if let Some(ws) = &self.warm_start {
+                    let values = ws.select(&read_checkpoint(&ws.checkpoint, self.config.s3.as_ref())?.tensors)?;
+                    let loaded = replicas.restore(&values, self.seed)?;
+                    log::info!("Warm-started {} variables from {}", loaded.len(), ws.checkpoint);
+                }
+                dataset.iter()?
+            }
+        };
+        let is_chief = strategy.is_chief();
+        let summary: Option<SharedSummaryWriter> =
+            if is_chief && self.config.save_summary_steps > 0 { Some(Arc::new(Mutex::new(SummaryWriter::new(&self.model_dir, "")?))) } else { None };
+        let global_batch = schema_batch(&dataset) * strategy.num_replicas_in_sync();
+        let mut all_hooks: Vec<Box<dyn SessionRunHook + 'l>> = vec![
+            Box::new(NanTensorHook::default()),
+            Box::new(LoggingTensorHook::new(&["loss", "global_step"], self.config.log_step_count_steps)),
+        ];
+        if let Some(last) = last_step {
+            all_hooks.push(Box::new(StopAtStepHook::at(last)));
+        }
+        all_hooks.extend(compiled.spec_hooks.drain(..));
+        if is_chief {
+            all_hooks.extend(compiled.spec_chief_hooks.drain(..));
+            all_hooks.push(Box::new(StepCounterHook::new(self.config.log_step_count_steps)));
+            if self.config.save_summary_steps > 0 {
+                all_hooks.push(Box::new(SummarySaverHook::new(self.config.save_summary_steps, false)));
+            }
+        }
+        all_hooks.extend(user_hooks.drain(..));
+        // The saver runs last so that a checkpoint includes what other hooks did.
+        if is_chief {
+            all_hooks.push(Box::new(CheckpointSaverHook::new(trigger, saving_listeners)));
+        }
+        let mut session = TrainingSession {
+            compiled: &compiled,
+            replicas,
+            input,
+            global_step: start,
+            model_dir: &self.model_dir,
+            checkpoints: &self.checkpoints,
+            summary,
+            is_chief,
+            global_batch_size: global_batch,
+        };
+        let outcome = session.run(&mut all_hooks)?;
+        if let Some(loss) = outcome.loss {
+            log::info!("Loss for final step: {loss:.7}.");
+        }
+        Ok(outcome)
+    }
+
+    /// Evaluates a checkpoint (the latest by default) on one pass of the input (or `steps`
+    /// batches), writes the results to `eval/` (or `eval_<name>/`) and returns every
+    /// metric with `loss` and `global_step`.
+    pub fn evaluate(
+        &self,
+        input_fn: &dyn InputFn,
+        steps: Option<u64>,
+        hooks: Vec<Box<dyn SessionRunHook>>,
+        checkpoint_path: Option<&str>,
+        name: Option<&str>,
+    ) -> Result<EvalResult> {
+        let checkpoint = match checkpoint_path {
+            Some(p) => read_checkpoint(p, self.config.s3.as_ref())?,
+            None => self.checkpoints.restore_latest_valid()?.ok_or(EstimatorError::NoCheckpoint("evaluate"))?.checkpoint,
+        };
+        self.evaluator(input_fn, steps, hooks, name)?.evaluate(&checkpoint)
+    }
+
+    /// An evaluator compiled once, for evaluating checkpoint after checkpoint.
+    pub fn evaluator(
+        &self,
+        input_fn: &dyn InputFn,
+        steps: Option<u64>,
+        hooks: Vec<Box<dyn SessionRunHook>>,
+        name: Option<&str>,
+    ) -> Result<Evaluator<'_>> {
+        let _ = hooks;
+        let strategy = self.eval_strategy.clone();
+        let dataset = self.dataset(input_fn, Mode::Eval, strategy.as_ref())?;
+        let schema = dataset.schema()?;
+        let compiled = compile(self.model_fn.as_ref(), &self.params, Mode::Eval, &schema, strategy.as_ref(), &[])?;
+        let replicas = Replicas::new(&compiled, &strategy.local_devices())?;
+        Ok(Evaluator { estimator: self, compiled, replicas, dataset, steps, name: name.map(str::to_string) })
+    }
+
+    /// Logs, writes summaries for, and returns an evaluation outcome.
+    pub(crate) fn report(&self, outcome: &EvalOutcome, step: u64, name: Option<&str>) -> Result<EvalResult> {
+        let mut result: EvalResult = outcome.metrics.clone();
+        result.insert("loss".into(), outcome.loss);
+        result.insert("global_step".into(), step as f64);
+        let line: Vec<String> = result.iter().map(|(k, v)| if k == "global_step" { format!("{k} = {step}") } else { format!("{k} = {v:.7}") }).collect();
+        log::info!("Saving dict for global step {step}: {}", line.join(", "));
+        if self.train_strategy.is_chief() || self.eval_strategy.is_chief() {
+            let dir = match name {
+                Some(n) => format!("eval_{n}"),
+                None => "eval".to_string(),
+            };
+            let mut w = SummaryWriter::new(&self.model_dir, &dir)?;
+            for (k, v) in &result {
+                if k != "global_step" {
+                    w.scalar(k, step, *v)?;
+                }
+            }
+            w.flush()?;
+        }
+        Ok(result)
+    }
+
+    /// Predictions for every example of the input, one map per example, from a checkpoint
+    /// (the latest by default). `predict_keys` selects outputs (all when `None`).
+    pub fn predict(&self, input_fn: &dyn InputFn, predict_keys: Option<Vec<String>>, checkpoint_path: Option<&str>) -> Result<Predictions> {
+        let strategy = strategy_by_name("default", &self.config.device)?;
+        let checkpoint = match checkpoint_path {
+            Some(p) => read_checkpoint(p, self.config.s3.as_ref())?,
+            None => self.checkpoints.restore_latest_valid()?.ok_or(EstimatorError::NoCheckpoint("predict from"))?.checkpoint,
+        };
+        let dataset = self.dataset(input_fn, Mode::Predict, strategy.as_ref())?;
+        let schema = dataset.schema()?;
+        let compiled = compile(self.model_fn.as_ref(), &self.params, Mode::Predict, &schema, strategy.as_ref(), &[])?;
+        let mut replicas = Replicas::new(&compiled, &strategy.local_devices())?;
+        replicas.restore(&checkpoint.tensors, self.seed)?;
+        let keys = match predict_keys {
+            Some(k) => k,
+            None => compiled.predictions.keys().cloned().collect(),
+        };
+        for k in &keys {
+            if !compiled.predictions.contains_key(k) {
+                return Err(EstimatorError::UnknownName {
+                    what: "prediction key",
+                    name: k.clone(),
+                    valid: Vec::new(),
+                });
+            }
+        }
+        Ok(Predictions { input: dataset.iter()?, compiled, replicas, keys, buffer: VecDeque::new() })
+    }
+}
+
+/// Evaluates checkpoints with one compiled eval graph.
+pub struct Evaluator<'e> {
+    estimator: &'e Estimator,
+    compiled: crate::session::Compiled,
+    replicas: Replicas,
+    dataset: Dataset,
+    steps: Option<u64>,
+    name: Option<String>,
+}
+
+impl Evaluator<'_> {
+    pub fn evaluate(&mut self, checkpoint: &Checkpoint) -> Result<EvalResult> {
+        self.replicas.restore(&checkpoint.tensors, self.estimator.seed)?;
+        let step = checkpoint.step;
+        log::info!("Starting evaluation of {} at step {step}", checkpoint.path);
+        let started = std::time::Instant::now();
+        let batches = self.dataset.iter()?.map(|b| b.map_err(Into::into));
+        let outcome = evaluate_dataset(&self.compiled, &mut self.replicas, batches, self.steps)?;
+        log::info!("Finished evaluation of {} batches ({} examples) in {:.2} s", outcome.batches, outcome.examples, started.elapsed().as_secs_f64());
+        self.estimator.report(&outcome, step, self.name.as_deref())
+    }
+
+    /// The directory (under the model dir) evaluation summaries go to.
+    pub fn eval_dir(&self) -> String {
+        match &self.name {
+            Some(n) => format!("eval_{n}"),
+            None => "eval".into(),
+        }
+    }
+}
+
+/// The per-replica batch size of a training dataset (its first batch's rows).
+fn schema_batch(dataset: &Dataset) -> usize {
+    dataset.batch_size().unwrap_or(1)
+}

@@ -1,0 +1,132 @@
+//! Session hooks with TensorFlow's lifecycle.
+//!
+//! `begin` (graph compiled) → `after_create_session` (variables initialized or restored)
+//! → for every step `before_run` (which may ask for extra tensors by name) and `after_run`
+//! (which sees them) → `end`. Any callback may request a stop; the loop finishes the step
+//! it is in and then calls `end`, so a final checkpoint always follows.
+
+mod checkpoint_saver;
+mod early_stopping;
+mod logging_tensor;
+mod nan_tensor;
+mod profiler;
+mod progress_bar;
+mod registry;
+mod step_counter;
+mod stop_at_step;
+mod summary_saver;
+
+pub use checkpoint_saver::{CheckpointSaverHook, CheckpointSaverListener};
+pub use early_stopping::{EarlyStoppingHook, StopCondition};
+pub use logging_tensor::LoggingTensorHook;
+pub use nan_tensor::NanTensorHook;
+pub use profiler::ProfilerHook;
+pub use progress_bar::ProgressBarHook;
+pub use registry::{HOOK_NAMES, HookConfig, hook_from_config};
+pub use step_counter::StepCounterHook;
+pub use stop_at_step::StopAtStepHook;
+pub use summary_saver::SummarySaverHook;
+
+use crate::{Result, checkpoint::CheckpointManager, model_dir::ModelDir, summary::SummaryWriter};
+use engine_graph::HostTensor;
+use engine_runtime::OpTiming;
+use std::cell::Cell;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// A summary writer shared by the hooks of one session (the step counter, the summary
+/// saver and evaluation write into the same event files).
+pub type SharedSummaryWriter = Arc<Mutex<SummaryWriter>>;
+
+/// What the running session offers hooks beyond the step's values.
+pub trait SessionState {
+    /// Every variable, read back to the host (what a checkpoint saves).
+    fn export_variables(&self) -> Result<BTreeMap<String, HostTensor>>;
+    /// The input pipeline's position as JSON, restored with a checkpoint.
+    fn input_state(&self) -> String;
+    /// The job fingerprint recorded in checkpoints.
+    fn fingerprint(&self) -> String;
+}
+
+/// The view every hook callback gets.
+pub struct HookContext<'a> {
+    /// Before a step: the step about to run. After a step: the step just completed + 1,
+    /// i.e. the value of `global_step` now (TensorFlow's convention for hooks).
+    pub global_step: u64,
+    pub is_chief: bool,
+    pub model_dir: &'a ModelDir,
+    pub checkpoints: &'a CheckpointManager,
+    pub summary: Option<&'a SharedSummaryWriter>,
+    /// Examples per step across all replicas.
+    pub global_batch_size: usize,
+    pub session: &'a dyn SessionState,
+    pub(crate) stop: &'a Cell<bool>,
+}
+
+impl HookContext<'_> {
+    /// Asks the loop to stop after the current step.
+    pub fn request_stop(&self) {
+        self.stop.set(true);
+    }
+
+    pub fn stop_requested(&self) -> bool {
+        self.stop.get()
+    }
+}
+
+/// What a hook asks of the next step.
+#[derive(Debug, Clone, Default)]
+pub struct RunArgs {
+    /// Tensor names to fetch: `loss`, `learning_rate`, `global_step`, or any node name
+    /// the hook listed in [`SessionRunHook::required_tensors`].
+    pub fetches: Vec<String>,
+    /// Time every op of this step (Chrome trace).
+    pub profile: bool,
+}
+
+/// What a step produced for a hook.
+#[derive(Debug, Clone, Default)]
+pub struct RunValues {
+    pub results: BTreeMap<String, HostTensor>,
+    /// Op timings when any hook asked for profiling.
+    pub timings: Vec<OpTiming>,
+    /// Wall time of the step (input wait excluded).
+    pub step_time: Duration,
+    /// Time the step waited for its input batch.
+    pub input_wait: Duration,
+}
+
+pub trait SessionRunHook: Send {
+    fn name(&self) -> &str;
+
+    /// Node names this hook will fetch, so compilation keeps them.
+    fn required_tensors(&self) -> Vec<String> {
+        Vec::new()
+    }
+
+    fn begin(&mut self, _ctx: &HookContext<'_>) -> Result<()> {
+        Ok(())
+    }
+
+    fn after_create_session(&mut self, _ctx: &HookContext<'_>) -> Result<()> {
+        Ok(())
+    }
+
+    fn before_run(&mut self, _ctx: &HookContext<'_>) -> Result<RunArgs> {
+        Ok(RunArgs::default())
+    }
+
+    fn after_run(&mut self, _ctx: &HookContext<'_>, _values: &RunValues) -> Result<()> {
+        Ok(())
+    }
+
+    fn end(&mut self, _ctx: &HookContext<'_>) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// Reads a scalar result, if fetched.
+pub(crate) fn scalar(values: &RunValues, name: &str) -> Option<f64> {
+    values.results.get(name).and_then(|t| t.scalar_value())
+}

@@ -1,0 +1,73 @@
+//! Records op timings for a range of steps and writes them as a Chrome trace
+//! (`timeline-<step>.json` in the model dir, openable in Perfetto or chrome://tracing),
+//! like TensorFlow's ProfilerHook.
+
+use super::{HookContext, RunArgs, RunValues, SessionRunHook};
+use crate::{EstimatorError, Result};
+use serde_json::json;
+
+pub struct ProfilerHook {
+    first_step: u64,
+    last_step: u64,
+    events: Vec<serde_json::Value>,
+    clock_us: f64,
+    active: bool,
+    /// Where the trace was written, once it was.
+    pub written: Option<String>,
+}
+
+impl ProfilerHook {
+    /// Profiles steps `first_step..=last_step`.
+    pub fn steps(first_step: u64, last_step: u64) -> Self {
+        ProfilerHook { first_step, last_step, events: Vec::new(), clock_us: 0.0, active: false, written: None }
+    }
+
+    fn write(&mut self, ctx: &HookContext<'_>) -> Result<()> {
+        if self.events.is_empty() || self.written.is_some() {
+            return Ok(());
+        }
+        let trace = json!({ "traceEvents": self.events, "displayTimeUnit": "ms" });
+        let name = format!("timeline-{}.json", self.last_step);
+        let bytes = serde_json::to_vec(&trace).map_err(|e| EstimatorError::Hook { hook: "ProfilerHook".into(), reason: e.to_string() })?;
+        ctx.model_dir.put(&name, bytes)?;
+        log::info!("Wrote the op profile of steps {}..={} to {}", self.first_step, self.last_step, ctx.model_dir.url_of(&name));
+        self.written = Some(name);
+        Ok(())
+    }
+}
+
+impl SessionRunHook for ProfilerHook {
+    fn name(&self) -> &str {
+        "ProfilerHook"
+    }
+    fn before_run(&mut self, ctx: &HookContext<'_>) -> Result<RunArgs> {
+        self.active = (self.first_step..=self.last_step).contains(&ctx.global_step);
+        Ok(RunArgs { fetches: Vec::new(), profile: self.active })
+    }
+    fn after_run(&mut self, ctx: &HookContext<'_>, values: &RunValues) -> Result<()> {
+        if !self.active {
+            return Ok(());
+        }
+        let step = ctx.global_step.saturating_sub(1);
+        for t in &values.timings {
+            self.events.push(json!({
+                "name": t.op,
+                "cat": "op",
+                "ph": "X",
+                "ts": self.clock_us + t.start.as_secs_f64() * 1e6,
+                "dur": t.duration.as_secs_f64() * 1e6,
+                "pid": 0,
+                "tid": 0,
+                "args": { "node": t.node, "step": step },
+            }));
+        }
+        self.clock_us += values.step_time.as_secs_f64() * 1e6;
+        if step >= self.last_step {
+            self.write(ctx)?;
+        }
+        Ok(())
+    }
+    fn end(&mut self, ctx: &HookContext<'_>) -> Result<()> {
+        self.write(ctx)
+    }
+}

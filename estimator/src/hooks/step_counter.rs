@@ -1,0 +1,61 @@
+//! Steps and examples per second, and the time steps spent waiting for input (TensorFlow's
+//! StepCounterHook, plus the input wait that tells whether the pipeline keeps up).
+
+use super::{HookContext, RunValues, SessionRunHook};
+use crate::Result;
+use std::time::{Duration, Instant};
+
+pub struct StepCounterHook {
+    every_n_steps: u64,
+    window_start: Option<(Instant, u64)>,
+    input_wait: Duration,
+    step_time: Duration,
+    /// The last report: `(steps/s, examples/s, fraction of time blocked on input)`.
+    pub last: Option<(f64, f64, f64)>,
+}
+
+impl StepCounterHook {
+    pub fn new(every_n_steps: u64) -> Self {
+        StepCounterHook { every_n_steps: every_n_steps.max(1), window_start: None, input_wait: Duration::ZERO, step_time: Duration::ZERO, last: None }
+    }
+}
+
+impl SessionRunHook for StepCounterHook {
+    fn name(&self) -> &str {
+        "StepCounterHook"
+    }
+    fn after_create_session(&mut self, ctx: &HookContext<'_>) -> Result<()> {
+        self.window_start = Some((Instant::now(), ctx.global_step));
+        Ok(())
+    }
+    fn after_run(&mut self, ctx: &HookContext<'_>, values: &RunValues) -> Result<()> {
+        self.input_wait += values.input_wait;
+        self.step_time += values.step_time;
+        let Some((start, first_step)) = self.window_start else { return Ok(()) };
+        let steps = ctx.global_step.saturating_sub(first_step);
+        if steps < self.every_n_steps {
+            return Ok(());
+        }
+        let secs = start.elapsed().as_secs_f64().max(1e-9);
+        let per_sec = steps as f64 / secs;
+        let examples = per_sec * ctx.global_batch_size as f64;
+        let busy = (self.input_wait + self.step_time).as_secs_f64().max(1e-9);
+        let waiting = self.input_wait.as_secs_f64() / busy;
+        log::info!(
+            "global_step/sec: {per_sec:.4}, examples/sec: {examples:.1}, input wait: {:.3} ms/step ({:.1}%)",
+            self.input_wait.as_secs_f64() * 1000.0 / steps as f64,
+            waiting * 100.0
+        );
+        if let Some(w) = ctx.summary
+            && let Ok(mut w) = w.lock()
+        {
+            let step = ctx.global_step;
+            w.scalars(step, &[("global_step/sec", per_sec), ("examples/sec", examples), ("input_wait_fraction", waiting)])?;
+        }
+        self.last = Some((per_sec, examples, waiting));
+        self.window_start = Some((Instant::now(), ctx.global_step));
+        self.input_wait = Duration::ZERO;
+        self.step_time = Duration::ZERO;
+        Ok(())
+    }
+}

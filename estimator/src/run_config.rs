@@ -1,0 +1,121 @@
+//! RunConfig: where and how often the training loop saves, logs and summarizes, with
+//! TensorFlow's defaults.
+
+use crate::{EstimatorError, Result, model_dir::S3Options};
+use std::time::Duration;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunConfig {
+    /// A local path or a URL (`file://`, `memory://`, `s3://bucket/prefix`).
+    pub model_dir: String,
+    /// Seeds initializers and dropout. TensorFlow's `None` means "random"; so does ours,
+    /// and the seed drawn is logged so the run can be repeated.
+    pub random_seed: Option<u64>,
+    /// Steps between training summaries (0 disables them).
+    pub save_summary_steps: u64,
+    pub save_checkpoints_steps: Option<u64>,
+    /// Defaults to 600 when neither checkpoint trigger is set, as in TensorFlow.
+    pub save_checkpoints_secs: Option<u64>,
+    /// 0 keeps every checkpoint.
+    pub keep_checkpoint_max: usize,
+    pub keep_checkpoint_every_n_hours: f64,
+    /// Steps between the loss/steps-per-second log lines.
+    pub log_step_count_steps: u64,
+    /// Strategy names (`default`, `mirrored`, ...); `None` is `default`.
+    pub train_distribute: Option<String>,
+    pub eval_distribute: Option<String>,
+    /// `cpu`, `wgpu:0`, `cuda:0`.
+    pub device: String,
+    /// Object-store credentials when `model_dir` is an `s3://` URL and the environment
+    /// does not provide them.
+    pub s3: Option<S3Options>,
+}
+
+impl Default for RunConfig {
+    fn default() -> Self {
+        RunConfig {
+            model_dir: String::new(),
+            random_seed: None,
+            save_summary_steps: 100,
+            save_checkpoints_steps: None,
+            save_checkpoints_secs: None,
+            keep_checkpoint_max: 5,
+            keep_checkpoint_every_n_hours: 10000.0,
+            log_step_count_steps: 100,
+            train_distribute: None,
+            eval_distribute: None,
+            device: "cpu".into(),
+            s3: None,
+        }
+    }
+}
+
+/// When checkpoints are saved.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum CheckpointTrigger {
+    Steps(u64),
+    Secs(Duration),
+}
+
+impl RunConfig {
+    pub fn new(model_dir: impl Into<String>) -> Self {
+        RunConfig { model_dir: model_dir.into(), ..Default::default() }
+    }
+
+    /// TensorFlow refuses both checkpoint triggers at once; so do we.
+    pub fn validate(&self) -> Result<()> {
+        if self.model_dir.is_empty() {
+            return Err(EstimatorError::Config("model_dir is required".into()));
+        }
+        if self.save_checkpoints_steps.is_some() && self.save_checkpoints_secs.is_some() {
+            return Err(EstimatorError::Config(
+                "save_checkpoints_steps and save_checkpoints_secs are mutually exclusive; set one".into(),
+            ));
+        }
+        if self.save_checkpoints_steps == Some(0) {
+            return Err(EstimatorError::Config("save_checkpoints_steps must be positive".into()));
+        }
+        if !(self.keep_checkpoint_every_n_hours > 0.0) {
+            return Err(EstimatorError::Config("keep_checkpoint_every_n_hours must be positive".into()));
+        }
+        Ok(())
+    }
+
+    pub fn checkpoint_trigger(&self) -> CheckpointTrigger {
+        match (self.save_checkpoints_steps, self.save_checkpoints_secs) {
+            (Some(s), _) => CheckpointTrigger::Steps(s),
+            (None, Some(s)) => CheckpointTrigger::Secs(Duration::from_secs(s)),
+            (None, None) => CheckpointTrigger::Secs(Duration::from_secs(600)),
+        }
+    }
+
+    /// The seed in effect: the configured one, or one drawn from the clock.
+    pub fn seed(&self) -> u64 {
+        self.random_seed.unwrap_or_else(|| {
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_match_tensorflow() {
+        let c = RunConfig::new("m");
+        assert_eq!(c.save_summary_steps, 100);
+        assert_eq!(c.keep_checkpoint_max, 5);
+        assert_eq!(c.log_step_count_steps, 100);
+        assert_eq!(c.checkpoint_trigger(), CheckpointTrigger::Secs(Duration::from_secs(600)));
+        assert!(c.validate().is_ok());
+    }
+
+    #[test]
+    fn checkpoint_triggers_are_exclusive() {
+        let c = RunConfig { save_checkpoints_steps: Some(10), save_checkpoints_secs: Some(5), ..RunConfig::new("m") };
+        assert!(c.validate().is_err());
+        let c = RunConfig { save_checkpoints_steps: Some(10), ..RunConfig::new("m") };
+        assert_eq!(c.checkpoint_trigger(), CheckpointTrigger::Steps(10));
+    }
+}

@@ -1,0 +1,144 @@
+//! From a model function to a plan: placeholders from the dataset's schema, the model's
+//! nodes, metrics, then the pass pipeline (autodiff, the strategy's passes, optimizer,
+//! common-subexpression and dead-code elimination).
+
+use crate::{
+    EstimatorError, Mode, ModelFn, Params, Result, TrainOp,
+    estimator_spec::EstimatorSpec,
+    hooks::SessionRunHook,
+    input::Schema,
+    metrics::Metric,
+    strategy::Strategy,
+};
+use engine_graph::{
+    Graph, GraphBuilder, Outlet, Plan, Shape,
+    autodiff::Autodiff,
+    optimizer::ApplyOptimizer,
+    passes::{CommonSubexpressionElimination, DeadCodeElimination, PassManager},
+};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// The feed name of the labels placeholder.
+pub(crate) const LABELS: &str = "labels";
+
+pub(crate) struct Compiled {
+    pub plan: Arc<Plan>,
+    pub loss: Option<Outlet>,
+    pub train_op: Option<Outlet>,
+    pub predictions: BTreeMap<String, Outlet>,
+    /// `(name, metric, state increments)`.
+    pub metrics: Vec<(String, Metric, Vec<Outlet>)>,
+    /// Tensors hooks may fetch by name.
+    pub named: BTreeMap<String, Outlet>,
+    pub spec_hooks: Vec<Box<dyn SessionRunHook>>,
+    pub spec_chief_hooks: Vec<Box<dyn SessionRunHook>>,
+    pub fingerprint: String,
+}
+
+impl Compiled {
+    pub fn fetch(&self, name: &str) -> Option<Outlet> {
+        match name {
+            "loss" => self.loss,
+            _ => self.named.get(name).copied(),
+        }
+    }
+}
+
+pub(crate) fn compile(
+    model_fn: &dyn ModelFn,
+    params: &Params,
+    mode: Mode,
+    schema: &Schema,
+    strategy: &dyn Strategy,
+    extra_tensors: &[String],
+) -> Result<Compiled> {
+    let mut graph = Graph::new();
+    let mut b = GraphBuilder::new(&mut graph);
+    let mut features = BTreeMap::new();
+    for f in &schema.features {
+        let p = b.placeholder(&f.name, f.dtype, Shape::batched(&f.shape))?;
+        features.insert(f.name.clone(), p);
+    }
+    let labels = match (&schema.label, mode) {
+        (Some(l), Mode::Train | Mode::Eval) => Some(b.placeholder(LABELS, l.dtype, Shape::batched(&l.shape))?),
+        _ => None,
+    };
+    let mut spec: EstimatorSpec = model_fn.build(&features, labels, mode, params, &mut b)?;
+    spec.validate(mode, b.graph())?;
+    let mut metrics = Vec::new();
+    if mode == Mode::Eval {
+        for (name, metric) in &spec.eval_metric_ops {
+            let outs = metric.build(name, &mut b)?;
+            metrics.push((name.clone(), metric.clone(), outs));
+        }
+    }
+    graph.roles.inputs = features.clone();
+    if let Some(l) = labels {
+        graph.roles.inputs.insert(LABELS.into(), l);
+    }
+    graph.roles.loss = spec.loss;
+    graph.roles.predictions = spec.predictions.clone();
+    for (name, _, outs) in &metrics {
+        for (i, o) in outs.iter().enumerate() {
+            graph.roles.fetches.insert(format!("metrics/{name}/{i}"), *o);
+        }
+    }
+    for name in extra_tensors {
+        let (node, output) = match name.rsplit_once(':') {
+            Some((n, o)) if o.parse::<usize>().is_ok() => (n, o.parse().unwrap_or(0)),
+            _ => (name.as_str(), 0),
+        };
+        let id = graph.find(node)?;
+        graph.roles.fetches.insert(name.clone(), Outlet::new(id, output));
+    }
+    let mut passes = PassManager::new();
+    if mode == Mode::Train {
+        let Some(TrainOp::Minimize(optimizer)) = spec.train_op.clone() else {
+            return Err(EstimatorError::Spec { mode, reason: "training needs a train_op".into() });
+        };
+        passes.push(Box::new(Autodiff));
+        for p in strategy.passes(true) {
+            passes.push(p);
+        }
+        passes.push(Box::new(ApplyOptimizer { config: optimizer }));
+    } else {
+        for p in strategy.passes(false) {
+            passes.push(p);
+        }
+    }
+    passes.push(Box::new(CommonSubexpressionElimination));
+    passes.push(Box::new(DeadCodeElimination));
+    passes.run(&mut graph)?;
+    let mut named: BTreeMap<String, Outlet> = graph.roles.fetches.clone();
+    if let Ok(step) = graph.find("global_step") {
+        named.insert("global_step".into(), Outlet::from(step));
+    }
+    for (k, v) in &graph.roles.predictions {
+        named.entry(format!("predictions/{k}")).or_insert(*v);
+    }
+    let fingerprint = format!("{}-{}", graph.fingerprint()?, engine_graph::derive_seed(0, &strategy.describe()) & 0xffff);
+    let plan = Arc::new(Plan::new(graph, passes.log().to_vec())?);
+    let g = &plan.graph;
+    Ok(Compiled {
+        loss: g.roles.loss,
+        train_op: g.roles.train_op,
+        predictions: g.roles.predictions.clone(),
+        metrics: metrics
+            .into_iter()
+            .map(|(n, m, outs)| {
+                let outs = (0..outs.len()).filter_map(|i| g.roles.fetches.get(&format!("metrics/{n}/{i}")).copied()).collect();
+                (n, m, outs)
+            })
+            .collect(),
+        named,
+        spec_hooks: std::mem::take(match mode {
+            Mode::Train => &mut spec.training_hooks,
+            Mode::Eval => &mut spec.evaluation_hooks,
+            Mode::Predict => &mut spec.prediction_hooks,
+        }),
+        spec_chief_hooks: std::mem::take(&mut spec.training_chief_hooks),
+        fingerprint,
+        plan: plan.clone(),
+    })
+}

@@ -1,0 +1,88 @@
+//! One pass of evaluation: every example of the dataset exactly once (or `steps` batches),
+//! with metric states accumulated on the host.
+
+use crate::{
+    EstimatorError, Result,
+    input::Batch,
+    metrics::MetricState,
+    session::{Compiled, Replicas},
+};
+use engine_graph::Outlet;
+use engine_runtime::RunOptions;
+use std::collections::BTreeMap;
+
+#[derive(Debug, Clone, Default)]
+pub(crate) struct EvalOutcome {
+    /// Example-weighted mean of the loss.
+    pub loss: f64,
+    pub metrics: BTreeMap<String, f64>,
+    /// Raw states, so workers can merge them before computing results.
+    pub states: BTreeMap<String, MetricState>,
+    pub loss_sum: f64,
+    pub examples: u64,
+    pub batches: u64,
+}
+
+/// Runs the eval plan over `batches` (replica by replica, each on its own batch).
+pub(crate) fn evaluate_dataset(
+    compiled: &Compiled,
+    replicas: &mut Replicas,
+    batches: impl Iterator<Item = Result<Batch>>,
+    steps: Option<u64>,
+) -> Result<EvalOutcome> {
+    let loss = compiled.loss.ok_or_else(|| EstimatorError::Other("evaluation graph has no loss".into()))?;
+    let mut fetches: Vec<Outlet> = vec![loss];
+    for (_, _, outs) in &compiled.metrics {
+        fetches.extend(outs);
+    }
+    let mut out = EvalOutcome::default();
+    let mut states: Vec<MetricState> = vec![MetricState::default(); compiled.metrics.len()];
+    let mut batches = batches.peekable();
+    while batches.peek().is_some() {
+        if steps.is_some_and(|s| out.batches >= s) {
+            break;
+        }
+        let mut group = Vec::with_capacity(replicas.len());
+        while group.len() < replicas.len() {
+            match batches.next() {
+                Some(b) => group.push(b?),
+                None => break,
+            }
+        }
+        let sizes: Vec<usize> = group.iter().map(real_examples).collect();
+        let n = group.len();
+        let results = if n == replicas.len() {
+            replicas.run(group, &fetches, RunOptions::default())?
+        } else {
+            // A last group smaller than the replica count: run the rest on replica 0 one
+            // by one, so every example is still evaluated exactly once.
+            let mut r = Vec::new();
+            for b in group {
+                r.extend(replicas.run(vec![b], &fetches, RunOptions::default())?);
+            }
+            r
+        };
+        for (res, &size) in results.iter().zip(&sizes) {
+            let l = res.fetched[0].to_host()?.scalar_value().unwrap_or(f64::NAN);
+            out.loss_sum += l * size as f64;
+            out.examples += size as u64;
+            let mut at = 1;
+            for (state, (_, _, outs)) in states.iter_mut().zip(&compiled.metrics) {
+                let incs = res.fetched[at..at + outs.len()].iter().map(|v| v.to_host()).collect::<std::result::Result<Vec<_>, _>>()?;
+                state.add(&incs);
+                at += outs.len();
+            }
+        }
+        out.batches += 1;
+    }
+    out.loss = if out.examples > 0 { out.loss_sum / out.examples as f64 } else { f64::NAN };
+    for ((name, metric, _), state) in compiled.metrics.iter().zip(states) {
+        out.metrics.insert(name.clone(), metric.result(&state));
+        out.states.insert(name.clone(), state);
+    }
+    Ok(out)
+}
+
+fn real_examples(b: &Batch) -> usize {
+    b.ids.len().min(b.len).max(if b.ids.is_empty() { b.len } else { 0 })
+}

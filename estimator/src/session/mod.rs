@@ -1,0 +1,14 @@
+//! Compiled graphs per mode, the replicas that run them, and the loops that drive them.
+
+mod compile;
+mod evaluation;
+mod prediction;
+mod replicas;
+mod training;
+
+pub(crate) use compile::{Compiled, compile};
+pub(crate) use evaluation::{EvalOutcome, evaluate_dataset};
+pub use prediction::Predictions;
+pub(crate) use replicas::Replicas;
+pub(crate) use training::TrainingSession;
+pub use training::TrainOutcome;

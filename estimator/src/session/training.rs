@@ -1,0 +1,148 @@
+//! The training loop: TensorFlow's MonitoredTrainingSession, with hooks.
+
+use crate::{
+    EstimatorError, Result,
+    checkpoint::CheckpointManager,
+    hooks::{HookContext, RunArgs, RunValues, SessionRunHook, SessionState, SharedSummaryWriter},
+    input::{Batch, DatasetIter},
+    model_dir::ModelDir,
+    session::{Compiled, Replicas},
+};
+use engine_graph::{HostTensor, Outlet};
+use engine_runtime::RunOptions;
+use std::cell::Cell;
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+pub(crate) struct TrainingSession<'a> {
+    pub compiled: &'a Compiled,
+    pub replicas: Replicas,
+    pub input: DatasetIter,
+    pub global_step: u64,
+    pub model_dir: &'a ModelDir,
+    pub checkpoints: &'a CheckpointManager,
+    pub summary: Option<SharedSummaryWriter>,
+    pub is_chief: bool,
+    pub global_batch_size: usize,
+}
+
+/// How a training run ended.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TrainOutcome {
+    pub global_step: u64,
+    /// The loss of the last step run (`None` if no step ran).
+    pub loss: Option<f64>,
+}
+
+struct State<'s> {
+    replicas: &'s Replicas,
+    input: &'s DatasetIter,
+    fingerprint: &'s str,
+}
+
+impl SessionState for State<'_> {
+    fn export_variables(&self) -> Result<BTreeMap<String, HostTensor>> {
+        self.replicas.export()
+    }
+    fn input_state(&self) -> String {
+        serde_json::to_string(&self.input.state()).unwrap_or_else(|_| "{}".into())
+    }
+    fn fingerprint(&self) -> String {
+        self.fingerprint.to_string()
+    }
+}
+
+impl TrainingSession<'_> {
+    fn with_ctx<T>(&self, stop: &Cell<bool>, f: impl FnOnce(&HookContext<'_>) -> T) -> T {
+        let state = State { replicas: &self.replicas, input: &self.input, fingerprint: &self.compiled.fingerprint };
+        let ctx = HookContext {
+            global_step: self.global_step,
+            is_chief: self.is_chief,
+            model_dir: self.model_dir,
+            checkpoints: self.checkpoints,
+            summary: self.summary.as_ref(),
+            global_batch_size: self.global_batch_size,
+            session: &state,
+            stop,
+        };
+        f(&ctx)
+    }
+
+    /// Runs steps until a hook requests a stop (StopAtStepHook ends every bounded run) or
+    /// the input is exhausted, then calls every hook's `end`.
+    pub fn run(&mut self, hooks: &mut [Box<dyn SessionRunHook + '_>]) -> Result<TrainOutcome> {
+        let stop = Cell::new(false);
+        self.with_ctx(&stop, |ctx| hooks.iter_mut().try_for_each(|h| h.begin(ctx)))?;
+        self.with_ctx(&stop, |ctx| hooks.iter_mut().try_for_each(|h| h.after_create_session(ctx)))?;
+        let loss = self.compiled.loss.ok_or_else(|| EstimatorError::Other("training graph has no loss".into()))?;
+        let train_op = self.compiled.train_op.ok_or_else(|| EstimatorError::Other("training graph has no train op".into()))?;
+        let mut last_loss = None;
+        let result = (|| -> Result<()> {
+            while !stop.get() {
+                let mut args = RunArgs::default();
+                for h in hooks.iter_mut() {
+                    let a = self.with_ctx(&stop, |ctx| h.before_run(ctx))?;
+                    args.fetches.extend(a.fetches);
+                    args.profile |= a.profile;
+                }
+                args.fetches.sort();
+                args.fetches.dedup();
+                let mut fetches: Vec<Outlet> = vec![loss, train_op];
+                for name in &args.fetches {
+                    let o = self.compiled.fetch(name).ok_or_else(|| EstimatorError::Hook {
+                        hook: "before_run".into(),
+                        reason: format!("no tensor named '{name}' (hooks must list node names in required_tensors)"),
+                    })?;
+                    fetches.push(o);
+                }
+                let waited = Instant::now();
+                let mut batches: Vec<Batch> = Vec::with_capacity(self.replicas.len());
+                for _ in 0..self.replicas.len() {
+                    match self.input.next() {
+                        Some(b) => batches.push(b?),
+                        None => {
+                            log::info!("Input exhausted at step {}", self.global_step);
+                            stop.set(true);
+                            break;
+                        }
+                    }
+                }
+                if batches.len() < self.replicas.len() {
+                    break;
+                }
+                let input_wait = waited.elapsed();
+                let started = Instant::now();
+                let options = RunOptions { step: self.global_step as i64, replica: 0, profile: args.profile };
+                let outs = self.replicas.run(batches, &fetches, options)?;
+                let step_time = started.elapsed();
+                self.global_step += 1;
+                let first = outs.first().ok_or_else(|| EstimatorError::Other("no replica ran".into()))?;
+                // The logged loss is the mean over replicas: each replica's loss is the
+                // mean over its own per-replica batch of equal size.
+                let mut loss_sum = 0.0;
+                for o in &outs {
+                    loss_sum += o.fetched[0].to_host()?.scalar_value().unwrap_or(f64::NAN);
+                }
+                let step_loss = loss_sum / outs.len() as f64;
+                last_loss = Some(step_loss);
+                let mut results = BTreeMap::new();
+                results.insert("loss".to_string(), HostTensor::scalar_f32(step_loss as f32));
+                for (name, value) in args.fetches.iter().zip(&first.fetched[2..]) {
+                    if name != "loss" {
+                        results.insert(name.clone(), value.to_host()?);
+                    }
+                }
+                let values = RunValues { results, timings: first.timings.clone(), step_time, input_wait };
+                for h in hooks.iter_mut() {
+                    self.with_ctx(&stop, |ctx| h.after_run(ctx, &values))?;
+                }
+            }
+            Ok(())
+        })();
+        // As in TensorFlow, a failed step ends the session without `end`: no checkpoint
+        // records a state the failure may have left half-advanced (the input position).
+        result?;
+        self.with_ctx(&stop, |ctx| hooks.iter_mut().try_for_each(|h| h.end(ctx)))?;
+        Ok(TrainOutcome { global_step: self.global_step, loss: last_loss })
+    }
+}
