@@ -19,10 +19,28 @@ fn random(shape: &[usize], seed: u64) -> HostTensor {
     HostTensor { shape: shape.to_vec(), data: HostData::F32((0..n).map(|_| rng.random::<f32>() * 2.0 - 1.0).collect()) }
 }
 
-/// Runs `build` on placeholders fed with `inputs` and returns the output.
+/// Runs `build` on placeholders fed with `inputs` with the native CPU kernels and with
+/// burn's generic ones (what GPUs run), checks they agree, and returns the output.
 fn eval(
     inputs: &[HostTensor],
     build: impl Fn(&mut GraphBuilder<'_>, &[Outlet]) -> engine_graph::Result<Outlet>,
+) -> Result<HostTensor> {
+    let native = eval_with(true, inputs, &build)?;
+    let generic = eval_with(false, inputs, &build)?;
+    if native.shape != generic.shape || native.dtype() != generic.dtype() {
+        return Err(anyhow!("native {:?} and generic {:?} kernels disagree on the output", native.shape, generic.shape));
+    }
+    let (a, b) = (native.to_f64_vec(), generic.to_f64_vec());
+    if let Some(i) = (0..a.len()).find(|&i| (a[i] - b[i]).abs() > 1e-4 * (1.0 + b[i].abs())) {
+        return Err(anyhow!("native and generic kernels differ at element {i}: {} vs {}", a[i], b[i]));
+    }
+    Ok(native)
+}
+
+fn eval_with(
+    native: bool,
+    inputs: &[HostTensor],
+    build: &impl Fn(&mut GraphBuilder<'_>, &[Outlet]) -> engine_graph::Result<Outlet>,
 ) -> Result<HostTensor> {
     let mut g = Graph::new();
     let mut b = GraphBuilder::new(&mut g);

@@ -6,7 +6,7 @@ use engine_graph::{
     Graph, GraphBuilder, Plan,
     autodiff::Autodiff,
     optimizer::ApplyOptimizer,
-    passes::{CommonSubexpressionElimination, DeadCodeElimination, PassManager},
+    passes::{PassManager, optimization_passes},
 };
 
 /// The plan for one mode. Training graphs get `autodiff` and `apply-optimizer`; every
@@ -22,7 +22,9 @@ pub fn compile(spec: &Spec, mode: Mode, strategy: Strategy) -> Result<Plan, Lowe
     for p in strategy_passes {
         passes.push(p);
     }
-    passes = passes.with(CommonSubexpressionElimination).with(DeadCodeElimination);
+    for p in optimization_passes() {
+        passes.push(p);
+    }
     passes.run(&mut graph).map_err(|source| LowerError::Graph { stage: "compiling the graph", source })?;
     Plan::new(graph, passes.log().to_vec()).map_err(|source| LowerError::Graph { stage: "scheduling", source })
 }

@@ -14,7 +14,7 @@ use engine_graph::{
     Graph, GraphBuilder, Outlet, Plan, Shape,
     autodiff::Autodiff,
     optimizer::ApplyOptimizer,
-    passes::{CommonSubexpressionElimination, DeadCodeElimination, PassManager},
+    passes::{PassManager, optimization_passes},
 };
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -107,8 +107,9 @@ pub(crate) fn compile(
             passes.push(p);
         }
     }
-    passes.push(Box::new(CommonSubexpressionElimination));
-    passes.push(Box::new(DeadCodeElimination));
+    for p in optimization_passes() {
+        passes.push(p);
+    }
     passes.run(&mut graph)?;
     let mut named: BTreeMap<String, Outlet> = graph.roles.fetches.clone();
     if let Ok(step) = graph.find("global_step") {

@@ -7,6 +7,7 @@
 //! that wire primitives, so their gradients come for free.
 
 pub mod activation;
+pub mod fused;
 pub mod logic;
 pub mod loss;
 pub mod math;
@@ -20,6 +21,7 @@ use crate::{Fact, Result, autodiff::GradCtx};
 use std::fmt;
 
 pub use activation::*;
+pub use fused::*;
 pub use logic::*;
 pub use loss::*;
 pub use math::*;
@@ -128,6 +130,8 @@ op_set! {
     ArgMax, Equal, Less, Greater, Cast, OneHot, Select,
     // state
     Assign, Group,
+    // formed by fusion passes after autodiff
+    FusedConv2d, FusedMatMul,
 }
 
 impl Op {

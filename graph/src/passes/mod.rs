@@ -6,11 +6,17 @@
 
 mod cse;
 mod dce;
+mod fuse_bias_activation;
+mod fuse_bias_into_filter_grad;
+mod fuse_relu_into_pool_grad;
 mod liveness;
 mod schedule;
 
 pub use cse::CommonSubexpressionElimination;
 pub use dce::DeadCodeElimination;
+pub use fuse_bias_activation::FuseBiasActivation;
+pub use fuse_bias_into_filter_grad::FuseBiasIntoFilterGrad;
+pub use fuse_relu_into_pool_grad::FuseReluIntoPoolGrad;
 pub use liveness::{Liveness, liveness};
 pub use schedule::schedule;
 
@@ -20,6 +26,18 @@ pub trait Pass {
     fn name(&self) -> &str;
     /// Rewrites the graph; returns whether anything changed.
     fn run(&self, g: &mut Graph) -> Result<bool>;
+}
+
+/// The optimizations every compiled graph gets after its rewrites: merge duplicates,
+/// fuse what kernels can do in one pass, drop what no role needs.
+pub fn optimization_passes() -> Vec<Box<dyn Pass>> {
+    vec![
+        Box::new(CommonSubexpressionElimination),
+        Box::new(FuseBiasActivation),
+        Box::new(FuseReluIntoPoolGrad),
+        Box::new(FuseBiasIntoFilterGrad),
+        Box::new(DeadCodeElimination),
+    ]
 }
 
 /// Runs passes in order, checking consistency after each.

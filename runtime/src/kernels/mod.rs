@@ -20,7 +20,7 @@ use crate::{
     executor::resolve,
     value::{B, T},
 };
-use burn::backend::ops::{BoolTensorOps, FloatTensorOps, IntTensorOps};
+use burn::backend::ops::{ActivationOps, BoolTensorOps, FloatTensorOps, IntTensorOps};
 use burn::backend::{DispatchDevice, TensorMetadata};
 use burn::tensor::Shape as BurnShape;
 use engine_graph::{Node, Op};
@@ -103,9 +103,37 @@ pub(crate) fn generic(op: &Op, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Resul
         BroadcastTo(_) => Ok(vec![shape::broadcast_to(first(inputs, ctx)?, ctx)?]),
         Conv2d(c) => one(conv::forward(c, inputs, ctx)?),
         Conv2dBackpropInput(c) => one(conv::backprop_input(c, inputs, ctx)?),
-        Conv2dBackpropFilter(c) => one(conv::backprop_filter(c, inputs, ctx)?),
+        Conv2dBackpropFilter(c) => {
+            let bias = match (c.with_bias, inputs.get(1)) {
+                (true, Some(Value::Float(gy))) => Some(sum_leading(gy.clone(), 3)),
+                _ => None,
+            };
+            let mut out = vec![Value::Float(conv::backprop_filter(c, inputs, ctx)?)];
+            out.extend(bias.map(Value::Float));
+            Ok(out)
+        }
+        FusedConv2d(f) => {
+            let (head, bias) = split_bias(inputs, ctx)?;
+            let y = conv::forward(&f.conv(), head, ctx)?;
+            one(bias_activation(y, bias, f.activation))
+        }
+        FusedMatMul(f) => {
+            let (head, bias) = split_bias(inputs, ctx)?;
+            let y = math::matmul(&f.matmul(), head, ctx)?;
+            one(bias_activation(y, bias, f.activation))
+        }
         MaxPool2d(p) => pool::max_forward(p, inputs, ctx),
-        MaxPool2dGrad(p) => one(pool::max_backward(p, inputs, ctx)?),
+        MaxPool2dGrad(p) => {
+            let x = match (p.relu_mask, inputs.first()) {
+                (true, Some(Value::Float(x))) => Some(x.clone()),
+                _ => None,
+            };
+            let g = pool::max_backward(p, inputs, ctx)?;
+            one(match x {
+                Some(x) => B::relu_backward(x, g),
+                None => g,
+            })
+        }
         AvgPool2d(p) => one(pool::avg_forward(&p.window, inputs, ctx)?),
         AvgPool2dGrad(p) => one(pool::avg_backward(p, inputs, ctx)?),
         Dropout(d) => dropout::run(d, inputs, ctx),
@@ -167,4 +195,31 @@ pub(crate) fn expand_float(t: T, dims: &[usize]) -> T {
 
 pub(crate) fn dims(t: &T) -> Vec<usize> {
     t.shape().to_vec()
+}
+
+/// `(first two inputs, the third)`: a fused op's operands and its bias.
+fn split_bias(mut inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Result<(Vec<Value>, T)> {
+    match inputs.pop() {
+        Some(Value::Float(b)) if inputs.len() == 2 => Ok((inputs, b)),
+        _ => Err(ctx.err("expected two operands and a float bias")),
+    }
+}
+
+/// `activation(y + bias)` with the bias broadcast over the last axis.
+fn bias_activation(y: T, bias: T, activation: engine_graph::ops::Activation) -> T {
+    let rank = y.shape().num_dims();
+    let z = B::float_add(y, align_float(bias, rank));
+    match activation {
+        engine_graph::ops::Activation::Linear => z,
+        engine_graph::ops::Activation::Relu => B::relu(z),
+    }
+}
+
+/// Sums over the first `axes` axes (a bias gradient from an NHWC gradient).
+fn sum_leading(mut t: T, axes: usize) -> T {
+    let c = t.shape().to_vec().last().copied().unwrap_or(1);
+    for a in 0..axes {
+        t = B::float_sum_dim(t, a);
+    }
+    B::float_reshape(t, BurnShape::from(vec![c]))
 }

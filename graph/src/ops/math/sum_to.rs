@@ -17,7 +17,15 @@ impl GraphBuilder<'_> {
                 axes.push(lead + i);
             }
         }
-        let summed = if axes.is_empty() { g } else { self.reduce_sum(g, &axes, true)? };
+        if axes.is_empty() {
+            return self.reshape(g, target.clone());
+        }
+        // Only leading axes (a bias over the last axes): the plain sum is already the target
+        // shape, and it is the form fusion passes recognize.
+        if axes.iter().all(|&a| a < lead) {
+            return self.reduce_sum(g, &axes, false);
+        }
+        let summed = self.reduce_sum(g, &axes, true)?;
         if &self.fact(summed)?.shape == target { Ok(summed) } else { self.reshape(summed, target.clone()) }
     }
 }

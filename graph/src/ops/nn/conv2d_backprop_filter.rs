@@ -11,11 +11,16 @@ use crate::{
 };
 
 /// Inputs: `(conv input, gradient of the output)`.
+///
+/// With `with_bias`, a second output holds the bias gradient (the output gradient summed
+/// over batch and space), computed in the same pass over the gradient: the fusion of the
+/// `Sum` a bias add's gradient would otherwise be.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Conv2dBackpropFilter {
     pub filter_hw: [usize; 2],
     pub strides: [usize; 2],
     pub padding: Padding,
+    pub with_bias: bool,
 }
 
 impl OpDef for Conv2dBackpropFilter {
@@ -40,7 +45,11 @@ impl OpDef for Conv2dBackpropFilter {
         let (Dim::Known(c), Dim::Known(f)) = (x.shape.dim(3), out) else {
             return Err("channel counts must be known".to_string());
         };
-        Ok(vec![Fact::f32(Shape::known(&[self.filter_hw[0], self.filter_hw[1], c, f]))])
+        let mut out = vec![Fact::f32(Shape::known(&[self.filter_hw[0], self.filter_hw[1], c, f]))];
+        if self.with_bias {
+            out.push(Fact::f32(Shape::known(&[f])));
+        }
+        Ok(out)
     }
     fn grad(&self, ctx: &mut GradCtx<'_, '_>) -> Result<()> {
         // Bilinear in (x, gy): <ggw, BF(x, gy)> = <gy, conv(x, ggw)>.
@@ -72,6 +81,6 @@ impl GraphBuilder<'_> {
         strides: [usize; 2],
         padding: Padding,
     ) -> Result<Outlet> {
-        self.op(Conv2dBackpropFilter { filter_hw, strides, padding }.into(), &[x, gy])
+        self.op(Conv2dBackpropFilter { filter_hw, strides, padding, with_bias: false }.into(), &[x, gy])
     }
 }

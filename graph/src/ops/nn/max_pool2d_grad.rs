@@ -7,9 +7,13 @@ use crate::{
 };
 
 /// Inputs: `(pool input, argmax positions, gradient of the pooled values)`.
+///
+/// With `relu_mask`, a gradient landing on a non-positive input is dropped: the fusion of
+/// `ReluGrad(y, MaxPoolGrad(y, ...))` when the pool reads a ReLU's output `y`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct MaxPool2dGrad {
     pub window: Window,
+    pub relu_mask: bool,
 }
 
 impl OpDef for MaxPool2dGrad {
@@ -32,6 +36,6 @@ impl OpDef for MaxPool2dGrad {
 
 impl GraphBuilder<'_> {
     pub fn max_pool2d_grad(&mut self, x: Outlet, argmax: Outlet, gy: Outlet, window: Window) -> Result<Outlet> {
-        self.op(MaxPool2dGrad { window }.into(), &[x, argmax, gy])
+        self.op(MaxPool2dGrad { window, relu_mask: false }.into(), &[x, argmax, gy])
     }
 }

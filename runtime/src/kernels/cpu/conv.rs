@@ -6,9 +6,10 @@
 use super::{
     buffer::{Elem, chunks, tensor, view},
     gemm::{Mat, gemm},
+    simd::multiversion,
 };
 use crate::{Result, Value, kernels::KernelCtx, value::T};
-use engine_graph::ops::{Conv2d, Conv2dBackpropFilter, Conv2dBackpropInput, Padding, Window};
+use engine_graph::ops::{Activation, Conv2d, Conv2dBackpropFilter, Conv2dBackpropInput, FusedConv2d, Padding, Window};
 use rayon::prelude::*;
 
 /// The sizes of one convolution.
@@ -45,22 +46,41 @@ impl Geometry {
     }
 }
 
-/// Rows of output pixels, columns of (ky, kx, channel) taps; zeros where the window
-/// leaves the image.
-fn im2col<E: Elem>(x: &[E], g: &Geometry, cols: &mut [E]) {
-    let k = g.patch();
-    for oy in 0..g.oh {
-        for ox in 0..g.ow {
-            let row = &mut cols[(oy * g.ow + ox) * k..][..k];
-            for ky in 0..g.kh {
-                let iy = (oy * g.sh + ky) as isize - g.top as isize;
-                for kx in 0..g.kw {
-                    let ix = (ox * g.sw + kx) as isize - g.left as isize;
-                    let dst = &mut row[(ky * g.kw + kx) * g.c..][..g.c];
-                    if iy < 0 || ix < 0 || iy >= g.h as isize || ix >= g.w as isize {
+multiversion! {
+    /// Rows of output pixels, columns of (ky, kx, channel) taps; zeros where the window
+    /// leaves the image. With stride 1 the taps of one kernel row are contiguous in the
+    /// input, so a whole in-bounds run is copied at once.
+    fn im2col<E: Elem>(x: &[E], g: &Geometry, cols: &mut [E]) {
+        let k = g.patch();
+        let run = g.kw * g.c;
+        for oy in 0..g.oh {
+            for ox in 0..g.ow {
+                let row = &mut cols[(oy * g.ow + ox) * k..][..k];
+                let x0 = (ox * g.sw) as isize - g.left as isize;
+                for ky in 0..g.kh {
+                    let iy = (oy * g.sh + ky) as isize - g.top as isize;
+                    let dst = &mut row[ky * run..][..run];
+                    if iy < 0 || iy >= g.h as isize {
                         dst.iter_mut().for_each(|v| *v = E::zero());
+                        continue;
+                    }
+                    let line = &x[iy as usize * g.w * g.c..][..g.w * g.c];
+                    if x0 >= 0 && x0 as usize + g.kw <= g.w {
+                        // Whole kernel row inside the image. A plain loop: runs are a few
+                        // elements, where a `memcpy` call costs more than the copy.
+                        for (d, s) in dst.iter_mut().zip(&line[x0 as usize * g.c..][..run]) {
+                            *d = *s;
+                        }
                     } else {
-                        dst.copy_from_slice(&x[(iy as usize * g.w + ix as usize) * g.c..][..g.c]);
+                        for kx in 0..g.kw {
+                            let ix = x0 + kx as isize;
+                            let d = &mut dst[kx * g.c..][..g.c];
+                            if ix < 0 || ix >= g.w as isize {
+                                d.iter_mut().for_each(|v| *v = E::zero());
+                            } else {
+                                d.copy_from_slice(&line[ix as usize * g.c..][..g.c]);
+                            }
+                        }
                     }
                 }
             }
@@ -104,11 +124,26 @@ fn inner_threads(g: &Geometry) -> usize {
 
 pub(super) fn forward<E: Elem>(c: &Conv2d, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Result<T> {
     let [x, w] = ctx.floats(inputs)?;
+    convolve::<E>(c, x, w, None, ctx)
+}
+
+/// `activation(conv(x, w) + bias)`: the bias and activation are applied to each image's
+/// output right after its product, while it is still in cache.
+pub(super) fn fused<E: Elem>(c: &FusedConv2d, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Result<T> {
+    let [x, w, b] = ctx.floats(inputs)?;
+    let bias = view::<E>(&b);
+    convolve::<E>(&c.conv(), x, w, Some((&bias, c.activation)), ctx)
+}
+
+fn convolve<E: Elem>(c: &Conv2d, x: T, w: T, post: Option<(&[E], Activation)>, ctx: &KernelCtx<'_>) -> Result<T> {
     let [n, h, wd, ch] = shape4(&super::super::dims(&x), "input", ctx)?;
     let [kh, kw, _, f] = shape4(&super::super::dims(&w), "filter", ctx)?;
     let g = Geometry::new(n, [h, wd], ch, [kh, kw], c.strides, c.padding, ctx)?;
     let (xs, ws) = (view::<E>(&x), view::<E>(&w));
     let (p, k) = (g.pixels(), g.patch());
+    if post.is_some_and(|(b, _)| b.len() != f) {
+        return Err(ctx.err("bias length differs from the output channels"));
+    }
     let mut out = vec![E::zero(); n * p * f];
     let threads = inner_threads(&g);
     let ok = out
@@ -116,7 +151,11 @@ pub(super) fn forward<E: Elem>(c: &Conv2d, inputs: Vec<Value>, ctx: &KernelCtx<'
         .zip(xs.par_chunks(g.image()))
         .map_init(|| vec![E::zero(); p * k], |cols, (y, x)| {
             im2col(x, &g, cols);
-            gemm(p, f, k, y, false, Mat::row_major(cols, k), Mat::row_major(&ws, f), threads)
+            let ok = gemm(p, f, k, y, false, Mat::row_major(cols, k), Mat::row_major(&ws, f), threads);
+            if let Some((bias, act)) = post {
+                super::elementwise::bias_activation(y, bias, act);
+            }
+            ok
         })
         .all(|ok| ok);
     if !ok {
@@ -125,7 +164,8 @@ pub(super) fn forward<E: Elem>(c: &Conv2d, inputs: Vec<Value>, ctx: &KernelCtx<'
     Ok(tensor(out, &[n, g.oh, g.ow, f], ctx.device))
 }
 
-pub(super) fn backprop_filter<E: Elem>(c: &Conv2dBackpropFilter, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Result<T> {
+/// The filter gradient, and with `with_bias` the bias gradient from the same pass.
+pub(super) fn backprop_filter<E: Elem>(c: &Conv2dBackpropFilter, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Result<Vec<Value>> {
     let [x, gy] = ctx.floats(inputs)?;
     let [n, h, wd, ch] = shape4(&super::super::dims(&x), "input", ctx)?;
     let f = super::super::dims(&gy).last().copied().unwrap_or(0);
@@ -136,27 +176,37 @@ pub(super) fn backprop_filter<E: Elem>(c: &Conv2dBackpropFilter, inputs: Vec<Val
         return Err(ctx.err("output gradient does not match the convolution"));
     }
     let per_task = chunks(n);
-    let partials: Vec<Option<Vec<E>>> = (0..n.div_ceil(per_task))
+    let partials: Vec<Option<(Vec<E>, Vec<E>)>> = (0..n.div_ceil(per_task))
         .into_par_iter()
         .map(|t| {
             let mut acc = vec![E::zero(); k * f];
+            let mut bias = vec![E::zero(); if c.with_bias { f } else { 0 }];
             let mut cols = vec![E::zero(); p * k];
             for i in t * per_task..((t + 1) * per_task).min(n) {
                 im2col(&xs[i * g.image()..][..g.image()], &g, &mut cols);
-                let dy = Mat::row_major(&gys[i * p * f..][..p * f], f);
-                if !gemm(k, f, p, &mut acc, true, Mat::transposed(&cols, k), dy, 1) {
+                let dy = &gys[i * p * f..][..p * f];
+                if !gemm(k, f, p, &mut acc, true, Mat::transposed(&cols, k), Mat::row_major(dy, f), 1) {
                     return None;
                 }
+                if c.with_bias {
+                    super::reduce::add_rows(&mut bias, dy);
+                }
             }
-            Some(acc)
+            Some((acc, bias))
         })
         .collect();
     let mut total = vec![E::zero(); k * f];
+    let mut bias = vec![E::zero(); if c.with_bias { f } else { 0 }];
     for part in partials {
-        let part = part.ok_or_else(|| ctx.err("matrix sizes do not fit the buffers"))?;
-        total.iter_mut().zip(part).for_each(|(t, v)| *t += v);
+        let (w, b) = part.ok_or_else(|| ctx.err("matrix sizes do not fit the buffers"))?;
+        total.iter_mut().zip(w).for_each(|(t, v)| *t += v);
+        bias.iter_mut().zip(b).for_each(|(t, v)| *t += v);
     }
-    Ok(tensor(total, &[g.kh, g.kw, ch, f], ctx.device))
+    let mut out = vec![Value::Float(tensor(total, &[g.kh, g.kw, ch, f], ctx.device))];
+    if c.with_bias {
+        out.push(Value::Float(tensor(bias, &[f], ctx.device)));
+    }
+    Ok(out)
 }
 
 pub(super) fn backprop_input<E: Elem>(c: &Conv2dBackpropInput, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Result<T> {
@@ -184,4 +234,38 @@ pub(super) fn backprop_input<E: Elem>(c: &Conv2dBackpropInput, inputs: Vec<Value
         return Err(ctx.err("matrix sizes do not fit the buffers"));
     }
     Ok(tensor(out, &[n, g.h, g.w, ch], ctx.device))
+}
+
+#[cfg(test)]
+mod probe {
+    use super::*;
+    use std::time::Instant;
+
+    #[test]
+    #[ignore = "timing probe"]
+    fn im2col_probe() {
+        let g = Geometry { n: 64, h: 28, w: 28, c: 1, kh: 3, kw: 3, oh: 26, ow: 26, sh: 1, sw: 1, top: 0, left: 0 };
+        let x: Vec<f32> = (0..64 * 784).map(|i| i as f32).collect();
+        let mut cols = vec![0.0f32; 676 * 9];
+        let w: Vec<f32> = (0..9 * 32).map(|i| i as f32).collect();
+        let mut out = vec![0.0f32; 676 * 32];
+        for _ in 0..3 {
+            let t = Instant::now();
+            for i in 0..64 {
+                im2col(&x[i * 784..][..784], &g, &mut cols);
+            }
+            let t1 = t.elapsed();
+            let t = Instant::now();
+            for _ in 0..64 {
+                gemm(676, 32, 9, &mut out, false, Mat::row_major(&cols, 9), Mat::row_major(&w, 32), 1);
+            }
+            let t2 = t.elapsed();
+            let t = Instant::now();
+            let mut gw = vec![0.0f32; 9 * 32];
+            for _ in 0..64 {
+                gemm(9, 32, 676, &mut gw, true, Mat::transposed(&cols, 9), Mat::row_major(&out, 32), 1);
+            }
+            println!("im2col {t1:?} gemm fwd {t2:?} gemm filter {:?}", t.elapsed());
+        }
+    }
 }

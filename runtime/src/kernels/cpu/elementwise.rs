@@ -8,9 +8,10 @@
 use super::{
     Outcome,
     buffer::{Elem, into_vec, tensor, view},
+    simd::multiversion,
 };
 use crate::{Result, Value, kernels::{KernelCtx, dims}, value::T};
-use engine_graph::Op;
+use engine_graph::{Op, ops::Activation};
 use rayon::prelude::*;
 
 const PARALLEL_MIN: usize = 1 << 16;
@@ -79,33 +80,54 @@ pub(super) fn binary<E: Elem>(op: &Op, inputs: Vec<Value>, ctx: &KernelCtx<'_>) 
     Ok(Ok(vec![Value::Float(if a_fills {
         let mut data = into_vec::<E>(a);
         let small = view::<E>(&b);
-        apply_repeating(&mut data, &small, |x, y| kind.apply(x, y));
+        apply_repeating(&mut data, &small, kind, false);
         tensor(data, &out, ctx.device)
     } else {
         let mut data = into_vec::<E>(b);
         let small = view::<E>(&a);
-        apply_repeating(&mut data, &small, |y, x| kind.apply(x, y));
+        apply_repeating(&mut data, &small, kind, true);
         tensor(data, &out, ctx.device)
     })]))
 }
 
-/// `big[i] = f(big[i], small[i % small.len()])`.
-fn apply_repeating<E: Elem>(big: &mut [E], small: &[E], f: impl Fn(E, E) -> E + Sync) {
+/// `big[i] = op(big[i], small[i % small.len()])` (operands swapped when `swap`), split
+/// across the pool for large tensors.
+fn apply_repeating<E: Elem>(big: &mut [E], small: &[E], kind: Kind, swap: bool) {
     let blk = small.len().max(1);
-    let body = |chunk: &mut [E]| {
-        for row in chunk.chunks_mut(blk) {
-            if small.len() == 1 {
-                row.iter_mut().for_each(|x| *x = f(*x, small[0]));
-            } else {
-                row.iter_mut().zip(small).for_each(|(x, y)| *x = f(*x, *y));
-            }
-        }
-    };
     if big.len() >= PARALLEL_MIN {
         let per = (big.len() / rayon::current_num_threads().max(1)).div_ceil(blk).max(1) * blk;
-        big.par_chunks_mut(per).for_each(body);
+        big.par_chunks_mut(per).for_each(|c| repeat_chunk(c, small, kind, swap));
     } else {
-        body(big);
+        repeat_chunk(big, small, kind, swap);
+    }
+}
+
+#[inline(always)]
+fn zip_rows<E: Elem>(big: &mut [E], small: &[E], f: impl Fn(E, E) -> E) {
+    if small.len() == 1 {
+        let s = small[0];
+        big.iter_mut().for_each(|x| *x = f(*x, s));
+    } else {
+        for row in big.chunks_mut(small.len()) {
+            row.iter_mut().zip(small).for_each(|(x, y)| *x = f(*x, *y));
+        }
+    }
+}
+
+multiversion! {
+    fn repeat_chunk<E: Elem>(big: &mut [E], small: &[E], kind: Kind, swap: bool) {
+        match (kind, swap) {
+            (Kind::Add, _) => zip_rows(big, small, |a, b| a + b),
+            (Kind::Mul, _) => zip_rows(big, small, |a, b| a * b),
+            (Kind::Sub, false) => zip_rows(big, small, |a, b| a - b),
+            (Kind::Sub, true) => zip_rows(big, small, |a, b| b - a),
+            (Kind::Div, false) => zip_rows(big, small, |a, b| a / b),
+            (Kind::Div, true) => zip_rows(big, small, |a, b| b / a),
+            (Kind::Max, false) => zip_rows(big, small, |a, b| Kind::Max.apply(a, b)),
+            (Kind::Max, true) => zip_rows(big, small, |a, b| Kind::Max.apply(b, a)),
+            (Kind::Min, false) => zip_rows(big, small, |a, b| Kind::Min.apply(a, b)),
+            (Kind::Min, true) => zip_rows(big, small, |a, b| Kind::Min.apply(b, a)),
+        }
     }
 }
 
@@ -116,7 +138,7 @@ pub(super) fn relu<E: Elem>(op: &Op, inputs: Vec<Value>, ctx: &KernelCtx<'_>) ->
         Op::Relu(_) => {
             let [x] = ctx.floats(inputs)?;
             let mut data = into_vec::<E>(x);
-            map_in_place(&mut data, |v| if v > E::zero() { v } else { E::zero() });
+            split(&mut data, &[], |d, _| relu_chunk(d));
             Ok(tensor(data, &shape, ctx.device))
         }
         _ => {
@@ -126,23 +148,48 @@ pub(super) fn relu<E: Elem>(op: &Op, inputs: Vec<Value>, ctx: &KernelCtx<'_>) ->
             if ys.len() != data.len() {
                 return Err(ctx.err("output and gradient sizes differ"));
             }
-            let body = |(d, y): (&mut [E], &[E])| d.iter_mut().zip(y).for_each(|(d, y)| if *y <= E::zero() { *d = E::zero() });
-            if data.len() >= PARALLEL_MIN {
-                let per = data.len().div_ceil(rayon::current_num_threads().max(1));
-                data.par_chunks_mut(per).zip(ys.par_chunks(per)).for_each(body);
-            } else {
-                body((&mut data, &ys));
-            }
+            split(&mut data, &ys, relu_grad_chunk);
             Ok(tensor(data, &shape, ctx.device))
         }
     }
 }
 
-fn map_in_place<E: Elem>(data: &mut [E], f: impl Fn(E) -> E + Sync) {
-    if data.len() >= PARALLEL_MIN {
-        let per = data.len().div_ceil(rayon::current_num_threads().max(1));
-        data.par_chunks_mut(per).for_each(|c| c.iter_mut().for_each(|v| *v = f(*v)));
+/// Runs `f` on aligned pieces of `data` (and of `other`, if not empty) across the pool.
+fn split<E: Elem>(data: &mut [E], other: &[E], f: impl Fn(&mut [E], &[E]) + Sync) {
+    if data.len() < PARALLEL_MIN {
+        return f(data, other);
+    }
+    let per = data.len().div_ceil(rayon::current_num_threads().max(1));
+    if other.is_empty() {
+        data.par_chunks_mut(per).for_each(|d| f(d, &[]));
     } else {
-        data.iter_mut().for_each(|v| *v = f(*v));
+        data.par_chunks_mut(per).zip(other.par_chunks(per)).for_each(|(d, o)| f(d, o));
+    }
+}
+
+multiversion! {
+    fn relu_chunk<E: Elem>(d: &mut [E]) {
+        d.iter_mut().for_each(|v| *v = if *v > E::zero() { *v } else { E::zero() });
+    }
+}
+
+multiversion! {
+    fn relu_grad_chunk<E: Elem>(d: &mut [E], y: &[E]) {
+        d.iter_mut().zip(y).for_each(|(d, y)| *d = if *y > E::zero() { *d } else { E::zero() });
+    }
+}
+
+multiversion! {
+    /// `y = activation(y + bias)` over rows of `bias.len()` (fused ops' epilogue).
+    pub(super) fn bias_activation<E: Elem>(y: &mut [E], bias: &[E], act: Activation) {
+        for row in y.chunks_exact_mut(bias.len().max(1)) {
+            match act {
+                Activation::Linear => row.iter_mut().zip(bias).for_each(|(v, b)| *v = *v + *b),
+                Activation::Relu => row.iter_mut().zip(bias).for_each(|(v, b)| {
+                    let s = *v + *b;
+                    *v = if s > E::zero() { s } else { E::zero() };
+                }),
+            }
+        }
     }
 }

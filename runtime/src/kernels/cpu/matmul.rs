@@ -5,10 +5,20 @@ use super::{
     gemm::{Mat, gemm},
 };
 use crate::{Result, Value, kernels::{KernelCtx, dims}, value::T};
-use engine_graph::ops::MatMul;
+use engine_graph::ops::{Activation, FusedMatMul, MatMul};
 
 pub(super) fn matmul<E: Elem>(mm: &MatMul, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Result<T> {
     let [a, b] = ctx.floats(inputs)?;
+    product::<E>(mm, a, b, None, ctx)
+}
+
+pub(super) fn fused<E: Elem>(fm: &FusedMatMul, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Result<T> {
+    let [a, b, bias] = ctx.floats(inputs)?;
+    let bias = view::<E>(&bias);
+    product::<E>(&fm.matmul(), a, b, Some((&bias, fm.activation)), ctx)
+}
+
+fn product<E: Elem>(mm: &MatMul, a: T, b: T, post: Option<(&[E], Activation)>, ctx: &KernelCtx<'_>) -> Result<T> {
     let (ad, bd) = (dims(&a), dims(&b));
     if ad.len() != 2 || bd.len() != 2 {
         return Err(ctx.err("matmul operands must be matrices"));
@@ -21,6 +31,12 @@ pub(super) fn matmul<E: Elem>(mm: &MatMul, inputs: Vec<Value>, ctx: &KernelCtx<'
     let mut out = vec![E::zero(); m * n];
     if !gemm(m, n, k, &mut out, false, lhs, rhs, rayon::current_num_threads()) {
         return Err(ctx.err(format!("matrices {ad:?} and {bd:?} do not fit")));
+    }
+    if let Some((bias, act)) = post {
+        if bias.len() != n {
+            return Err(ctx.err("bias length differs from the output columns"));
+        }
+        super::elementwise::bias_activation(&mut out, bias, act);
     }
     Ok(tensor(out, &[m, n], ctx.device))
 }

@@ -15,6 +15,7 @@ mod gemm;
 mod matmul;
 mod pool;
 mod reduce;
+mod simd;
 
 use super::KernelCtx;
 use crate::{Precision, Result, Value};
@@ -39,10 +40,12 @@ fn dispatch<E: buffer::Elem>(op: &Op, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -
     let float = |r: Result<crate::value::T>| Ok(r.map(|t| vec![Value::Float(t)]));
     match op {
         Op::Conv2d(c) => float(conv::forward::<E>(c, inputs, ctx)),
-        Op::Conv2dBackpropFilter(c) => float(conv::backprop_filter::<E>(c, inputs, ctx)),
+        Op::Conv2dBackpropFilter(c) => Ok(conv::backprop_filter::<E>(c, inputs, ctx)),
+        Op::FusedConv2d(c) => float(conv::fused::<E>(c, inputs, ctx)),
+        Op::FusedMatMul(m) => float(matmul::fused::<E>(m, inputs, ctx)),
         Op::Conv2dBackpropInput(c) => float(conv::backprop_input::<E>(c, inputs, ctx)),
         Op::MaxPool2d(p) => Ok(pool::max_forward::<E>(&p.window, inputs, ctx)),
-        Op::MaxPool2dGrad(p) => float(pool::max_backward::<E>(&p.window, inputs, ctx)),
+        Op::MaxPool2dGrad(p) => float(pool::max_backward::<E>(&p.window, p.relu_mask, inputs, ctx)),
         Op::AvgPool2d(p) => float(pool::avg_forward::<E>(&p.window, inputs, ctx)),
         Op::AvgPool2dGrad(p) => float(pool::avg_backward::<E>(p, inputs, ctx)),
         Op::MatMul(m) => float(matmul::matmul::<E>(m, inputs, ctx)),

@@ -2,7 +2,10 @@
 //! run over contiguous memory. Windows are clipped to the image (TensorFlow's SAME
 //! semantics: max over real cells, average over real cells).
 
-use super::buffer::{Elem, int_tensor, ints, tensor, view};
+use super::{
+    buffer::{Elem, int_tensor, ints, tensor, view},
+    simd::multiversion,
+};
 use crate::{Result, Value, kernels::{KernelCtx, dims}, value::T};
 use engine_graph::ops::{AvgPool2dGrad, Window};
 use rayon::prelude::*;
@@ -51,54 +54,82 @@ pub(super) fn max_forward<E: Elem>(win: &Window, inputs: Vec<Value>, ctx: &Kerne
     let [n, h, w, c] = nhwc(&x, ctx)?;
     let pl = Plane::new(win, [h, w], c, ctx)?;
     let xs = view::<E>(&x);
-    let mut out = vec![E::neg_infinity(); n * pl.pooled()];
+    let mut out = vec![E::zero(); n * pl.pooled()];
     let mut arg = vec![0i64; n * pl.pooled()];
-    out.par_chunks_mut(pl.pooled()).zip(arg.par_chunks_mut(pl.pooled())).zip(xs.par_chunks(pl.image())).for_each(|((y, a), x)| {
-        for oy in 0..pl.oh {
-            for ox in 0..pl.ow {
-                let o = (oy * pl.ow + ox) * c;
-                let (best, pos) = (&mut y[o..o + c], &mut a[o..o + c]);
-                let (rows, cols) = pl.cells(oy, ox);
-                for iy in rows {
-                    for ix in cols.clone() {
-                        let cell = iy * w + ix;
-                        let src = &x[cell * c..][..c];
-                        for ch in 0..c {
-                            if src[ch] > best[ch] || (pos[ch] == 0 && best[ch] == E::neg_infinity()) {
-                                best[ch] = src[ch];
-                                pos[ch] = cell as i64;
-                            }
-                        }
-                    }
-                }
-            }
-        }
-    });
+    out.par_chunks_mut(pl.pooled())
+        .zip(arg.par_chunks_mut(pl.pooled()))
+        .zip(xs.par_chunks(pl.image()))
+        .for_each_init(|| vec![0i32; c], |pos, ((y, a), x)| max_image(x, y, a, pos, &pl));
     let shape = [n, pl.oh, pl.ow, c];
     Ok(vec![Value::Float(tensor(out, &shape, ctx.device)), Value::Int(int_tensor(arg, &shape, ctx.device))])
 }
 
-pub(super) fn max_backward<E: Elem>(win: &Window, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Result<T> {
+multiversion! {
+    /// One image. Each window starts from its first cell (a window always has one), so the
+    /// inner loop is a branch-free select over contiguous channels.
+    fn max_image<E: Elem>(x: &[E], y: &mut [E], a: &mut [i64], pos: &mut [i32], pl: &Plane) {
+        let c = pl.c;
+        for oy in 0..pl.oh {
+            for ox in 0..pl.ow {
+                let o = (oy * pl.ow + ox) * c;
+                let best = &mut y[o..o + c];
+                let (rows, cols) = pl.cells(oy, ox);
+                let first = rows.start * pl.w + cols.start;
+                best.copy_from_slice(&x[first * c..][..c]);
+                pos.iter_mut().for_each(|p| *p = first as i32);
+                for iy in rows {
+                    for ix in cols.clone() {
+                        let cell = (iy * pl.w + ix) as i32;
+                        let src = &x[cell as usize * c..][..c];
+                        for ((b, p), &v) in best.iter_mut().zip(pos.iter_mut()).zip(src) {
+                            let take = v > *b;
+                            *b = if take { v } else { *b };
+                            *p = if take { cell } else { *p };
+                        }
+                    }
+                }
+                for (dst, &p) in a[o..o + c].iter_mut().zip(pos.iter()) {
+                    *dst = p as i64;
+                }
+            }
+        }
+    }
+}
+
+pub(super) fn max_backward<E: Elem>(win: &Window, relu_mask: bool, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Result<T> {
     let mut it = inputs.into_iter();
     let (Some(Value::Float(x)), Some(Value::Int(idx)), Some(Value::Float(gy))) = (it.next(), it.next(), it.next()) else {
         return Err(ctx.err("expected (input, argmax, gradient)"));
     };
     let [n, h, w, c] = nhwc(&x, ctx)?;
     let pl = Plane::new(win, [h, w], c, ctx)?;
-    let (idx, gys) = (ints(&idx), view::<E>(&gy));
+    let (idx, gys, xs) = (ints(&idx), view::<E>(&gy), view::<E>(&x));
     if idx.len() != n * pl.pooled() || gys.len() != idx.len() {
         return Err(ctx.err("argmax and gradient do not match the pooling"));
     }
     let mut out = vec![E::zero(); n * pl.image()];
-    let plane = (h * w) as i64;
-    out.par_chunks_mut(pl.image()).zip(idx.par_chunks(pl.pooled())).zip(gys.par_chunks(pl.pooled())).for_each(|((dx, a), dy)| {
-        for (o, (&cell, &g)) in a.iter().zip(dy).enumerate() {
+    out.par_chunks_mut(pl.image())
+        .zip(idx.par_chunks(pl.pooled()))
+        .zip(gys.par_chunks(pl.pooled()))
+        .zip(xs.par_chunks(pl.image()))
+        .for_each(|(((dx, a), dy), x)| scatter_image(dx, a, dy, c, (h * w) as i64, relu_mask.then_some(x)));
+    Ok(tensor(out, &[n, h, w, c], ctx.device))
+}
+
+/// Adds each pooled gradient to the input cell that was the maximum, row by row of
+/// channels (no division per element). With `relu_input`, cells whose input is not
+/// positive get nothing (the fused ReLU gradient).
+fn scatter_image<E: Elem>(dx: &mut [E], a: &[i64], dy: &[E], c: usize, plane: i64, relu_input: Option<&[E]>) {
+    for (arow, grow) in a.chunks_exact(c).zip(dy.chunks_exact(c)) {
+        for (ch, (&cell, &g)) in arow.iter().zip(grow).enumerate() {
             if (0..plane).contains(&cell) {
-                dx[cell as usize * c + o % c] += g;
+                let at = cell as usize * c + ch;
+                if relu_input.is_none_or(|x| x[at] > E::zero()) {
+                    dx[at] += g;
+                }
             }
         }
-    });
-    Ok(tensor(out, &[n, h, w, c], ctx.device))
+    }
 }
 
 pub(super) fn avg_forward<E: Elem>(win: &Window, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Result<T> {

@@ -4,6 +4,7 @@
 use super::{
     Outcome,
     buffer::{Elem, chunks, tensor, view},
+    simd::multiversion,
 };
 use crate::{Value, kernels::{KernelCtx, dims}};
 use rayon::prelude::*;
@@ -28,9 +29,7 @@ pub(super) fn sum<E: Elem>(axes: &[usize], mean: bool, inputs: Vec<Value>, ctx: 
         .par_chunks((per * cols).max(1))
         .map(|block| {
             let mut acc = vec![E::zero(); cols];
-            for row in block.chunks(cols.max(1)) {
-                acc.iter_mut().zip(row).for_each(|(a, v)| *a += *v);
-            }
+            add_rows(&mut acc, block);
             acc
         })
         .collect();
@@ -43,4 +42,13 @@ pub(super) fn sum<E: Elem>(axes: &[usize], mean: bool, inputs: Vec<Value>, ctx: 
         total.iter_mut().for_each(|t| *t = *t / n);
     }
     Ok(Ok(vec![Value::Float(tensor(total, &out, ctx.device))]))
+}
+
+multiversion! {
+    /// `acc += each row of rows` (rows of `acc.len()`).
+    pub(super) fn add_rows<E: Elem>(acc: &mut [E], rows: &[E]) {
+        for row in rows.chunks_exact(acc.len().max(1)) {
+            acc.iter_mut().zip(row).for_each(|(a, v)| *a += *v);
+        }
+    }
 }

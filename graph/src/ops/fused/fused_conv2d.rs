@@ -1,0 +1,41 @@
+//! `activation(conv2d(x, w) + bias)` in one op.
+
+use super::Activation;
+use crate::{
+    Fact,
+    ops::{Arity, Conv2d, OpDef, nn::Padding},
+};
+
+/// Inputs: `(x NHWC, filter HWIO, bias [out channels])`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FusedConv2d {
+    pub strides: [usize; 2],
+    pub padding: Padding,
+    pub activation: Activation,
+}
+
+impl FusedConv2d {
+    pub fn conv(&self) -> Conv2d {
+        Conv2d { strides: self.strides, padding: self.padding }
+    }
+}
+
+impl OpDef for FusedConv2d {
+    fn name(&self) -> &'static str {
+        "_FusedConv2D"
+    }
+    fn arity(&self) -> Arity {
+        Arity::Exact(3)
+    }
+    fn infer(&self, inputs: &[Fact]) -> Result<Vec<Fact>, String> {
+        let out = self.conv().infer(&inputs[..2])?;
+        let channels = out[0].shape.dims().last().copied();
+        if inputs[2].rank() != 1 || inputs[2].shape.dims().first().copied() != channels {
+            return Err(format!("bias {} does not match the {} output channels", inputs[2].shape, out[0].shape));
+        }
+        Ok(out)
+    }
+    fn flops(&self, inputs: &[Fact], outputs: &[Fact], batch: usize) -> u64 {
+        self.conv().flops(&inputs[..2], outputs, batch) + 2 * outputs[0].shape.num_elements(batch) as u64
+    }
+}

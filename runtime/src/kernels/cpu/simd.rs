@@ -1,0 +1,44 @@
+//! Runtime instruction-set dispatch for the kernels' inner loops.
+//!
+//! Rust compiles for baseline x86-64 (SSE2) unless told otherwise, while `gemm` picks AVX2
+//! or AVX-512 at run time; loops written here would otherwise run at a quarter of the
+//! width. `multiversion!` compiles a function body twice, once with AVX2 and FMA enabled,
+//! and picks at run time, so one portable binary uses the wide instructions where the CPU
+//! has them. Bodies must not spawn rayon tasks: the features apply to the body itself.
+
+macro_rules! multiversion {
+    (
+        $(#[$meta:meta])*
+        $vis:vis fn $name:ident $(<$($g:ident : $bound:path),*>)? ($($arg:ident : $ty:ty),* $(,)?) $(-> $ret:ty)? $body:block
+    ) => {
+        $(#[$meta])*
+        $vis fn $name $(<$($g: $bound),*>)? ($($arg: $ty),*) $(-> $ret)? {
+            #[inline(always)]
+            fn body $(<$($g: $bound),*>)? ($($arg: $ty),*) $(-> $ret)? $body
+
+            #[cfg(target_arch = "x86_64")]
+            #[target_feature(enable = "avx2,fma")]
+            fn wide $(<$($g: $bound),*>)? ($($arg: $ty),*) $(-> $ret)? {
+                body($($arg),*)
+            }
+
+            #[cfg(target_arch = "x86_64")]
+            if $crate::kernels::cpu::simd::has_avx2() {
+                // SAFETY: `wide` was compiled for AVX2 and FMA, which the CPU was just
+                // checked to support.
+                return unsafe { wide($($arg),*) };
+            }
+            body($($arg),*)
+        }
+    };
+}
+
+pub(crate) use multiversion;
+
+/// Whether the CPU has AVX2 and FMA (checked once).
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn has_avx2() -> bool {
+    use std::sync::OnceLock;
+    static HAS: OnceLock<bool> = OnceLock::new();
+    *HAS.get_or_init(|| std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma"))
+}
