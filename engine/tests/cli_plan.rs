@@ -11,9 +11,10 @@ fn plan_prints_the_cnn_schedule_shapes_variables_and_memory() -> Result<()> {
     ensure!(out.code == Some(0), "{}", out.stderr);
     for expected in [
         "mode: train  strategy: default  batch: 64",
-        "passes: autodiff -> apply-optimizer -> common-subexpression-elimination -> dead-code-elimination",
+        "passes: autodiff -> apply-optimizer -> common-subexpression-elimination -> fuse-bias-activation -> fuse-relu-into-pool-grad -> fuse-bias-into-filter-grad -> dead-code-elimination",
         "dense_1/kernel                                   f32[64, 10]            trainable  GlorotUniform",
-        "conv2d/Conv2D                                    Conv2D                 f32[N, 26, 26, 32]",
+        "conv2d/Conv2D/fused                              _FusedConv2D           f32[N, 26, 26, 32]",
+        "f32[3, 3, 1, 32], f32[32]",
         "max_pooling2d/MaxPool",
         "f32[N, 5408]",
         "Conv2DBackpropFilter",
