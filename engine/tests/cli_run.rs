@@ -6,11 +6,50 @@ use anyhow::{Result, ensure};
 use common::{cnn_text, engine, spec_path, write_spec};
 
 #[test]
-fn a_valid_spec_is_compiled_then_refused_until_training_is_wired() -> Result<()> {
-    let out = engine(&["run", &spec_path("fashion_mnist_cnn.ron"), "--max-steps", "10", "--model-dir", "/tmp/x"])?;
-    ensure!(out.code == Some(1), "{:?}", out.code);
-    ensure!(out.stderr.contains("training is not wired yet"), "{}", out.stderr);
-    ensure!(out.stderr.contains("fashion_mnist_cnn.ron` is valid and compiles"), "{}", out.stderr);
+fn run_trains_evaluates_checkpoints_and_resumes() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let model_dir = dir.path().join("model");
+    let model_dir = model_dir.to_str().unwrap_or_default();
+    let spec = spec_path("fashion_mnist_cnn.ron");
+    let args = |steps: &str| {
+        vec![
+            "run".to_string(),
+            spec.clone(),
+            "--max-steps".into(),
+            steps.into(),
+            "--model-dir".into(),
+            model_dir.to_string(),
+            "--set".into(),
+            "run_config.save_checkpoints_steps=10".into(),
+            "--set".into(),
+            "eval_spec.steps=2".into(),
+        ]
+    };
+    let run = |steps: &str| -> Result<common::Output> {
+        let a = args(steps);
+        engine(&a.iter().map(String::as_str).collect::<Vec<_>>())
+    };
+    let out = run("30")?;
+    ensure!(out.code == Some(0), "{}", out.stderr);
+    ensure!(out.stdout.contains("'global_step': 30") && out.stdout.contains("'accuracy': "), "{}", out.stdout);
+    ensure!(out.stderr.contains("Saving checkpoints for 0 into"), "{}", out.stderr);
+    ensure!(out.stderr.contains("Saving dict for global step 30: accuracy = "), "{}", out.stderr);
+    let state = std::fs::read_to_string(dir.path().join("model/checkpoint"))?;
+    ensure!(state.starts_with("model_checkpoint_path: \"model.ckpt-30\""), "{state}");
+    let files: Vec<String> = std::fs::read_dir(dir.path().join("model"))?
+        .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
+        .collect();
+    ensure!(files.iter().any(|f| f.starts_with("events.out.tfevents.")), "{files:?}");
+    ensure!(files.iter().any(|f| f == "eval"), "{files:?}");
+
+    // A second run continues from step 30.
+    let out = run("40")?;
+    ensure!(out.code == Some(0), "{}", out.stderr);
+    ensure!(out.stderr.contains("Restoring parameters from model.ckpt-30"), "{}", out.stderr);
+    ensure!(out.stdout.contains("'global_step': 40"), "{}", out.stdout);
+    // And one at its own max_steps does nothing but evaluate.
+    let out = run("40")?;
+    ensure!(out.code == Some(0) && out.stderr.contains("Skipping training since max_steps has already saved"), "{}", out.stderr);
     Ok(())
 }
 
