@@ -1,0 +1,206 @@
+//! Property: the optimization passes (common subexpressions, fusions, dead code) do not
+//! change what a training step computes. Random small models (optional convolution with
+//! bias, ReLU and pooling of either padding, dense layers, three losses, two optimizers)
+//! take one step from identical weights and batch, once as built and once optimized; the
+//! loss and every variable after the update must agree.
+
+use anyhow::{Result, anyhow};
+use engine_graph::{
+    DType, Graph, GraphBuilder, HostData, HostTensor, Initializer, Outlet, Plan, Shape,
+    autodiff::Autodiff,
+    ops::{Padding, Window},
+    optimizer::{ApplyOptimizer, LearningRate, Optimizer, OptimizerConfig},
+    passes::{PassManager, optimization_passes},
+};
+use engine_runtime::{Device, Executor, Precision, RunOptions, VariableStore};
+use proptest::prelude::*;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+#[derive(Debug, Clone)]
+struct Conv {
+    filters: usize,
+    kernel: usize,
+    stride: usize,
+    same: bool,
+    bias: bool,
+    relu: bool,
+    pool: Option<(usize, bool)>,
+}
+
+#[derive(Debug, Clone)]
+struct Model {
+    side: usize,
+    channels: usize,
+    conv: Option<Conv>,
+    dense: Vec<(usize, bool)>,
+    classes: usize,
+    batch: usize,
+    loss: u8,
+    adam: bool,
+}
+
+fn conv() -> impl Strategy<Value = Conv> {
+    (1..5usize, 1..4usize, 1..3usize, any::<bool>(), any::<bool>(), any::<bool>(), proptest::option::of((2..4usize, any::<bool>())))
+        .prop_map(|(filters, kernel, stride, same, bias, relu, pool)| Conv { filters, kernel, stride, same, bias, relu, pool })
+}
+
+fn model() -> impl Strategy<Value = Model> {
+    (
+        4..9usize,
+        1..3usize,
+        proptest::option::of(conv()),
+        proptest::collection::vec((1..7usize, any::<bool>()), 0..3),
+        2..5usize,
+        1..5usize,
+        0..3u8,
+        any::<bool>(),
+    )
+        .prop_map(|(side, channels, conv, dense, classes, batch, loss, adam)| Model { side, channels, conv, dense, classes, batch, loss, adam })
+}
+
+fn build(m: &Model) -> engine_graph::Result<Graph> {
+    let mut g = Graph::new();
+    let mut b = GraphBuilder::new(&mut g);
+    let x = b.placeholder("x", DType::F32, Shape::batched(&[m.side, m.side, m.channels]))?;
+    let mut h = x;
+    if let Some(c) = &m.conv {
+        let w = b.variable("conv/kernel", &[c.kernel, c.kernel, m.channels, c.filters], Initializer::GlorotUniform, true)?;
+        let padding = if c.same { Padding::Same } else { Padding::Valid };
+        h = b.conv2d(h, w, [c.stride, c.stride], padding)?;
+        if c.bias {
+            let bias = b.variable("conv/bias", &[c.filters], Initializer::RandomNormal { mean: 0.0, stddev: 0.3 }, true)?;
+            h = b.add(h, bias)?;
+        }
+        if c.relu {
+            h = b.relu(h)?;
+        }
+        if let Some((k, same)) = c.pool {
+            let padding = if same { Padding::Same } else { Padding::Valid };
+            h = b.max_pool2d(h, Window { kernel: [k, k], strides: [k, k], padding })?;
+        }
+    }
+    h = b.flatten(h)?;
+    let mut width = b.fact(h)?.shape.dim(1).known().unwrap_or(1);
+    let layers: Vec<(usize, bool)> = m.dense.iter().copied().chain([(m.classes, false)]).collect();
+    for (i, (units, relu)) in layers.iter().enumerate() {
+        let w = b.variable(&format!("dense_{i}/kernel"), &[width, *units], Initializer::GlorotUniform, true)?;
+        let bias = b.variable(&format!("dense_{i}/bias"), &[*units], Initializer::RandomNormal { mean: 0.0, stddev: 0.3 }, true)?;
+        h = b.matmul(h, w)?;
+        h = b.add(h, bias)?;
+        if *relu {
+            h = b.relu(h)?;
+        }
+        width = *units;
+    }
+    let labels: Outlet;
+    let per_example = match m.loss {
+        0 => {
+            labels = b.placeholder("labels", DType::I64, Shape::batched(&[]))?;
+            b.sparse_softmax_cross_entropy(h, labels)?
+        }
+        1 => {
+            labels = b.placeholder("labels", DType::F32, Shape::batched(&[m.classes]))?;
+            b.sigmoid_cross_entropy(h, labels)?
+        }
+        _ => {
+            labels = b.placeholder("labels", DType::F32, Shape::batched(&[m.classes]))?;
+            b.mean_squared_error(h, labels)?
+        }
+    };
+    let loss = b.reduce_mean(per_example, &[], false)?;
+    g.roles.loss = Some(loss);
+    g.roles.inputs.insert("x".into(), x);
+    g.roles.inputs.insert("labels".into(), labels);
+    Ok(g)
+}
+
+fn feeds(m: &Model) -> Result<BTreeMap<String, HostTensor>> {
+    let n = m.batch;
+    let x: Vec<f32> = (0..n * m.side * m.side * m.channels).map(|i| ((i * 7919) % 101) as f32 / 50.0 - 1.0).collect();
+    let labels = if m.loss == 0 {
+        HostTensor::i64(vec![n], (0..n as i64).map(|i| (i * 5) % m.classes as i64).collect())?
+    } else {
+        HostTensor::f32(vec![n, m.classes], (0..n * m.classes).map(|i| ((i * 13) % 7) as f32 / 7.0).collect())?
+    };
+    Ok(BTreeMap::from([
+        ("x".to_string(), HostTensor::f32(vec![n, m.side, m.side, m.channels], x)?),
+        ("labels".to_string(), labels),
+    ]))
+}
+
+/// One training step; returns the loss and every variable after it.
+fn step(m: &Model, optimize: bool) -> Result<(f64, BTreeMap<String, HostTensor>, Vec<&'static str>)> {
+    let mut g = build(m)?;
+    let optimizer = if m.adam {
+        Optimizer::Adam { beta1: 0.9, beta2: 0.999, epsilon: 1e-7 }
+    } else {
+        Optimizer::Sgd { momentum: 0.9, nesterov: true }
+    };
+    let config = OptimizerConfig { optimizer, learning_rate: LearningRate::Constant(0.1), clip_global_norm: None };
+    let mut passes = PassManager::new().with(Autodiff).with(ApplyOptimizer { config });
+    if optimize {
+        for p in optimization_passes() {
+            passes.push(p);
+        }
+    }
+    passes.run(&mut g)?;
+    let plan = Arc::new(Plan::new(g, passes.log().to_vec())?);
+    let ops = plan.schedule.iter().map(|&id| plan.graph.node(id).op.name()).collect();
+    let exec = Executor::new(plan.clone(), Device::cpu(), Precision::F32)?;
+    let mut vars = VariableStore::new();
+    exec.initialize(&mut vars, 99)?;
+    let fetch = [plan.graph.roles.loss.ok_or_else(|| anyhow!("no loss"))?, plan.graph.roles.train_op.ok_or_else(|| anyhow!("no train op"))?];
+    let out = exec.run(&mut vars, &feeds(m)?, &fetch, RunOptions::default())?;
+    Ok((out.fetched[0].to_host()?.scalar_value().unwrap_or(f64::NAN), vars.export()?, ops))
+}
+
+fn close(a: &HostTensor, b: &HostTensor) -> bool {
+    match (&a.data, &b.data) {
+        (HostData::F32(x), HostData::F32(y)) => x.iter().zip(y).all(|(p, q)| (p - q).abs() <= 1e-5 + 1e-4 * q.abs()),
+        _ => a == b,
+    }
+}
+
+fn equivalent(m: &Model) -> Result<()> {
+    let (loss_a, vars_a, _) = step(m, false)?;
+    let (loss_b, vars_b, ops) = step(m, true)?;
+    if (loss_a - loss_b).abs() > 1e-5 * (1.0 + loss_a.abs()) {
+        return Err(anyhow!("loss {loss_a} vs {loss_b} (optimized ops {ops:?})"));
+    }
+    if vars_a.keys().ne(vars_b.keys()) {
+        return Err(anyhow!("variables differ: {:?} vs {:?}", vars_a.keys(), vars_b.keys()));
+    }
+    for (name, a) in &vars_a {
+        if !close(a, &vars_b[name]) {
+            return Err(anyhow!("variable {name} differs after the step (optimized ops {ops:?})"));
+        }
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 200, failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn optimized_graphs_compute_what_unoptimized_ones_do(m in model()) {
+        // Some draws do not fit (a window larger than its input): not a model.
+        prop_assume!(build(&m).is_ok());
+        equivalent(&m).map_err(|e| TestCaseError::fail(format!("{e:#}")))?;
+    }
+}
+
+/// The tutorial CNN's shape, where every fusion applies at once.
+#[test]
+fn the_tutorial_cnn_shape_is_equivalent() -> Result<()> {
+    equivalent(&Model {
+        side: 12,
+        channels: 1,
+        conv: Some(Conv { filters: 8, kernel: 3, stride: 1, same: false, bias: true, relu: true, pool: Some((2, false)) }),
+        dense: vec![(6, true)],
+        classes: 3,
+        batch: 4,
+        loss: 0,
+        adam: false,
+    })
+}
