@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Installs what the engine needs on a fresh Debian machine: the Fashion-MNIST data
+# (Debian's dataset-fashion-mnist) and, with --test, the Python packages the tests use to
+# check our files against real readers and writers (TensorBoard, safetensors, tfrecord,
+# moto's S3 server) in ./.venv. Idempotent: re-running does only what is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+want_tests=false
+for arg in "$@"; do
+  case "$arg" in
+    --test) want_tests=true ;;
+    *) echo "usage: scripts/setup.sh [--test]" >&2; exit 2 ;;
+  esac
+done
+
+as_root() {
+  if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
+}
+
+if [ ! -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
+  echo "setup: installing dataset-fashion-mnist" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  as_root apt-get update -qq
+  as_root apt-get install -y -qq dataset-fashion-mnist >/dev/null
+fi
+
+if $want_tests; then
+  if [ ! -x .venv/bin/python ]; then
+    echo "setup: creating .venv" >&2
+    python3 -m venv .venv
+  fi
+  # A stamp of the requirements file, so an unchanged environment is not re-resolved.
+  stamp=.venv/.requirements.sha256
+  want=$(sha256sum scripts/test-requirements.txt | cut -d' ' -f1)
+  if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+    echo "setup: installing Python test packages" >&2
+    .venv/bin/python -m pip install -q --disable-pip-version-check -r scripts/test-requirements.txt
+    echo "$want" > "$stamp"
+  fi
+fi
