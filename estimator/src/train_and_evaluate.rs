@@ -69,7 +69,9 @@ impl EvaluateAfterSave<'_> {
     fn due(&self, step: u64) -> bool {
         match (self.every_n_steps, self.last_step) {
             (_, Some(last)) if last == step => false,
-            (Some(n), last) => step > 0 && step >= last.unwrap_or(0) + n,
+            // Multiples of n, so that a resumed run evaluates at the same steps as an
+            // unbroken one (counting from the resume step would shift them).
+            (Some(n), _) => step > 0 && step.is_multiple_of(n.max(1)),
             (None, _) => step > 0 && self.last_time.is_none_or(|t| t.elapsed() >= self.throttle),
         }
     }
