@@ -315,11 +315,11 @@ impl Estimator {
         };
         for k in &keys {
             if !compiled.predictions.contains_key(k) {
-                return Err(EstimatorError::UnknownName {
-                    what: "prediction key",
-                    name: k.clone(),
-                    valid: Vec::new(),
-                });
+                let known: Vec<&str> = compiled.predictions.keys().map(String::as_str).collect();
+                return Err(EstimatorError::Other(format!(
+                    "unknown prediction key '{k}'; the model predicts: {}",
+                    known.join(", ")
+                )));
             }
         }
         Ok(Predictions { input: dataset.iter()?, compiled, replicas, keys, buffer: VecDeque::new() })

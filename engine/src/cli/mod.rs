@@ -1,13 +1,20 @@
-//! The command line: `engine plan` and `engine run`.
+//! The command line: `engine plan`, `engine run`, `engine eval`, `engine predict` and
+//! `engine checkpoints`.
 
+mod checkpoints;
 mod device;
 mod error;
+mod eval;
 pub mod logging;
 mod plan;
+mod predict;
 mod run;
 
+pub use checkpoints::CheckpointsArgs;
 pub use device::Device;
 pub use error::CliError;
+pub use eval::EvalArgs;
+pub use predict::PredictArgs;
 
 use crate::{
     lower::Mode,
@@ -30,6 +37,12 @@ pub enum Command {
     Plan(PlanArgs),
     /// Train the job spec's model and evaluate it.
     Run(RunArgs),
+    /// Evaluate a checkpoint (the latest by default) on the spec's `eval_input`.
+    Eval(EvalArgs),
+    /// Write the model's predictions for an input, one JSON object per example.
+    Predict(PredictArgs),
+    /// List a model directory's checkpoints: step, save time, size, latest, leases.
+    Checkpoints(CheckpointsArgs),
 }
 
 /// What every command that reads a spec takes.
@@ -75,6 +88,10 @@ pub struct RunArgs {
     /// `cpu`, `wgpu[:N]` or `cuda[:N]`.
     #[arg(long, default_value = "cpu")]
     pub device: Device,
+    /// Replica devices for `mirrored` and `central_storage`, e.g. `cpu:0,cpu:1` (default:
+    /// one CPU replica per core).
+    #[arg(long, value_delimiter = ',', value_name = "LIST")]
+    pub devices: Vec<String>,
 }
 
 fn parse_mode(s: &str) -> Result<Mode, String> {
@@ -130,6 +147,9 @@ pub fn execute(cli: Cli) -> Result<(), CliError> {
     match cli.command {
         Command::Plan(args) => plan::plan(&args),
         Command::Run(args) => run::run(&args),
+        Command::Eval(args) => eval::eval(&args),
+        Command::Predict(args) => predict::predict(&args),
+        Command::Checkpoints(args) => checkpoints::checkpoints(&args),
     }
 }
 

@@ -1,0 +1,176 @@
+//! `engine checkpoints MODEL_DIR`: the checkpoints the state file keeps, with step, save
+//! time (UTC) and size, which one is the latest, and the leases evaluators hold on them.
+
+use super::CliError;
+use clap::Args;
+use engine_estimator::{
+    EstimatorError,
+    checkpoint::{CheckpointInfo, CheckpointManager, LeaseInfo},
+    model_dir::ModelDir,
+};
+use std::fmt::Write;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+#[derive(Debug, Args)]
+pub struct CheckpointsArgs {
+    /// A local path or a URL (`file://`, `s3://bucket/prefix`; S3 settings from the usual
+    /// `AWS_*` environment variables).
+    pub model_dir: String,
+}
+
+pub fn checkpoints(args: &CheckpointsArgs) -> Result<(), CliError> {
+    let location = &args.model_dir;
+    require_existing(location)?;
+    let model_dir = ModelDir::open(location).map_err(EstimatorError::from)?;
+    // A manager that never saves, so its retention policy never applies.
+    let manager = CheckpointManager::new(model_dir.clone(), 0, None);
+    let listed = manager.list().map_err(EstimatorError::from)?;
+    let latest = manager.latest().map_err(EstimatorError::from)?;
+    let leases = manager.leases().map_err(EstimatorError::from)?;
+    print!("{}", table(&model_dir, &listed, latest.as_ref(), &leases, SystemTime::now()));
+    Ok(())
+}
+
+/// Opening a local model dir creates it, as training wants; commands that only read one
+/// must not, and say so when it is missing (a mistyped path, usually).
+pub(super) fn require_existing(location: &str) -> Result<(), CliError> {
+    let local = location.strip_prefix("file://").unwrap_or(location);
+    if (!location.contains("://") || location.starts_with("file://")) && !std::path::Path::new(local).is_dir() {
+        return Err(CliError::Estimator(EstimatorError::Other(format!(
+            "model dir {location} does not exist (train with `engine run` first)"
+        ))));
+    }
+    Ok(())
+}
+
+fn table(
+    model_dir: &ModelDir,
+    listed: &[CheckpointInfo],
+    latest: Option<&CheckpointInfo>,
+    leases: &[LeaseInfo],
+    now: SystemTime,
+) -> String {
+    let mut out = String::new();
+    if listed.is_empty() {
+        let _ = writeln!(out, "no checkpoints in {model_dir}");
+        return out;
+    }
+    let _ = writeln!(out, "checkpoints in {model_dir}:");
+    let width = listed.iter().map(|c| c.path.len()).max().unwrap_or(0).max("PATH".len());
+    let _ = writeln!(out, "{:<width$}  {:>10}  {:<19}  {:>10}  NOTE", "PATH", "STEP", "CREATED (UTC)", "SIZE");
+    for c in listed {
+        let mut notes = Vec::new();
+        if latest.is_some_and(|l| l.path == c.path) {
+            notes.push("latest".to_string());
+        }
+        for lease in leases.iter().filter(|l| l.checkpoint == c.path) {
+            notes.push(lease_note(lease, now));
+        }
+        let _ = write!(
+            out,
+            "{:<width$}  {:>10}  {:<19}  {:>10}  {}",
+            c.path,
+            c.step,
+            utc(c.created),
+            size(c.size_bytes),
+            notes.join(", ")
+        );
+        out.truncate(out.trim_end_matches(' ').len());
+        out.push('\n');
+    }
+    // Leases on checkpoints the state file no longer lists (garbage waiting for them).
+    for lease in leases.iter().filter(|l| !listed.iter().any(|c| c.path == l.checkpoint)) {
+        let _ = writeln!(out, "{} (not listed): {}", lease.checkpoint, lease_note(lease, now));
+    }
+    out
+}
+
+fn lease_note(lease: &LeaseInfo, now: SystemTime) -> String {
+    let state = if lease.is_expired_at(now) { "expired" } else { "until" };
+    format!("leased by {} {state} {}", lease.holder, utc(lease.expires))
+}
+
+/// `1.5 MiB`, `812 B`.
+fn size(bytes: u64) -> String {
+    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
+    if bytes < 1024 {
+        return format!("{bytes} B");
+    }
+    let mut value = bytes as f64 / 1024.0;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    format!("{value:.1} {}", UNITS[unit])
+}
+
+/// `2024-11-21 20:54:03`, in UTC (the proleptic Gregorian calendar from days since the
+/// epoch, as in Howard Hinnant's `civil_from_days`).
+fn utc(t: SystemTime) -> String {
+    let secs = t.duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0) as i64;
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}", rem / 3600, rem / 60 % 60, rem % 60)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn times_are_utc_calendar_dates() {
+        let at = |s: u64| utc(UNIX_EPOCH + Duration::from_secs(s));
+        assert_eq!(at(0), "1970-01-01 00:00:00");
+        assert_eq!(at(951_782_400), "2000-02-29 00:00:00");
+        assert_eq!(at(1_700_000_000), "2023-11-14 22:13:20");
+        assert_eq!(at(4_107_542_399), "2100-02-28 23:59:59");
+    }
+
+    #[test]
+    fn the_table_marks_the_latest_and_leases() -> Result<(), Box<dyn std::error::Error>> {
+        let dir = ModelDir::open("memory://cli-checkpoints-table/run")?;
+        let at = |s: u64| UNIX_EPOCH + Duration::from_secs(s);
+        let info = |step: u64| CheckpointInfo {
+            path: format!("model.ckpt-{step}"),
+            step,
+            created: at(1_700_000_000 + step),
+            size_bytes: 1536 * step,
+            url: String::new(),
+        };
+        let listed = [info(100), info(200)];
+        let lease = |checkpoint: &str, expires: u64| LeaseInfo {
+            checkpoint: checkpoint.into(),
+            holder: "evaluator-0".into(),
+            expires: at(expires),
+            object: String::new(),
+        };
+        let leases = [lease("model.ckpt-100", 1_800_000_000), lease("model.ckpt-50", 1_600_000_000)];
+        let text = table(&dir, &listed, Some(&listed[1]), &leases, at(1_700_000_500));
+        let want = "checkpoints in memory://cli-checkpoints-table/run:
+PATH                  STEP  CREATED (UTC)              SIZE  NOTE
+model.ckpt-100         100  2023-11-14 22:15:00   150.0 KiB  leased by evaluator-0 until 2027-01-15 08:00:00
+model.ckpt-200         200  2023-11-14 22:16:40   300.0 KiB  latest
+model.ckpt-50 (not listed): leased by evaluator-0 expired 2020-09-13 12:26:40
+";
+        assert_eq!(text, want);
+        assert_eq!(table(&dir, &[], None, &[], at(0)), "no checkpoints in memory://cli-checkpoints-table/run\n");
+        Ok(())
+    }
+
+    #[test]
+    fn sizes_are_human() {
+        assert_eq!(size(812), "812 B");
+        assert_eq!(size(1536), "1.5 KiB");
+        assert_eq!(size(3 * 1024 * 1024), "3.0 MiB");
+    }
+}
