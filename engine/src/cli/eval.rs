@@ -57,6 +57,7 @@ pub(super) fn evaluation_estimator(spec: &Arc<Spec>, common: &SpecArgs, device: 
         strategy: Some(strategy.clone()),
         eval_strategy: Some(strategy),
         device: Some(device.to_string()),
+        ..RunOverrides::default()
     };
     Ok(job::estimator(spec.clone(), &overrides)?)
 }
