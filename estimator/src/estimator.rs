@@ -53,8 +53,10 @@ impl Estimator {
         if config.random_seed.is_none() {
             log::info!("No random_seed set; using {seed}");
         }
-        let train_strategy: Arc<dyn Strategy> = strategy_by_name(config.train_distribute.as_deref().unwrap_or("default"), &config.device)?.into();
-        let eval_strategy: Arc<dyn Strategy> = strategy_by_name(config.eval_distribute.as_deref().unwrap_or("default"), &config.device)?.into();
+        let options = config.strategy_options();
+        let train_strategy: Arc<dyn Strategy> = strategy_by_name(config.train_distribute.as_deref().unwrap_or("default"), &options)?.into();
+        let eval_name = config.eval_distribute.as_deref().or(config.train_distribute.as_deref()).unwrap_or("default");
+        let eval_strategy: Arc<dyn Strategy> = strategy_by_name(eval_name, &options)?.into();
         log::info!("Using config: {config:?}");
         Ok(Estimator {
             model_fn: Arc::new(model_fn),
@@ -165,7 +167,7 @@ impl Estimator {
         let mut user_hooks = hooks;
         let required: Vec<String> = user_hooks.iter().flat_map(|h| h.required_tensors()).collect();
         let mut compiled = compile(self.model_fn.as_ref(), &self.params, Mode::Train, &schema, strategy.as_ref(), &required)?;
-        let mut replicas = Replicas::new(&compiled, &strategy.local_devices())?;
+        let mut replicas = Replicas::new(&compiled, strategy.as_ref())?;
         let input = match &restored {
             Some(r) => {
                 let loaded = replicas.restore(&r.checkpoint.tensors, self.seed)?;
@@ -269,7 +271,7 @@ impl Estimator {
         let dataset = self.dataset(input_fn, Mode::Eval, strategy.as_ref())?;
         let schema = dataset.schema()?;
         let compiled = compile(self.model_fn.as_ref(), &self.params, Mode::Eval, &schema, strategy.as_ref(), &[])?;
-        let replicas = Replicas::new(&compiled, &strategy.local_devices())?;
+        let replicas = Replicas::new(&compiled, strategy.as_ref())?;
         Ok(Evaluator { estimator: self, compiled, replicas, dataset, steps, name: name.map(str::to_string) })
     }
 
@@ -299,7 +301,7 @@ impl Estimator {
     /// Predictions for every example of the input, one map per example, from a checkpoint
     /// (the latest by default). `predict_keys` selects outputs (all when `None`).
     pub fn predict(&self, input_fn: &dyn InputFn, predict_keys: Option<Vec<String>>, checkpoint_path: Option<&str>) -> Result<Predictions> {
-        let strategy = strategy_by_name("default", &self.config.device)?;
+        let strategy = strategy_by_name("default", &self.config.strategy_options())?;
         let checkpoint = match checkpoint_path {
             Some(p) => read_checkpoint(p, self.config.s3.as_ref())?,
             None => self.checkpoints.restore_latest_valid()?.ok_or(EstimatorError::NoCheckpoint("predict from"))?.checkpoint,
@@ -307,7 +309,7 @@ impl Estimator {
         let dataset = self.dataset(input_fn, Mode::Predict, strategy.as_ref())?;
         let schema = dataset.schema()?;
         let compiled = compile(self.model_fn.as_ref(), &self.params, Mode::Predict, &schema, strategy.as_ref(), &[])?;
-        let mut replicas = Replicas::new(&compiled, &strategy.local_devices())?;
+        let mut replicas = Replicas::new(&compiled, strategy.as_ref())?;
         replicas.restore(&checkpoint.tensors, self.seed)?;
         let keys = match predict_keys {
             Some(k) => k,

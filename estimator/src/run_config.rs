@@ -1,7 +1,8 @@
 //! RunConfig: where and how often the training loop saves, logs and summarizes, with
 //! TensorFlow's defaults.
 
-use crate::{EstimatorError, Result, model_dir::S3Options};
+use crate::{EstimatorError, Result, model_dir::S3Options, strategy::StrategyOptions};
+use engine_runtime::CrossDeviceOps;
 use std::time::Duration;
 
 #[derive(Debug, Clone, PartialEq)]
@@ -26,6 +27,15 @@ pub struct RunConfig {
     pub eval_distribute: Option<String>,
     /// `cpu`, `wgpu:0`, `cuda:0`.
     pub device: String,
+    /// Replica devices for `mirrored` and `central_storage` (`cpu:0`, `cpu:1`); by default
+    /// one CPU replica per core.
+    pub devices: Option<Vec<String>>,
+    /// How in-process replicas all-reduce: `Ring` or `ReductionToOneDevice`.
+    pub cross_device_ops: CrossDeviceOps,
+    /// Gradient bucket size for all-reduce fusion.
+    pub all_reduce_bucket_bytes: usize,
+    /// How long a collective waits for a missing replica or worker.
+    pub collective_timeout: Duration,
     /// Object-store credentials when `model_dir` is an `s3://` URL and the environment
     /// does not provide them.
     pub s3: Option<S3Options>,
@@ -45,6 +55,10 @@ impl Default for RunConfig {
             train_distribute: None,
             eval_distribute: None,
             device: "cpu".into(),
+            devices: None,
+            cross_device_ops: CrossDeviceOps::default(),
+            all_reduce_bucket_bytes: 25 << 20,
+            collective_timeout: Duration::from_secs(300),
             s3: None,
         }
     }
@@ -86,6 +100,17 @@ impl RunConfig {
             (Some(s), _) => CheckpointTrigger::Steps(s),
             (None, Some(s)) => CheckpointTrigger::Secs(Duration::from_secs(s)),
             (None, None) => CheckpointTrigger::Secs(Duration::from_secs(600)),
+        }
+    }
+
+    /// What strategies are built from.
+    pub fn strategy_options(&self) -> StrategyOptions {
+        StrategyOptions {
+            device: self.device.clone(),
+            devices: self.devices.clone(),
+            cross_device_ops: self.cross_device_ops,
+            all_reduce_bucket_bytes: self.all_reduce_bucket_bytes,
+            collective_timeout: self.collective_timeout,
         }
     }
 

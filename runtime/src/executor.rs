@@ -8,7 +8,7 @@
 //! makes the order of updates irrelevant to the result.
 
 use crate::{
-    Device, Precision, Result, RuntimeError, Value, VariableStore,
+    Collective, Device, Exchange, Precision, Result, RuntimeError, Value, VariableStore,
     kernels::{self, KernelCtx},
 };
 use engine_graph::{Dim, HostTensor, NodeId, Op, Outlet, Plan, Shape};
@@ -42,12 +42,22 @@ pub struct StepOutput {
     pub timings: Vec<OpTiming>,
 }
 
+/// Where a step's input comes from.
+#[derive(Debug, Clone, Copy)]
+enum Input {
+    /// A slot of this executor; moved when this is the value's last read.
+    Slot(usize, bool),
+    /// Another partition's value, delivered through the exchange (a `Transfer`'s input).
+    Remote(Outlet),
+}
+
 struct Step {
     node: NodeId,
-    /// `(slot, moved)`: moved when this is the value's last read.
-    inputs: Vec<(usize, bool)>,
+    inputs: Vec<Input>,
     outputs: Vec<usize>,
     free: Vec<usize>,
+    /// Outputs another partition reads: sent to the exchange when produced.
+    exports: Vec<(usize, Outlet)>,
 }
 
 pub struct Executor {
@@ -62,39 +72,63 @@ pub struct Executor {
     /// are checked on the host, where an out-of-range class can be named.
     label_ranges: Vec<(String, usize)>,
     native_kernels: bool,
+    collective: Option<Arc<dyn Collective>>,
+    exchange: Option<Arc<Exchange>>,
 }
 
 impl Executor {
+    /// An executor for the whole plan.
     pub fn new(plan: Arc<Plan>, device: Device, precision: Precision) -> Result<Self> {
+        Self::build(plan, device, precision, None)
+    }
+
+    /// An executor for the nodes placed on `label` (`host`, `replica`): values from other
+    /// partitions arrive through `exchange` at their `Transfer` nodes, and values other
+    /// partitions read are sent to it.
+    pub fn for_partition(plan: Arc<Plan>, device: Device, precision: Precision, label: &str, exchange: Arc<Exchange>) -> Result<Self> {
+        Self::build(plan, device, precision, Some((label.to_string(), exchange)))
+    }
+
+    fn build(plan: Arc<Plan>, device: Device, precision: Precision, partition: Option<(String, Arc<Exchange>)>) -> Result<Self> {
         let g = &plan.graph;
+        let label = partition.as_ref().map(|p| p.0.clone());
+        let mine = |id: NodeId| label.as_deref().is_none_or(|l| g.node(id).device.as_deref() == Some(l));
+        let order: Vec<NodeId> = plan.schedule.iter().copied().filter(|&id| mine(id)).collect();
+        let liveness = if partition.is_some() { engine_graph::passes::liveness(g, &order)? } else { plan.liveness.clone() };
         let mut slot_of = HashMap::new();
-        for &id in &plan.schedule {
+        for &id in &order {
             for output in 0..g.node(id).outputs.len() {
                 let n = slot_of.len();
                 slot_of.insert(Outlet::new(id, output), n);
             }
         }
-        let mut steps = Vec::with_capacity(plan.schedule.len());
+        let mut steps = Vec::with_capacity(order.len());
         let mut constants = HashMap::new();
         let mut assigned: BTreeMap<String, String> = BTreeMap::new();
         let mut label_ranges = Vec::new();
-        for (pos, &id) in plan.schedule.iter().enumerate() {
+        for (pos, &id) in order.iter().enumerate() {
             let node = g.node(id);
-            let slot = |o: &Outlet| {
-                slot_of.get(o).copied().ok_or_else(|| RuntimeError::Kernel {
-                    node: node.name.clone(),
-                    op: node.op.name(),
-                    reason: format!("input {o} is not scheduled before it"),
-                })
-            };
-            let inputs = node
-                .inputs
-                .iter()
-                .enumerate()
-                .map(|(i, o)| Ok((slot(o)?, plan.liveness.last_use.contains(&(pos, i)))))
-                .collect::<Result<Vec<_>>>()?;
-            let outputs = (0..node.outputs.len()).map(|o| slot(&Outlet::new(id, o))).collect::<Result<Vec<_>>>()?;
-            let free = plan.liveness.free_after[pos].iter().map(&slot).collect::<Result<Vec<_>>>()?;
+            let err = |reason: String| RuntimeError::Kernel { node: node.name.clone(), op: node.op.name(), reason };
+            let mut inputs = Vec::with_capacity(node.inputs.len());
+            for (i, o) in node.inputs.iter().enumerate() {
+                inputs.push(match slot_of.get(o) {
+                    Some(&slot) => Input::Slot(slot, liveness.last_use.contains(&(pos, i))),
+                    None if matches!(node.op, Op::Transfer(_)) && partition.is_some() => Input::Remote(*o),
+                    None => return Err(err(format!("input {o} is produced in another partition and no Transfer carries it"))),
+                });
+            }
+            let outputs = (0..node.outputs.len()).map(|o| slot_of[&Outlet::new(id, o)]).collect();
+            let free = liveness.free_after[pos].iter().filter_map(|o| slot_of.get(o).copied()).collect();
+            let mut exports = Vec::new();
+            if partition.is_some() {
+                for output in 0..node.outputs.len() {
+                    let o = Outlet::new(id, output);
+                    let remote = g.outlet_consumers(o).into_iter().any(|(c, _)| !mine(c) && matches!(g.node(c).op, Op::Transfer(_)));
+                    if remote {
+                        exports.push((output, o));
+                    }
+                }
+            }
             match &node.op {
                 Op::Constant(c) => {
                     constants.insert(id, Value::from_host(&c.value, device.dispatch(), precision));
@@ -102,12 +136,7 @@ impl Executor {
                 Op::Assign(_) => {
                     let var = g.node(node.inputs[0].node).name.clone();
                     if let Some(first) = assigned.insert(var.clone(), node.name.clone()) {
-                        return Err(engine_graph::GraphError::DoubleAssign {
-                            variable: var,
-                            first,
-                            second: node.name.clone(),
-                        }
-                        .into());
+                        return Err(engine_graph::GraphError::DoubleAssign { variable: var, first, second: node.name.clone() }.into());
                     }
                 }
                 Op::SparseSoftmaxCrossEntropy(_) => {
@@ -119,10 +148,38 @@ impl Executor {
                 }
                 _ => {}
             }
-            steps.push(Step { node: id, inputs, outputs, free });
+            steps.push(Step { node: id, inputs, outputs, free, exports });
         }
         let slots = slot_of.len();
-        Ok(Executor { plan, device, precision, steps, slot_of, slots, constants, label_ranges, native_kernels: true })
+        Ok(Executor {
+            plan,
+            device,
+            precision,
+            steps,
+            slot_of,
+            slots,
+            constants,
+            label_ranges,
+            native_kernels: true,
+            collective: None,
+            exchange: partition.map(|p| p.1),
+        })
+    }
+
+    /// The group this executor's collective ops (all-reduce) join.
+    pub fn with_collective(mut self, collective: Arc<dyn Collective>) -> Self {
+        self.collective = Some(collective);
+        self
+    }
+
+    /// Whether this executor computes `outlet` (a partition computes only its own nodes).
+    pub fn owns(&self, outlet: Outlet) -> bool {
+        self.slot_of.contains_key(&outlet)
+    }
+
+    /// Whether this executor runs any variable (and so needs a variable store).
+    pub fn has_variables(&self) -> bool {
+        self.steps.iter().any(|s| matches!(self.plan.graph.node(s.node).op, Op::Variable(_)))
     }
 
     /// Whether the CPU runs the engine's native NHWC kernels (the default) or burn's
@@ -172,8 +229,16 @@ impl Executor {
             let node = g.node(step.node);
             let started = t0.elapsed();
             let mut inputs = Vec::with_capacity(step.inputs.len());
-            for &(slot, moved) in &step.inputs {
-                let v = if moved && !keep.contains(&slot) { slots[slot].take() } else { slots[slot].clone() };
+            for input in &step.inputs {
+                let v = match *input {
+                    Input::Slot(slot, moved) => {
+                        if moved && !keep.contains(&slot) { slots[slot].take() } else { slots[slot].clone() }
+                    }
+                    Input::Remote(o) => match &self.exchange {
+                        Some(x) => Some(x.recv(o, &node.name)?),
+                        None => None,
+                    },
+                };
                 inputs.push(v.ok_or_else(|| RuntimeError::Kernel {
                     node: node.name.clone(),
                     op: node.op.name(),
@@ -205,12 +270,20 @@ impl Executor {
                         step: options.step,
                         replica: options.replica,
                         native: self.native_kernels,
+                        collective: self.collective.as_deref(),
                     };
                     kernels::run(op, inputs, &ctx)?
                 }
             };
             for (i, (value, &slot)) in outputs.into_iter().zip(&step.outputs).enumerate() {
                 slots[slot] = Some(self.conform(step.node, i, value, batch)?);
+            }
+            if let Some(x) = &self.exchange {
+                for &(output, outlet) in &step.exports {
+                    if let Some(v) = &slots[step.outputs[output]] {
+                        x.send(outlet, v.clone());
+                    }
+                }
             }
             for &slot in &step.free {
                 if !keep.contains(&slot) {
@@ -239,8 +312,8 @@ impl Executor {
     /// The batch size the feeds imply; every batch-sized dimension must agree.
     fn bind_batch(&self, feeds: &BTreeMap<String, HostTensor>) -> Result<Option<usize>> {
         let mut batch: Option<(usize, String)> = None;
-        for &id in &self.plan.schedule {
-            let node = self.plan.graph.node(id);
+        for step in &self.steps {
+            let node = self.plan.graph.node(step.node);
             let Op::Placeholder(p) = &node.op else { continue };
             let fed = feeds.get(&node.name).ok_or_else(|| RuntimeError::MissingFeed(node.name.clone()))?;
             let err = |reason: String| RuntimeError::Feed { name: node.name.clone(), reason };

@@ -5,15 +5,19 @@
 //! step after step against a [`VariableStore`]. The CPU backend is burn's `flex`; `wgpu`
 //! and `cuda` come with the cargo features of the same names.
 
+mod collective;
 mod device;
 mod error;
+mod exchange;
 mod executor;
 mod kernels;
 mod value;
 mod variables;
 
+pub use collective::{Collective, CrossDeviceOps, InProcessGroup};
 pub use device::{Device, DeviceKind};
 pub use error::{Result, RuntimeError};
+pub use exchange::Exchange;
 pub use executor::{Executor, OpTiming, RunOptions, StepOutput};
 pub use value::{Precision, Value};
 pub use variables::VariableStore;

@@ -9,7 +9,8 @@ use std::sync::Arc;
 pub fn run(args: &RunArgs) -> Result<(), CliError> {
     let spec = Arc::new(args.common.load(args.overrides())?);
     let strategy = args.common.strategy.map(|s| s.name().to_string());
-    let overrides = RunOverrides { strategy: strategy.clone(), eval_strategy: strategy, device: Some(args.device.to_string()) };
+    let devices = (!args.devices.is_empty()).then(|| args.devices.clone());
+    let overrides = RunOverrides { strategy: strategy.clone(), eval_strategy: strategy, device: Some(args.device.to_string()), devices };
     let estimator = job::estimator(spec.clone(), &overrides)?;
     let train_input = job::train_input_fn(&spec)?;
     let train_hooks = job::hooks_of(&spec, &spec.job.train_spec.hooks)?;

@@ -20,6 +20,8 @@ pub struct RunOverrides {
     pub strategy: Option<String>,
     pub eval_strategy: Option<String>,
     pub device: Option<String>,
+    /// Replica devices for in-process strategies (`cpu:0,cpu:1`).
+    pub devices: Option<Vec<String>>,
 }
 
 /// The estimator's RunConfig for a spec.
@@ -37,7 +39,8 @@ pub fn run_config(spec: &Spec, overrides: &RunOverrides) -> RunConfig {
         train_distribute: overrides.strategy.clone().or_else(|| rc.train_distribute.map(|s| s.name().to_string())),
         eval_distribute: overrides.eval_strategy.clone().or_else(|| rc.eval_distribute.map(|s| s.name().to_string())),
         device: overrides.device.clone().unwrap_or_else(|| "cpu".into()),
-        s3: None,
+        devices: overrides.devices.clone(),
+        ..RunConfig::default()
     }
 }
 

@@ -8,7 +8,7 @@ use crate::{
     hooks::SessionRunHook,
     input::Schema,
     metrics::Metric,
-    strategy::Strategy,
+    strategy::{Stage, Strategy},
 };
 use engine_graph::{
     Graph, GraphBuilder, Outlet, Plan, Shape,
@@ -34,6 +34,9 @@ pub(crate) struct Compiled {
     pub spec_hooks: Vec<Box<dyn SessionRunHook>>,
     pub spec_chief_hooks: Vec<Box<dyn SessionRunHook>>,
     pub fingerprint: String,
+    /// Whether each replica's loss was scaled by `1 / replicas` (then the replicas'
+    /// losses sum to the global mean).
+    pub loss_scaled: bool,
 }
 
 impl Compiled {
@@ -93,20 +96,17 @@ pub(crate) fn compile(
         graph.roles.fetches.insert(name.clone(), Outlet::new(id, output));
     }
     let mut passes = PassManager::new();
-    if mode == Mode::Train {
+    let training = mode == Mode::Train;
+    if training {
         let Some(TrainOp::Minimize(optimizer)) = spec.train_op.clone() else {
             return Err(EstimatorError::Spec { mode, reason: "training needs a train_op".into() });
         };
+        strategy.passes(Stage::BeforeGradients, true).into_iter().for_each(|p| passes.push(p));
         passes.push(Box::new(Autodiff));
-        for p in strategy.passes(true) {
-            passes.push(p);
-        }
+        strategy.passes(Stage::Gradients, true).into_iter().for_each(|p| passes.push(p));
         passes.push(Box::new(ApplyOptimizer { config: optimizer }));
-    } else {
-        for p in strategy.passes(false) {
-            passes.push(p);
-        }
     }
+    strategy.passes(Stage::AfterOptimizer, training).into_iter().for_each(|p| passes.push(p));
     for p in optimization_passes() {
         passes.push(p);
     }
@@ -119,6 +119,7 @@ pub(crate) fn compile(
         named.entry(format!("predictions/{k}")).or_insert(*v);
     }
     let fingerprint = format!("{}-{}", graph.fingerprint()?, engine_graph::derive_seed(0, &strategy.describe()) & 0xffff);
+    let loss_scaled = passes.log().iter().any(|(name, changed)| name == "scale-loss" && *changed);
     let plan = Arc::new(Plan::new(graph, passes.log().to_vec())?);
     let g = &plan.graph;
     Ok(Compiled {
@@ -140,6 +141,7 @@ pub(crate) fn compile(
         }),
         spec_chief_hooks: std::mem::take(&mut spec.training_chief_hooks),
         fingerprint,
+        loss_scaled,
         plan: plan.clone(),
     })
 }

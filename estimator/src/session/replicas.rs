@@ -1,62 +1,199 @@
-//! One executor and one set of variables per local replica.
+//! The executors of one compiled graph in this process: one per local replica, plus a host
+//! partition when the strategy places variables there. They run concurrently, each replica
+//! on its own thread pool, joined by the strategy's collectives.
 
-use crate::{Result, input::Batch, session::compile::{Compiled, LABELS}};
-use engine_graph::{HostTensor, Outlet};
-use engine_runtime::{Device, Executor, Precision, RunOptions, StepOutput, VariableStore};
+use crate::{
+    EstimatorError, Result,
+    input::Batch,
+    session::compile::{Compiled, LABELS},
+    strategy::Strategy,
+};
+use engine_graph::{HostTensor, Outlet, passes::strategy::{HOST, REPLICA}};
+use engine_runtime::{Device, Exchange, Executor, Precision, RunOptions, RuntimeError, StepOutput, VariableStore};
 use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+struct Worker {
+    exec: Executor,
+    store: VariableStore,
+    pool: Option<rayon::ThreadPool>,
+    /// `Some(i)` for replica `i`; `None` for the host partition.
+    replica: Option<usize>,
+}
 
 pub(crate) struct Replicas {
-    executors: Vec<Executor>,
-    stores: Vec<VariableStore>,
+    workers: Vec<Worker>,
+    replicas: usize,
+    exchange: Option<Arc<Exchange>>,
+    collectives: Vec<Arc<dyn engine_runtime::Collective>>,
 }
 
 impl Replicas {
-    pub fn new(compiled: &Compiled, devices: &[Device]) -> Result<Self> {
-        let executors = devices
-            .iter()
-            .map(|d| Executor::new(compiled.plan.clone(), d.clone(), Precision::F32))
-            .collect::<std::result::Result<Vec<_>, _>>()?;
-        let stores = devices.iter().map(|_| VariableStore::new()).collect();
-        Ok(Replicas { executors, stores })
+    pub fn new(compiled: &Compiled, strategy: &dyn Strategy) -> Result<Self> {
+        let devices = strategy.local_devices();
+        let plan = &compiled.plan;
+        let partitioned = plan.graph.nodes().any(|(_, n)| n.device.as_deref() == Some(HOST));
+        let exchange = partitioned.then(|| Arc::new(Exchange::new(Duration::from_secs(300))));
+        let has_collectives = plan.graph.nodes().any(|(_, n)| n.op.is_collective());
+        let collectives = match (has_collectives, devices.len() > 1) {
+            (true, _) | (false, true) => strategy.collectives(devices.len())?.unwrap_or_default(),
+            _ => Vec::new(),
+        };
+        let threads = strategy.threads_per_replica();
+        let pool = |n: usize| -> Result<rayon::ThreadPool> {
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(n)
+                .build()
+                .map_err(|e| EstimatorError::Other(format!("cannot start a replica thread pool: {e}")))
+        };
+        let mut workers = Vec::new();
+        for (i, d) in devices.iter().enumerate() {
+            let mut exec = match &exchange {
+                Some(x) => Executor::for_partition(plan.clone(), d.clone(), Precision::F32, REPLICA, x.clone())?,
+                None => Executor::new(plan.clone(), d.clone(), Precision::F32)?,
+            };
+            if let Some(c) = collectives.get(i) {
+                exec = exec.with_collective(c.clone());
+            }
+            let pool = match threads {
+                Some(t) if devices.len() > 1 || partitioned => Some(pool(t)?),
+                _ => None,
+            };
+            workers.push(Worker { exec, store: VariableStore::new(), pool, replica: Some(i) });
+        }
+        if let Some(x) = &exchange {
+            let exec = Executor::for_partition(plan.clone(), Device::cpu(), Precision::F32, HOST, x.clone())?;
+            workers.push(Worker { exec, store: VariableStore::new(), pool: Some(pool(1)?), replica: None });
+        }
+        Ok(Replicas { workers, replicas: devices.len(), exchange, collectives })
     }
 
+    /// Batch-consuming replicas.
     pub fn len(&self) -> usize {
-        self.executors.len()
+        self.replicas
+    }
+
+    fn stateful(&mut self) -> impl Iterator<Item = &mut Worker> {
+        self.workers.iter_mut().filter(|w| w.exec.has_variables())
     }
 
     /// Fresh variables from their initializers (identical on every replica: the seed and
     /// the variable name decide the values).
     pub fn initialize(&mut self, seed: u64) -> Result<()> {
-        for (e, s) in self.executors.iter().zip(&mut self.stores) {
-            e.initialize(s, seed)?;
+        for w in self.stateful() {
+            w.exec.initialize(&mut w.store, seed)?;
         }
         Ok(())
     }
 
-    /// Loads checkpointed values into every replica; variables the checkpoint lacks are
-    /// initialized. Returns the names loaded.
+    /// Loads checkpointed values into every copy of the variables; variables the checkpoint
+    /// lacks are initialized. Returns the names loaded.
     pub fn restore(&mut self, values: &BTreeMap<String, HostTensor>, seed: u64) -> Result<Vec<String>> {
         let mut loaded = Vec::new();
-        for (e, s) in self.executors.iter().zip(&mut self.stores) {
-            loaded = s.import(&e.plan().graph, values, e.device().dispatch(), e.precision())?;
-            e.initialize(s, seed)?;
+        for w in self.stateful() {
+            let e = &w.exec;
+            loaded = w.store.import(&e.plan().graph, values, e.device().dispatch(), e.precision())?;
+            e.initialize(&mut w.store, seed)?;
         }
         Ok(loaded)
     }
 
-    /// The variables of replica 0 (all replicas hold the same values after every step).
+    /// The variables (the first copy: every copy holds the same values after a step).
     pub fn export(&self) -> Result<BTreeMap<String, HostTensor>> {
-        Ok(self.stores.first().map(|s| s.export()).transpose()?.unwrap_or_default())
+        match self.workers.iter().find(|w| w.exec.has_variables()) {
+            Some(w) => Ok(w.store.export()?),
+            None => Ok(BTreeMap::new()),
+        }
     }
 
-    /// Runs one step: replica `i` gets `batches[i]`.
+    /// Runs one step: replica `i` gets `batches[i]`. Returns one output per replica, each
+    /// with `fetches` in order (values the host partition computes are shared by all).
     pub fn run(&mut self, batches: Vec<Batch>, fetches: &[Outlet], options: RunOptions) -> Result<Vec<StepOutput>> {
-        let mut outs = Vec::with_capacity(self.executors.len());
-        for (i, ((e, s), batch)) in self.executors.iter().zip(&mut self.stores).zip(batches).enumerate() {
-            let feeds = feeds_of(batch);
-            outs.push(e.run(s, &feeds, fetches, RunOptions { replica: i as u64, ..options })?);
+        if batches.len() != self.replicas {
+            return Err(EstimatorError::Other(format!("{} batches for {} replicas", batches.len(), self.replicas)));
         }
-        Ok(outs)
+        if let Some(x) = &self.exchange {
+            x.clear();
+        }
+        let mut feeds: Vec<BTreeMap<String, HostTensor>> = batches.into_iter().map(feeds_of).collect();
+        feeds.resize_with(self.workers.len(), BTreeMap::new);
+        let wanted: Vec<Vec<Outlet>> = self.workers.iter().map(|w| fetches.iter().copied().filter(|o| w.exec.owns(*o)).collect()).collect();
+        let results: Vec<Result<StepOutput, RuntimeError>> = if self.workers.len() == 1 {
+            let w = &mut self.workers[0];
+            vec![w.exec.run(&mut w.store, &feeds[0], &wanted[0], RunOptions { replica: 0, ..options })]
+        } else {
+            let exchange = self.exchange.clone();
+            let collectives = self.collectives.clone();
+            std::thread::scope(|s| {
+                let handles: Vec<_> = self
+                    .workers
+                    .iter_mut()
+                    .zip(&feeds)
+                    .zip(&wanted)
+                    .map(|((w, f), want)| {
+                        let (exchange, collectives) = (exchange.clone(), collectives.clone());
+                        s.spawn(move || {
+                            let opts = RunOptions { replica: w.replica.unwrap_or(usize::MAX) as u64, ..options };
+                            let Worker { exec, store, pool, .. } = w;
+                            let out = match pool {
+                                Some(p) => p.install(|| exec.run(store, f, want, opts)),
+                                None => exec.run(store, f, want, opts),
+                            };
+                            if let Err(e) = &out {
+                                // Release the others at once instead of at their timeout.
+                                let why = e.to_string();
+                                collectives.iter().for_each(|c| c.abort(&why));
+                                if let Some(x) = &exchange {
+                                    x.abort(&why);
+                                }
+                            }
+                            out
+                        })
+                    })
+                    .collect();
+                handles
+                    .into_iter()
+                    .map(|h| h.join().unwrap_or_else(|_| Err(RuntimeError::Collective { op: "step".into(), reason: "a replica thread panicked".into(), retryable: false })))
+                    .collect()
+            })
+        };
+        // The root cause, not the errors of replicas that were aborted because of it.
+        let mut outs = Vec::with_capacity(results.len());
+        let mut first_err: Option<RuntimeError> = None;
+        for r in results {
+            match r {
+                Ok(o) => outs.push(Some(o)),
+                Err(e) => {
+                    let aborted = matches!(&e, RuntimeError::Collective { retryable: false, reason, .. } if reason.contains("aborted"));
+                    if first_err.is_none() || (!aborted && first_err.as_ref().is_some_and(|f| matches!(f, RuntimeError::Collective { .. }))) {
+                        first_err = Some(e);
+                    }
+                    outs.push(None);
+                }
+            }
+        }
+        if let Some(e) = first_err {
+            return Err(e.into());
+        }
+        let host = self.workers.iter().position(|w| w.replica.is_none());
+        let mut per_replica = Vec::with_capacity(self.replicas);
+        for i in 0..self.replicas {
+            let mut fetched = Vec::with_capacity(fetches.len());
+            let mut timings = Vec::new();
+            for o in fetches {
+                let from = if self.workers[i].exec.owns(*o) { Some(i) } else { host.filter(|&h| self.workers[h].exec.owns(*o)) };
+                let Some(w) = from else { return Err(EstimatorError::Other(format!("no partition computes fetch {o}"))) };
+                let out = outs[w].as_ref().ok_or_else(|| EstimatorError::Other("missing step output".into()))?;
+                let pos = wanted[w].iter().position(|x| x == o).unwrap_or(0);
+                fetched.push(out.fetched[pos].clone());
+            }
+            if let Some(o) = &outs[i] {
+                timings = o.timings.clone();
+            }
+            per_replica.push(StepOutput { fetched, timings });
+        }
+        Ok(per_replica)
     }
 }
 

@@ -117,13 +117,13 @@ impl TrainingSession<'_> {
                 let step_time = started.elapsed();
                 self.global_step += 1;
                 let first = outs.first().ok_or_else(|| EstimatorError::Other("no replica ran".into()))?;
-                // The logged loss is the mean over replicas: each replica's loss is the
-                // mean over its own per-replica batch of equal size.
+                // The logged loss is the global mean: scaled replica losses sum to it,
+                // unscaled ones (each a mean over an equal per-replica batch) average to it.
                 let mut loss_sum = 0.0;
                 for o in &outs {
                     loss_sum += o.fetched[0].to_host()?.scalar_value().unwrap_or(f64::NAN);
                 }
-                let step_loss = loss_sum / outs.len() as f64;
+                let step_loss = if self.compiled.loss_scaled { loss_sum } else { loss_sum / outs.len() as f64 };
                 last_loss = Some(step_loss);
                 let mut results = BTreeMap::new();
                 results.insert("loss".to_string(), HostTensor::scalar_f32(step_loss as f32));

@@ -1,8 +1,8 @@
 //! `default` and `one_device`: one replica on one device; placement is the only pass.
 
-use super::Strategy;
+use super::{Stage, Strategy};
 use crate::input::InputContext;
-use engine_graph::{Graph, Result, passes::Pass};
+use engine_graph::passes::{Pass, strategy::Placement};
 use engine_runtime::Device;
 
 pub struct DefaultStrategy {
@@ -26,25 +26,10 @@ impl Strategy for DefaultStrategy {
     fn input_context(&self) -> InputContext {
         InputContext { num_input_pipelines: 1, input_pipeline_id: 0, num_replicas_in_sync: 1 }
     }
-    fn passes(&self, _training: bool) -> Vec<Box<dyn Pass>> {
-        vec![Box::new(Placement { device: self.device.to_string() })]
-    }
-}
-
-/// Places every node on one device.
-pub struct Placement {
-    pub device: String,
-}
-
-impl Pass for Placement {
-    fn name(&self) -> &str {
-        "placement"
-    }
-    fn run(&self, g: &mut Graph) -> Result<bool> {
-        let ids: Vec<_> = g.node_ids().collect();
-        for id in ids {
-            g.set_device(id, Some(self.device.clone()));
+    fn passes(&self, stage: Stage, _training: bool) -> Vec<Box<dyn Pass>> {
+        match stage {
+            Stage::AfterOptimizer => vec![Box::new(Placement { device: self.device.to_string() })],
+            _ => Vec::new(),
         }
-        Ok(true)
     }
 }

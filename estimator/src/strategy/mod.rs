@@ -1,17 +1,35 @@
 //! Distribution strategies, chosen by name.
 //!
-//! A strategy is a list of graph passes (inserted between autodiff and the optimizer) plus
-//! the devices its replicas run on and the collectives that connect them. The training
+//! A strategy is graph passes (at three stages of compilation) plus the run-time shape of
+//! its replicas: how many, on which devices, joined by which collective. The training
 //! loop never branches on the strategy's kind: it compiles with the strategy's passes,
-//! runs one executor per local replica, and feeds each replica its own batch.
+//! runs one executor per local replica (and per partition), and feeds each replica its
+//! own batch.
 
+mod central_storage;
 mod default;
+mod mirrored;
 
+pub use central_storage::CentralStorageStrategy;
 pub use default::DefaultStrategy;
+pub use mirrored::MirroredStrategy;
 
 use crate::{EstimatorError, Result, input::InputContext};
 use engine_graph::passes::Pass;
-use engine_runtime::Device;
+use engine_runtime::{Collective, CrossDeviceOps, Device};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Where in compilation a strategy's passes run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stage {
+    /// Before autodiff (loss scaling).
+    BeforeGradients,
+    /// After autodiff, before the optimizer: rewrite gradients (all-reduce, buckets).
+    Gradients,
+    /// After the optimizer: placement and partitioning.
+    AfterOptimizer,
+}
 
 pub trait Strategy: Send + Sync {
     fn name(&self) -> &str;
@@ -23,17 +41,22 @@ pub trait Strategy: Send + Sync {
     }
     /// This process's input pipeline and its place among the job's pipelines.
     fn input_context(&self) -> InputContext;
-    /// Passes for a graph of this mode. On training graphs they run after autodiff and
-    /// before the optimizer, so they can rewrite gradients (all-reduce) and placement.
-    fn passes(&self, training: bool) -> Vec<Box<dyn Pass>> {
-        let _ = training;
-        Vec::new()
+    /// Passes for a graph of this mode at `stage`.
+    fn passes(&self, stage: Stage, training: bool) -> Vec<Box<dyn Pass>>;
+    /// Collectives for `local` replicas of this process, one handle per replica.
+    fn collectives(&self, local: usize) -> Result<Option<Vec<Arc<dyn Collective>>>> {
+        let _ = local;
+        Ok(None)
+    }
+    /// Threads each local replica's pool gets (`None`: one replica on the global pool).
+    fn threads_per_replica(&self) -> Option<usize> {
+        None
     }
     /// Whether this process writes checkpoints and summaries.
     fn is_chief(&self) -> bool {
         true
     }
-    /// Identifies the strategy and its cluster in the job fingerprint.
+    /// Identifies the strategy and its devices in the job fingerprint.
     fn describe(&self) -> String {
         format!("{}({})", self.name(), self.local_devices().iter().map(|d| d.to_string()).collect::<Vec<_>>().join(","))
     }
@@ -42,14 +65,65 @@ pub trait Strategy: Send + Sync {
 /// The strategy names the engine knows, in one place.
 pub const STRATEGY_NAMES: [&str; 6] = ["default", "one_device", "mirrored", "central_storage", "multi_worker", "parameter_server"];
 
-/// Resolves a strategy by name for `device`.
-pub fn strategy_by_name(name: &str, device: &str) -> Result<Box<dyn Strategy>> {
-    let device = Device::parse(device)?;
-    match name {
-        "default" | "one_device" => Ok(Box::new(DefaultStrategy::new(name, device))),
-        other if STRATEGY_NAMES.contains(&other) => {
-            Err(EstimatorError::Other(format!("strategy '{other}' is not available in this build yet")))
+/// What a strategy is built from besides its name.
+#[derive(Debug, Clone)]
+pub struct StrategyOptions {
+    /// `cpu`, `cuda:0`, ... — the device of single-device strategies, and the kind of
+    /// device replicas use when `devices` is not given.
+    pub device: String,
+    /// Explicit replica devices (`cpu:0,cpu:1`); by default one CPU replica per core.
+    pub devices: Option<Vec<String>>,
+    pub cross_device_ops: CrossDeviceOps,
+    /// Bytes per gradient bucket (PyTorch's 25 MiB by default; the first bucket is 1 MiB).
+    pub all_reduce_bucket_bytes: usize,
+    /// How long a collective waits for a missing replica.
+    pub collective_timeout: Duration,
+}
+
+impl Default for StrategyOptions {
+    fn default() -> Self {
+        StrategyOptions {
+            device: "cpu".into(),
+            devices: None,
+            cross_device_ops: CrossDeviceOps::default(),
+            all_reduce_bucket_bytes: 25 << 20,
+            collective_timeout: Duration::from_secs(300),
         }
+    }
+}
+
+impl StrategyOptions {
+    /// The replica devices: explicit ones, else one CPU device per available core.
+    pub fn replica_devices(&self) -> Result<Vec<Device>> {
+        match &self.devices {
+            Some(list) => list.iter().map(|d| Ok(Device::parse(d)?)).collect(),
+            None => {
+                let base = Device::parse(&self.device)?;
+                if base.kind != engine_runtime::DeviceKind::Cpu {
+                    return Ok(vec![base]);
+                }
+                let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).max(2);
+                (0..cores).map(|i| Ok(Device::parse(&format!("cpu:{i}"))?)).collect()
+            }
+        }
+    }
+}
+
+/// Resolves a strategy by name.
+pub fn strategy_by_name(name: &str, options: &StrategyOptions) -> Result<Box<dyn Strategy>> {
+    match name {
+        "default" | "one_device" => Ok(Box::new(DefaultStrategy::new(name, Device::parse(&options.device)?))),
+        "mirrored" => Ok(Box::new(MirroredStrategy::new(options)?)),
+        "central_storage" => Ok(Box::new(CentralStorageStrategy::new(options)?)),
+        other if STRATEGY_NAMES.contains(&other) => Err(EstimatorError::Other(format!(
+            "strategy '{other}' needs a cluster: run it through the multi-worker launcher or TF_CONFIG"
+        ))),
         other => Err(EstimatorError::UnknownName { what: "strategy", name: other.to_string(), valid: STRATEGY_NAMES.to_vec() }),
     }
+}
+
+/// Threads per replica when `replicas` share this machine's cores.
+pub(crate) fn threads_for(replicas: usize) -> usize {
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    (cores / replicas.max(1)).max(1)
 }

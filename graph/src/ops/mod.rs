@@ -7,6 +7,7 @@
 //! that wire primitives, so their gradients come for free.
 
 pub mod activation;
+pub mod collective;
 pub mod fused;
 pub mod logic;
 pub mod loss;
@@ -21,6 +22,7 @@ use crate::{Fact, Result, autodiff::GradCtx};
 use std::fmt;
 
 pub use activation::*;
+pub use collective::*;
 pub use fused::*;
 pub use logic::*;
 pub use loss::*;
@@ -132,9 +134,17 @@ op_set! {
     Assign, Group,
     // formed by fusion passes after autodiff
     FusedConv2d, FusedMatMul,
+    // inserted by strategies
+    AllReduce, Transfer,
 }
 
 impl Op {
+    /// Whether the op communicates between replicas (schedulers launch these as early as
+    /// their inputs allow, so communication overlaps computation).
+    pub fn is_collective(&self) -> bool {
+        matches!(self, Op::AllReduce(_))
+    }
+
     pub fn name(&self) -> &'static str {
         self.def().name()
     }

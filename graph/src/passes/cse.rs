@@ -25,7 +25,9 @@ impl Pass for CommonSubexpressionElimination {
             }
             let twin = kept.iter().copied().find(|&k| {
                 let other = g.node(k);
-                other.inputs == node.inputs && other.op == node.op
+                // Equal computations on different devices are not the same value: merging
+                // them would create an edge between devices without a transfer.
+                other.inputs == node.inputs && other.op == node.op && other.device == node.device
             });
             match twin {
                 Some(t) => {

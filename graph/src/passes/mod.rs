@@ -11,6 +11,7 @@ mod fuse_bias_into_filter_grad;
 mod fuse_relu_into_pool_grad;
 mod liveness;
 mod schedule;
+pub mod strategy;
 
 pub use cse::CommonSubexpressionElimination;
 pub use dce::DeadCodeElimination;

@@ -5,6 +5,7 @@
 //! whatever precision the inputs carry (f32 for training, f64 for gradient checks).
 
 mod activation;
+mod collective;
 mod conv;
 mod cpu;
 mod dropout;
@@ -34,6 +35,8 @@ pub(crate) struct KernelCtx<'a> {
     pub replica: u64,
     /// Use the native CPU kernels where they apply.
     pub native: bool,
+    /// The group collective ops join (replicas of a strategy).
+    pub collective: Option<&'a dyn crate::Collective>,
 }
 
 impl KernelCtx<'_> {
@@ -146,6 +149,9 @@ pub(crate) fn generic(op: &Op, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Resul
         OneHot(o) => one(logic::one_hot(o, inputs, ctx)?),
         Select(_) => one(logic::select(inputs, ctx)?),
         Group(_) => Ok(vec![Value::Unit]),
+        AllReduce(a) => collective::all_reduce(a, inputs, ctx),
+        // Partitions share one host, so a transfer hands the value over as is.
+        Transfer(_) => Ok(inputs),
         Placeholder(_) | Variable(_) | Constant(_) | Assign(_) => {
             Err(ctx.err("executed by the executor itself, not by a kernel"))
         }

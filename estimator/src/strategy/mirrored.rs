@@ -1,0 +1,72 @@
+//! `mirrored`: one program replicated on every local device (SPMD), gradients
+//! all-reduced in buckets before every replica applies the same update to its copy.
+
+use super::{Stage, Strategy, StrategyOptions, threads_for};
+use crate::{Result, input::InputContext};
+use engine_graph::{
+    ops::ReduceOp,
+    passes::{
+        Pass,
+        strategy::{AllReduceFusion, AllReduceGradients, Placement, ScaleLoss},
+    },
+};
+use engine_runtime::{Collective, CrossDeviceOps, Device, InProcessGroup};
+use std::sync::Arc;
+use std::time::Duration;
+
+pub struct MirroredStrategy {
+    devices: Vec<Device>,
+    cross_device_ops: CrossDeviceOps,
+    bucket_bytes: usize,
+    timeout: Duration,
+}
+
+impl MirroredStrategy {
+    pub fn new(options: &StrategyOptions) -> Result<Self> {
+        Ok(MirroredStrategy {
+            devices: options.replica_devices()?,
+            cross_device_ops: options.cross_device_ops,
+            bucket_bytes: options.all_reduce_bucket_bytes,
+            timeout: options.collective_timeout,
+        })
+    }
+}
+
+/// The passes every all-reducing strategy shares (mirrored here, multi-worker across
+/// processes): scale the loss by the replica count, all-reduce (sum) every gradient, pack
+/// the all-reduces into buckets.
+pub(crate) fn all_reduce_passes(stage: Stage, training: bool, replicas: usize, bucket_bytes: usize) -> Vec<Box<dyn Pass>> {
+    match (stage, training) {
+        (Stage::BeforeGradients, true) => vec![Box::new(ScaleLoss { replicas })],
+        (Stage::Gradients, true) => vec![
+            Box::new(AllReduceGradients { reduce: ReduceOp::Sum }),
+            Box::new(AllReduceFusion { bucket_bytes, first_bucket_bytes: bucket_bytes.min(1 << 20) }),
+        ],
+        (Stage::AfterOptimizer, _) => vec![Box::new(Placement { device: "replica".into() })],
+        _ => Vec::new(),
+    }
+}
+
+impl Strategy for MirroredStrategy {
+    fn name(&self) -> &str {
+        "mirrored"
+    }
+    fn local_devices(&self) -> Vec<Device> {
+        self.devices.clone()
+    }
+    fn input_context(&self) -> InputContext {
+        InputContext { num_input_pipelines: 1, input_pipeline_id: 0, num_replicas_in_sync: self.devices.len() }
+    }
+    fn passes(&self, stage: Stage, training: bool) -> Vec<Box<dyn Pass>> {
+        all_reduce_passes(stage, training, self.devices.len(), self.bucket_bytes)
+    }
+    fn collectives(&self, local: usize) -> Result<Option<Vec<Arc<dyn Collective>>>> {
+        Ok(Some(InProcessGroup::new(local, self.cross_device_ops, self.timeout).handles()))
+    }
+    fn threads_per_replica(&self) -> Option<usize> {
+        Some(threads_for(self.devices.len()))
+    }
+    fn describe(&self) -> String {
+        format!("mirrored({:?}; {})", self.cross_device_ops, self.devices.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(","))
+    }
+}

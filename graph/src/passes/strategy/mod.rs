@@ -1,0 +1,15 @@
+//! The passes distribution strategies are made of. A strategy (chosen by name in the
+//! estimator) is a list of these: where nodes run, how gradients are combined across
+//! replicas, how those combinations are grouped into messages.
+
+mod all_reduce_fusion;
+mod all_reduce_gradients;
+mod central_storage;
+mod placement;
+mod scale_loss;
+
+pub use all_reduce_fusion::{AllReduceFusion, Bucket, buckets};
+pub use all_reduce_gradients::AllReduceGradients;
+pub use central_storage::{CentralStorage, HOST, REPLICA};
+pub use placement::Placement;
+pub use scale_loss::ScaleLoss;

@@ -1,0 +1,48 @@
+//! Collectives: how replicas combine values.
+//!
+//! One trait for every transport. Replicas that are threads of one process use
+//! [`InProcessGroup`]; the multi-worker strategy puts a network implementation behind the
+//! same trait. Every operation has a deadline: a replica that never arrives produces an
+//! error naming it instead of a hang, and a replica that fails aborts the group so the
+//! others fail at once.
+
+mod in_process;
+mod rendezvous;
+
+pub use in_process::{CrossDeviceOps, InProcessGroup};
+
+use crate::Result;
+use engine_graph::ops::ReduceOp;
+
+pub trait Collective: Send + Sync {
+    /// This participant's index in the group.
+    fn rank(&self) -> usize;
+    /// How many participants the group has.
+    fn size(&self) -> usize;
+    /// A name for errors (`replica 1`, `worker:1 at 127.0.0.1:2222`).
+    fn describe(&self, rank: usize) -> String {
+        format!("replica {rank}")
+    }
+    /// Combines `data` with every participant's and writes the result back.
+    fn all_reduce(&self, data: &mut [f32], op: ReduceOp) -> Result<()>;
+    /// Overwrites `data` with `root`'s.
+    fn broadcast(&self, data: &mut [f32], root: usize) -> Result<()>;
+    /// Every participant's `data`, concatenated in rank order.
+    fn all_gather(&self, data: &[f32]) -> Result<Vec<f32>>;
+    /// Returns when every participant has called it.
+    fn barrier(&self) -> Result<()>;
+    /// Marks the group failed: every pending and future call returns an error.
+    fn abort(&self, reason: &str);
+}
+
+/// Sums (or averages) `src` into `dst`.
+pub(crate) fn accumulate(dst: &mut [f32], src: &[f32]) {
+    dst.iter_mut().zip(src).for_each(|(d, s)| *d += *s);
+}
+
+pub(crate) fn finish(data: &mut [f32], op: ReduceOp, size: usize) {
+    if op == ReduceOp::Mean && size > 1 {
+        let inv = 1.0 / size as f32;
+        data.iter_mut().for_each(|d| *d *= inv);
+    }
+}
