@@ -1,0 +1,227 @@
+//! Helpers for end-to-end tests that run the real `engine` binary as a separate process.
+//!
+//! The binary belongs to the `engine-cli` package, so Cargo does not build it for this
+//! package's tests (`CARGO_BIN_EXE_*` covers a package's own binaries only). The first test
+//! that needs it runs `cargo build -p engine-cli --bin engine` for the profile and target
+//! directory this test binary was built with; Cargo makes that a no-op when it is fresh.
+
+#![allow(dead_code)]
+
+use anyhow::{Context, Result, bail, ensure};
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+pub fn spec_path(name: &str) -> String {
+    repo_root().join("specs").join(name).to_string_lossy().into_owned()
+}
+
+/// `<target>/<profile>`: this test binary is `<target>/<profile>/deps/<name>-<hash>`.
+fn profile_dir() -> Result<PathBuf> {
+    let exe = std::env::current_exe()?;
+    let deps = exe.parent().context("test binary without a directory")?;
+    Ok(deps.parent().context("test binary not in <target>/<profile>/deps")?.to_path_buf())
+}
+
+static ENGINE: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+
+/// The `engine` binary of this build, built first if needed.
+pub fn engine_binary() -> Result<PathBuf> {
+    let built = ENGINE.get_or_init(|| build_engine().map_err(|e| format!("{e:#}")));
+    built.clone().map_err(|e| anyhow::anyhow!("{e}"))
+}
+
+fn build_engine() -> Result<PathBuf> {
+    let profile_dir = profile_dir()?;
+    let target = profile_dir.parent().context("no target directory")?;
+    let profile = profile_dir.file_name().and_then(|n| n.to_str()).context("profile directory name")?;
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut build = Command::new(cargo);
+    build.current_dir(repo_root()).args(["build", "--quiet", "-p", "engine-cli", "--bin", "engine", "--target-dir"]);
+    build.arg(target);
+    match profile {
+        "debug" => {}
+        "release" => {
+            build.arg("--release");
+        }
+        other => {
+            build.args(["--profile", other]);
+        }
+    }
+    let out = build.output().context("running cargo to build the engine binary")?;
+    if !out.status.success() {
+        bail!("cargo build -p engine-cli --bin engine failed:\n{}", String::from_utf8_lossy(&out.stderr));
+    }
+    let binary = profile_dir.join(format!("engine{}", std::env::consts::EXE_SUFFIX));
+    ensure!(binary.is_file(), "cargo built the engine, but {} is missing", binary.display());
+    Ok(binary)
+}
+
+/// The engine command with `args`, logging on stderr, no inherited AWS settings.
+pub fn engine_command(args: &[&str]) -> Result<Command> {
+    let mut command = Command::new(engine_binary()?);
+    command.args(args).current_dir(repo_root());
+    for (key, _) in std::env::vars_os() {
+        if key.to_string_lossy().starts_with("AWS_") {
+            command.env_remove(key);
+        }
+    }
+    Ok(command)
+}
+
+pub struct Run {
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Run {
+    pub fn ok(self) -> Result<Run> {
+        ensure!(self.code == Some(0), "engine exited with {:?}:\n{}\n{}", self.code, self.stdout, self.stderr);
+        Ok(self)
+    }
+}
+
+pub fn finished(out: Output) -> Result<Run> {
+    Ok(Run { code: out.status.code(), stdout: String::from_utf8(out.stdout)?, stderr: String::from_utf8(out.stderr)? })
+}
+
+pub fn engine(args: &[&str]) -> Result<Run> {
+    finished(engine_command(args)?.output()?)
+}
+
+/// `engine run` of the tutorial CNN spec to `max_steps` in `model_dir`, with `extra` flags;
+/// evaluation reads one batch of 1000 so that runs stay short.
+pub fn run_args(model_dir: &str, max_steps: u64, extra: &[&str]) -> Vec<String> {
+    let mut args: Vec<String> = vec![
+        "run".into(),
+        spec_path("fashion_mnist_cnn.ron"),
+        "--max-steps".into(),
+        max_steps.to_string(),
+        "--model-dir".into(),
+        model_dir.into(),
+        "--set".into(),
+        "eval_spec.steps=1".into(),
+    ];
+    args.extend(extra.iter().map(|s| s.to_string()));
+    args
+}
+
+pub fn strs(args: &[String]) -> Vec<&str> {
+    args.iter().map(String::as_str).collect()
+}
+
+/// The test interpreter (`$ENGINE_TEST_PYTHON`, else `<repo>/.venv/bin/python`); missing
+/// is a failure, never a skip.
+pub fn python() -> Result<PathBuf> {
+    let python = match std::env::var_os("ENGINE_TEST_PYTHON") {
+        Some(path) => PathBuf::from(path),
+        None => repo_root().join(".venv/bin/python"),
+    };
+    ensure!(
+        python.exists(),
+        "Python for tests not found at {}: run scripts/setup-test-env.sh (or set ENGINE_TEST_PYTHON)",
+        python.display()
+    );
+    Ok(python)
+}
+
+/// Runs `scripts/<script> <arg>` with the test Python and parses its JSON output.
+pub fn python_json(script: &str, arg: &Path) -> Result<serde_json::Value> {
+    let out = Command::new(python()?).arg(repo_root().join("scripts").join(script)).arg(arg).output()?;
+    if !out.status.success() {
+        bail!("{script} failed on {}: {}", arg.display(), String::from_utf8_lossy(&out.stderr));
+    }
+    Ok(serde_json::from_slice(&out.stdout)?)
+}
+
+/// The numbers of a Python-style dict line as `engine run` prints it: `{'accuracy': 0.5, ...}`.
+pub fn printed_dict(stdout: &str) -> Result<BTreeMap<String, f64>> {
+    let line = stdout.lines().rev().find(|l| l.starts_with('{')).with_context(|| format!("no dict in {stdout}"))?;
+    let mut out = BTreeMap::new();
+    for item in line.trim_matches(['{', '}']).split(", ") {
+        let (k, v) = item.split_once(": ").with_context(|| format!("bad item {item}"))?;
+        out.insert(k.trim_matches('\'').to_string(), v.parse()?);
+    }
+    Ok(out)
+}
+
+/// moto's S3 server on 127.0.0.1; killed and reaped on drop, so a failing assertion cannot
+/// leak it.
+pub struct Moto {
+    child: Child,
+    pub port: u16,
+}
+
+impl Drop for Moto {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn http_status(port: u16, request: &str) -> Option<u16> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    stream.write_all(request.as_bytes()).ok()?;
+    let mut head = [0u8; 12];
+    stream.read_exact(&mut head).ok()?;
+    std::str::from_utf8(&head[9..12]).ok()?.parse().ok()
+}
+
+impl Moto {
+    pub fn start() -> Result<Moto> {
+        let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let child = Command::new(python()?)
+            .args(["-m", "moto.server", "-H", "127.0.0.1", "-p", &port.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .context("starting moto.server (is moto[server] installed? run scripts/setup-test-env.sh)")?;
+        let mut moto = Moto { child, port };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let probe = format!("GET / HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n");
+        while http_status(port, &probe).is_none() {
+            if let Some(status) = moto.child.try_wait()? {
+                bail!("moto.server exited with {status} before answering on port {port}");
+            }
+            ensure!(Instant::now() < deadline, "moto.server did not answer on port {port} within 60 s");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Ok(moto)
+    }
+
+    pub fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// moto does not check signatures, so a bare HTTP PUT creates the bucket.
+    pub fn create_bucket(&self, bucket: &str) -> Result<()> {
+        let port = self.port;
+        let request = format!(
+            "PUT /{bucket} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        );
+        let status = http_status(port, &request).context("no answer to CreateBucket")?;
+        ensure!(status == 200, "CreateBucket {bucket} answered {status}");
+        Ok(())
+    }
+
+    /// The environment a process needs to reach this server as S3, with fake keys.
+    pub fn env(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("AWS_ENDPOINT_URL", self.endpoint()),
+            ("AWS_ALLOW_HTTP", "true".into()),
+            ("AWS_ACCESS_KEY_ID", "testing".into()),
+            ("AWS_SECRET_ACCESS_KEY", "testing".into()),
+            ("AWS_REGION", "us-east-1".into()),
+        ]
+    }
+}
