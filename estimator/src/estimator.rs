@@ -167,7 +167,7 @@ impl Estimator {
         let mut user_hooks = hooks;
         let required: Vec<String> = user_hooks.iter().flat_map(|h| h.required_tensors()).collect();
         let mut compiled = compile(self.model_fn.as_ref(), &self.params, Mode::Train, &schema, strategy.as_ref(), &required)?;
-        let mut replicas = Replicas::new(&compiled, strategy.as_ref())?;
+        let mut replicas = Replicas::new(&compiled, strategy.as_ref(), self.config.precision)?;
         let input = match &restored {
             Some(r) => {
                 let loaded = replicas.restore(&r.checkpoint.tensors, self.seed)?;
@@ -271,7 +271,7 @@ impl Estimator {
         let dataset = self.dataset(input_fn, Mode::Eval, strategy.as_ref())?;
         let schema = dataset.schema()?;
         let compiled = compile(self.model_fn.as_ref(), &self.params, Mode::Eval, &schema, strategy.as_ref(), &[])?;
-        let replicas = Replicas::new(&compiled, strategy.as_ref())?;
+        let replicas = Replicas::new(&compiled, strategy.as_ref(), self.config.precision)?;
         Ok(Evaluator { estimator: self, compiled, replicas, dataset, steps, name: name.map(str::to_string) })
     }
 
@@ -309,7 +309,7 @@ impl Estimator {
         let dataset = self.dataset(input_fn, Mode::Predict, strategy.as_ref())?;
         let schema = dataset.schema()?;
         let compiled = compile(self.model_fn.as_ref(), &self.params, Mode::Predict, &schema, strategy.as_ref(), &[])?;
-        let mut replicas = Replicas::new(&compiled, strategy.as_ref())?;
+        let mut replicas = Replicas::new(&compiled, strategy.as_ref(), self.config.precision)?;
         replicas.restore(&checkpoint.tensors, self.seed)?;
         let keys = match predict_keys {
             Some(k) => k,

@@ -30,6 +30,6 @@ pub use estimator_spec::{EstimatorSpec, TrainOp};
 pub use mode::Mode;
 pub use model_fn::{Features, InputFn, ModelFn, Params};
 pub use run_config::{CheckpointTrigger, RunConfig};
-pub use session::{Predictions, TrainOutcome};
+pub use session::{Predictions, TrainOutcome, compile_plan};
 pub use train_and_evaluate::{EvalSpec, Exporter, TrainSpec, train_and_evaluate};
 pub use warm_start::WarmStartSettings;

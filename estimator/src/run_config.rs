@@ -2,7 +2,7 @@
 //! TensorFlow's defaults.
 
 use crate::{EstimatorError, Result, model_dir::S3Options, strategy::StrategyOptions};
-use engine_runtime::CrossDeviceOps;
+use engine_runtime::{CrossDeviceOps, Precision};
 use std::time::Duration;
 
 #[derive(Debug, Clone, PartialEq)]
@@ -36,6 +36,9 @@ pub struct RunConfig {
     pub all_reduce_bucket_bytes: usize,
     /// How long a collective waits for a missing replica or worker.
     pub collective_timeout: Duration,
+    /// The precision floats are computed in: f32 for training; f64 runs the same graphs
+    /// with rounding out of the way (strategy equivalence tests).
+    pub precision: Precision,
     /// Object-store credentials when `model_dir` is an `s3://` URL and the environment
     /// does not provide them.
     pub s3: Option<S3Options>,
@@ -59,6 +62,7 @@ impl Default for RunConfig {
             cross_device_ops: CrossDeviceOps::default(),
             all_reduce_bucket_bytes: 25 << 20,
             collective_timeout: Duration::from_secs(300),
+            precision: Precision::F32,
             s3: None,
         }
     }

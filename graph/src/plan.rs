@@ -4,6 +4,7 @@ use crate::{
     Graph, NodeId, Op, Outlet, Result,
     passes::{Liveness, liveness, schedule},
 };
+use std::collections::BTreeMap;
 use std::fmt::Write;
 
 /// What the runtime executes. Built from a graph on which every rewriting pass has run.
@@ -25,6 +26,10 @@ pub struct PlanStats {
     pub variable_bytes: usize,
     /// Largest sum of live intermediate buffers along the schedule.
     pub peak_activation_bytes: usize,
+    /// Bytes each replica all-reduces per step.
+    pub all_reduce_bytes: usize,
+    /// Per device label: `(variable bytes, peak activation bytes)`.
+    pub per_device: BTreeMap<String, (usize, usize)>,
 }
 
 impl Plan {
@@ -38,19 +43,35 @@ impl Plan {
     pub fn stats(&self, batch: usize) -> PlanStats {
         let mut stats = PlanStats { nodes: self.schedule.len(), ..Default::default() };
         let mut live = 0usize;
+        let mut live_on: BTreeMap<String, usize> = BTreeMap::new();
+        let device_of = |id: NodeId| self.graph.node(id).device.clone().unwrap_or_else(|| "unplaced".into());
         for (pos, &id) in self.schedule.iter().enumerate() {
             let node = self.graph.node(id);
             let inputs: Vec<_> = node.inputs.iter().filter_map(|o| self.graph.fact(*o).ok().cloned()).collect();
             stats.flops += node.op.def().flops(&inputs, &node.outputs, batch);
+            let device = device_of(id);
+            let entry = stats.per_device.entry(device.clone()).or_default();
             if let Op::Variable(_) = node.op {
                 stats.variable_bytes += node.outputs[0].bytes(batch);
+                entry.0 += node.outputs[0].bytes(batch);
                 continue;
             }
-            live += node.outputs.iter().map(|f| f.bytes(batch)).sum::<usize>();
+            if let Op::AllReduce(_) = node.op {
+                stats.all_reduce_bytes += inputs.iter().map(|f| f.bytes(batch)).sum::<usize>();
+            }
+            let produced: usize = node.outputs.iter().map(|f| f.bytes(batch)).sum();
+            live += produced;
+            let here = live_on.entry(device).or_default();
+            *here += produced;
+            entry.1 = entry.1.max(*here);
             stats.peak_activation_bytes = stats.peak_activation_bytes.max(live);
             for o in &self.liveness.free_after[pos] {
                 if !matches!(self.graph.node(o.node).op, Op::Variable(_)) {
-                    live -= self.graph.fact(*o).map(|f| f.bytes(batch)).unwrap_or(0);
+                    let bytes = self.graph.fact(*o).map(|f| f.bytes(batch)).unwrap_or(0);
+                    live -= bytes;
+                    if let Some(l) = live_on.get_mut(&device_of(o.node)) {
+                        *l = l.saturating_sub(bytes);
+                    }
                 }
             }
         }
@@ -76,11 +97,26 @@ impl Plan {
                 inputs.join(", ")
             );
         }
+        let buckets = crate::passes::strategy::buckets(&self.graph);
+        if !buckets.is_empty() {
+            let _ = writeln!(s, "all-reduce buckets (launch order):");
+            for b in &buckets {
+                let _ = writeln!(s, "  bucket {:<3} {:>10}  {} tensors: {}", b.index, human_bytes(b.bytes), b.tensors.len(), b.tensors.join(", "));
+            }
+        }
         let st = self.stats(batch);
-        let _ = writeln!(s, "statistics at batch {batch}:");
+        let _ = writeln!(s, "statistics at batch {batch} (per replica):");
         let _ = writeln!(s, "  flops per step         {:.3} M", st.flops as f64 / 1e6);
         let _ = writeln!(s, "  variables              {}", human_bytes(st.variable_bytes));
         let _ = writeln!(s, "  peak activations       {}", human_bytes(st.peak_activation_bytes));
+        if st.all_reduce_bytes > 0 {
+            let _ = writeln!(s, "  all-reduced per step   {}", human_bytes(st.all_reduce_bytes));
+        }
+        if st.per_device.len() > 1 || st.per_device.keys().any(|d| d != "unplaced") {
+            for (device, (vars, peak)) in &st.per_device {
+                let _ = writeln!(s, "  on {device:<18}  variables {:>10}, peak activations {:>10}", human_bytes(*vars), human_bytes(*peak));
+            }
+        }
         s
     }
 

@@ -1,6 +1,6 @@
 //! Lowering errors: the spec's fault (located) or a compiler pass's (named).
 
-use crate::spec::{SpecError, Strategy};
+use crate::spec::SpecError;
 use engine_graph::GraphError;
 use thiserror::Error;
 
@@ -18,6 +18,7 @@ pub enum LowerError {
         source: GraphError,
     },
 
-    #[error("strategy `{0}` is not implemented yet (available: default, one_device)")]
-    StrategyNotImplemented(Strategy),
+    /// The strategy could not be built or its passes failed.
+    #[error("strategy: {0}")]
+    Strategy(String),
 }

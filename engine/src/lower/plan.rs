@@ -1,32 +1,22 @@
-//! From a spec to a scheduled plan: build, differentiate, apply the optimizer, optimize.
+//! From a spec to a scheduled plan, through the estimator's pass pipeline and strategy
+//! registry, so the plan printed is the plan trained.
 
 use super::{LowerError, Mode, build_model};
 use crate::spec::{Spec, Strategy};
-use engine_graph::{
-    Graph, GraphBuilder, Plan,
-    autodiff::Autodiff,
-    optimizer::ApplyOptimizer,
-    passes::{PassManager, optimization_passes},
-};
+use engine_estimator::{compile_plan, strategy::{StrategyOptions, strategy_by_name}};
+use engine_graph::{Graph, GraphBuilder, Plan};
 
-/// The plan for one mode. Training graphs get `autodiff` and `apply-optimizer`; every
-/// graph then gets the strategy's passes, common-subexpression and dead-code elimination.
+/// The plan for one mode with a strategy (replica devices by default: one per core).
 pub fn compile(spec: &Spec, mode: Mode, strategy: Strategy) -> Result<Plan, LowerError> {
-    let strategy_passes = strategy_passes(strategy)?;
+    compile_with(spec, mode, strategy, &StrategyOptions::default())
+}
+
+pub fn compile_with(spec: &Spec, mode: Mode, strategy: Strategy, options: &StrategyOptions) -> Result<Plan, LowerError> {
+    let strategy = strategy_by_name(strategy.name(), options).map_err(|e| LowerError::Strategy(e.to_string()))?;
     let mut graph = Graph::new();
     build_model(spec, mode, &mut GraphBuilder::new(&mut graph), spec.job.run_config.seed())?;
-    let mut passes = PassManager::new();
-    if mode == Mode::Train {
-        passes = passes.with(Autodiff).with(ApplyOptimizer { config: spec.job.optimizer.to_config() });
-    }
-    for p in strategy_passes {
-        passes.push(p);
-    }
-    for p in optimization_passes() {
-        passes.push(p);
-    }
-    passes.run(&mut graph).map_err(|source| LowerError::Graph { stage: "compiling the graph", source })?;
-    Plan::new(graph, passes.log().to_vec()).map_err(|source| LowerError::Graph { stage: "scheduling", source })
+    let optimizer = (mode == Mode::Train).then(|| spec.job.optimizer.to_config());
+    compile_plan(graph, optimizer, strategy.as_ref()).map_err(|e| LowerError::Strategy(e.to_string()))
 }
 
 pub fn training_plan(spec: &Spec, strategy: Strategy) -> Result<Plan, LowerError> {
@@ -39,13 +29,4 @@ pub fn eval_plan(spec: &Spec, strategy: Strategy) -> Result<Plan, LowerError> {
 
 pub fn predict_plan(spec: &Spec, strategy: Strategy) -> Result<Plan, LowerError> {
     compile(spec, Mode::Predict, strategy)
-}
-
-/// The rewrites a strategy adds. The distributed strategies' passes (replication,
-/// collectives, placement) are not written yet.
-fn strategy_passes(strategy: Strategy) -> Result<Vec<Box<dyn engine_graph::passes::Pass>>, LowerError> {
-    match strategy {
-        Strategy::Default | Strategy::OneDevice => Ok(Vec::new()),
-        other => Err(LowerError::StrategyNotImplemented(other)),
-    }
 }

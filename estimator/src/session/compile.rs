@@ -13,7 +13,7 @@ use crate::{
 use engine_graph::{
     Graph, GraphBuilder, Outlet, Plan, Shape,
     autodiff::Autodiff,
-    optimizer::ApplyOptimizer,
+    optimizer::{ApplyOptimizer, OptimizerConfig},
     passes::{PassManager, optimization_passes},
 };
 use std::collections::BTreeMap;
@@ -95,22 +95,12 @@ pub(crate) fn compile(
         let id = graph.find(node)?;
         graph.roles.fetches.insert(name.clone(), Outlet::new(id, output));
     }
-    let mut passes = PassManager::new();
-    let training = mode == Mode::Train;
-    if training {
-        let Some(TrainOp::Minimize(optimizer)) = spec.train_op.clone() else {
-            return Err(EstimatorError::Spec { mode, reason: "training needs a train_op".into() });
-        };
-        strategy.passes(Stage::BeforeGradients, true).into_iter().for_each(|p| passes.push(p));
-        passes.push(Box::new(Autodiff));
-        strategy.passes(Stage::Gradients, true).into_iter().for_each(|p| passes.push(p));
-        passes.push(Box::new(ApplyOptimizer { config: optimizer }));
-    }
-    strategy.passes(Stage::AfterOptimizer, training).into_iter().for_each(|p| passes.push(p));
-    for p in optimization_passes() {
-        passes.push(p);
-    }
-    passes.run(&mut graph)?;
+    let optimizer = match (mode, spec.train_op.clone()) {
+        (Mode::Train, Some(TrainOp::Minimize(optimizer))) => Some(optimizer),
+        (Mode::Train, None) => return Err(EstimatorError::Spec { mode, reason: "training needs a train_op".into() }),
+        _ => None,
+    };
+    let passes = run_passes(&mut graph, optimizer, strategy)?;
     let mut named: BTreeMap<String, Outlet> = graph.roles.fetches.clone();
     if let Ok(step) = graph.find("global_step") {
         named.insert("global_step".into(), Outlet::from(step));
@@ -119,8 +109,8 @@ pub(crate) fn compile(
         named.entry(format!("predictions/{k}")).or_insert(*v);
     }
     let fingerprint = format!("{}-{}", graph.fingerprint()?, engine_graph::derive_seed(0, &strategy.describe()) & 0xffff);
-    let loss_scaled = passes.log().iter().any(|(name, changed)| name == "scale-loss" && *changed);
-    let plan = Arc::new(Plan::new(graph, passes.log().to_vec())?);
+    let loss_scaled = passes.iter().any(|(name, changed)| name == "scale-loss" && *changed);
+    let plan = Arc::new(Plan::new(graph, passes)?);
     let g = &plan.graph;
     Ok(Compiled {
         loss: g.roles.loss,
@@ -144,4 +134,31 @@ pub(crate) fn compile(
         loss_scaled,
         plan: plan.clone(),
     })
+}
+
+/// The pass pipeline every graph goes through, in one place: for training (`optimizer`
+/// given) the strategy's pre-gradient passes, autodiff, its gradient passes, the optimizer;
+/// for every mode its placement passes and the optimizations. Returns the pass log.
+pub(crate) fn run_passes(graph: &mut Graph, optimizer: Option<OptimizerConfig>, strategy: &dyn Strategy) -> Result<Vec<(String, bool)>> {
+    let mut passes = PassManager::new();
+    let training = optimizer.is_some();
+    if let Some(config) = optimizer {
+        strategy.passes(Stage::BeforeGradients, true).into_iter().for_each(|p| passes.push(p));
+        passes.push(Box::new(Autodiff));
+        strategy.passes(Stage::Gradients, true).into_iter().for_each(|p| passes.push(p));
+        passes.push(Box::new(ApplyOptimizer { config }));
+    }
+    strategy.passes(Stage::AfterOptimizer, training).into_iter().for_each(|p| passes.push(p));
+    for p in optimization_passes() {
+        passes.push(p);
+    }
+    passes.run(graph)?;
+    Ok(passes.log().to_vec())
+}
+
+/// Compiles a graph whose model is already built (with its roles set) into a plan with a
+/// strategy: what `engine plan` prints is exactly what training runs.
+pub fn compile_plan(mut graph: Graph, optimizer: Option<OptimizerConfig>, strategy: &dyn Strategy) -> Result<Plan> {
+    let log = run_passes(&mut graph, optimizer, strategy)?;
+    Ok(Plan::new(graph, log)?)
 }

@@ -7,6 +7,7 @@ mod replicas;
 mod training;
 
 pub(crate) use compile::{Compiled, compile};
+pub use compile::compile_plan;
 pub(crate) use evaluation::{EvalOutcome, evaluate_dataset};
 pub use prediction::Predictions;
 pub(crate) use replicas::Replicas;

@@ -30,7 +30,7 @@ pub(crate) struct Replicas {
 }
 
 impl Replicas {
-    pub fn new(compiled: &Compiled, strategy: &dyn Strategy) -> Result<Self> {
+    pub fn new(compiled: &Compiled, strategy: &dyn Strategy, precision: Precision) -> Result<Self> {
         let devices = strategy.local_devices();
         let plan = &compiled.plan;
         let partitioned = plan.graph.nodes().any(|(_, n)| n.device.as_deref() == Some(HOST));
@@ -50,8 +50,8 @@ impl Replicas {
         let mut workers = Vec::new();
         for (i, d) in devices.iter().enumerate() {
             let mut exec = match &exchange {
-                Some(x) => Executor::for_partition(plan.clone(), d.clone(), Precision::F32, REPLICA, x.clone())?,
-                None => Executor::new(plan.clone(), d.clone(), Precision::F32)?,
+                Some(x) => Executor::for_partition(plan.clone(), d.clone(), precision, REPLICA, x.clone())?,
+                None => Executor::new(plan.clone(), d.clone(), precision)?,
             };
             if let Some(c) = collectives.get(i) {
                 exec = exec.with_collective(c.clone());
@@ -63,7 +63,7 @@ impl Replicas {
             workers.push(Worker { exec, store: VariableStore::new(), pool, replica: Some(i) });
         }
         if let Some(x) = &exchange {
-            let exec = Executor::for_partition(plan.clone(), Device::cpu(), Precision::F32, HOST, x.clone())?;
+            let exec = Executor::for_partition(plan.clone(), Device::cpu(), precision, HOST, x.clone())?;
             workers.push(Worker { exec, store: VariableStore::new(), pool: Some(pool(1)?), replica: None });
         }
         Ok(Replicas { workers, replicas: devices.len(), exchange, collectives })

@@ -24,8 +24,9 @@ struct Shared {
     meet: Rendezvous,
     /// Per rank, the buffer it contributed to the current operation, cut in `size`
     /// chunks (a chunk is written only by its owner during a ring step and read by its
-    /// neighbour after the step's barrier).
-    slots: Vec<Vec<Mutex<Vec<f32>>>>,
+    /// neighbour after the step's barrier). Held in f64: sums are then exact enough for
+    /// f64 graphs and at least as accurate as f32 arithmetic for f32 ones.
+    slots: Vec<Vec<Mutex<Vec<f64>>>>,
 }
 
 /// A group of in-process participants; `handles()` gives one per rank.
@@ -67,7 +68,7 @@ impl Member {
         self.shared.meet.wait(self.rank, op, &describe)
     }
 
-    fn publish(&self, data: &[f32]) {
+    fn publish(&self, data: &[f64]) {
         let n = self.shared.size;
         for (i, slot) in self.shared.slots[self.rank].iter().enumerate() {
             let (s, e) = chunk(data.len(), n, i);
@@ -77,7 +78,17 @@ impl Member {
         }
     }
 
-    fn ring(&self, data: &mut [f32], op: ReduceOp) -> Result<()> {
+    fn reduce(&self, data: &mut [f64], op: ReduceOp) -> Result<()> {
+        if self.shared.size == 1 {
+            return Ok(());
+        }
+        match self.shared.algorithm {
+            CrossDeviceOps::Ring => self.ring(data, op),
+            CrossDeviceOps::ReductionToOneDevice => self.to_one(data, op),
+        }
+    }
+
+    fn ring(&self, data: &mut [f64], op: ReduceOp) -> Result<()> {
         let (n, r) = (self.shared.size, self.rank);
         self.publish(data);
         self.meet("all_reduce")?;
@@ -107,13 +118,13 @@ impl Member {
         self.meet("all_reduce")
     }
 
-    fn to_one(&self, data: &mut [f32], op: ReduceOp) -> Result<()> {
+    fn to_one(&self, data: &mut [f64], op: ReduceOp) -> Result<()> {
         let n = self.shared.size;
         self.publish(data);
         self.meet("all_reduce")?;
         if self.rank == 0 {
             for i in 0..n {
-                let mut total: Vec<f32> = Vec::new();
+                let mut total: Vec<f64> = Vec::new();
                 for rank in 0..n {
                     let part = lock(&self.shared.slots[rank][i]);
                     if total.is_empty() { total = part.clone() } else { accumulate(&mut total, &part) }
@@ -142,17 +153,20 @@ impl Collective for Member {
         if self.shared.size == 1 {
             return Ok(());
         }
-        match self.shared.algorithm {
-            CrossDeviceOps::Ring => self.ring(data, op),
-            CrossDeviceOps::ReductionToOneDevice => self.to_one(data, op),
-        }
+        let mut wide: Vec<f64> = data.iter().map(|&x| x as f64).collect();
+        self.reduce(&mut wide, op)?;
+        data.iter_mut().zip(wide).for_each(|(d, w)| *d = w as f32);
+        Ok(())
+    }
+    fn all_reduce_f64(&self, data: &mut [f64], op: ReduceOp) -> Result<()> {
+        self.reduce(data, op)
     }
     fn broadcast(&self, data: &mut [f32], root: usize) -> Result<()> {
         if root >= self.shared.size {
             return Err(RuntimeError::Collective { op: "broadcast".into(), reason: format!("no rank {root}"), retryable: false });
         }
         if self.rank == root {
-            self.publish(data);
+            self.publish(&data.iter().map(|&x| x as f64).collect::<Vec<_>>());
         }
         self.meet("broadcast")?;
         for (i, slot) in self.shared.slots[root].iter().enumerate() {
@@ -161,7 +175,7 @@ impl Collective for Member {
             if v.len() != e - s {
                 return Err(RuntimeError::Collective { op: "broadcast".into(), reason: "ranks disagree on the size".into(), retryable: false });
             }
-            data[s..e].copy_from_slice(&v);
+            data[s..e].iter_mut().zip(v.iter()).for_each(|(d, x)| *d = *x as f32);
         }
         self.meet("broadcast")
     }
@@ -170,12 +184,12 @@ impl Collective for Member {
         {
             let mut v = lock(&self.shared.slots[self.rank][0]);
             v.clear();
-            v.extend_from_slice(data);
+            v.extend(data.iter().map(|&x| x as f64));
         }
         self.meet("all_gather")?;
         let mut out = Vec::with_capacity(data.len() * n);
         for rank in 0..n {
-            out.extend_from_slice(&lock(&self.shared.slots[rank][0]));
+            out.extend(lock(&self.shared.slots[rank][0]).iter().map(|&x| x as f32));
         }
         self.meet("all_gather")?;
         Ok(out)

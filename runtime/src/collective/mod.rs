@@ -25,6 +25,12 @@ pub trait Collective: Send + Sync {
     }
     /// Combines `data` with every participant's and writes the result back.
     fn all_reduce(&self, data: &mut [f32], op: ReduceOp) -> Result<()>;
+    /// The same in f64, for graphs run in double precision (equivalence and gradient
+    /// checks). Transports that only carry f32 refuse.
+    fn all_reduce_f64(&self, data: &mut [f64], op: ReduceOp) -> Result<()> {
+        let _ = (data, op);
+        Err(crate::RuntimeError::Collective { op: "all_reduce".into(), reason: "this transport carries f32 only".into(), retryable: false })
+    }
     /// Overwrites `data` with `root`'s.
     fn broadcast(&self, data: &mut [f32], root: usize) -> Result<()>;
     /// Every participant's `data`, concatenated in rank order.
@@ -35,14 +41,15 @@ pub trait Collective: Send + Sync {
     fn abort(&self, reason: &str);
 }
 
-/// Sums (or averages) `src` into `dst`.
-pub(crate) fn accumulate(dst: &mut [f32], src: &[f32]) {
+/// Sums `src` into `dst`.
+pub(crate) fn accumulate<T: Copy + std::ops::AddAssign>(dst: &mut [T], src: &[T]) {
     dst.iter_mut().zip(src).for_each(|(d, s)| *d += *s);
 }
 
-pub(crate) fn finish(data: &mut [f32], op: ReduceOp, size: usize) {
+/// Turns a sum into what `op` asks for.
+pub(crate) fn finish<T: Copy + std::ops::DivAssign + From<u16>>(data: &mut [T], op: ReduceOp, size: usize) {
     if op == ReduceOp::Mean && size > 1 {
-        let inv = 1.0 / size as f32;
-        data.iter_mut().for_each(|d| *d *= inv);
+        let n = T::from(size as u16);
+        data.iter_mut().for_each(|d| *d /= n);
     }
 }

@@ -1,5 +1,8 @@
-//! Dropout with masks drawn on the host from (seed, global step, replica): reproducible
-//! across restarts and identical on every backend.
+//! Dropout with masks drawn on the host from (seed, global step): reproducible across
+//! restarts and identical on every backend. The stream is counter-based: replica `r`
+//! starts at its rows' offset in the global batch, so a unit of an example is dropped or
+//! kept the same whether the global batch runs on one device or is split over replicas
+//! (every replica's batch has the same size in training).
 
 use super::{KernelCtx, dims};
 use crate::{Precision, Result, Value, value::B};
@@ -14,8 +17,10 @@ pub(super) fn run(d: &Dropout, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Resul
     let shape = dims(&x);
     let n: usize = shape.iter().product();
     let keep = 1.0 - d.rate as f64;
-    let stream = format!("dropout/{}/{}", ctx.step, ctx.replica);
+    let stream = format!("dropout/{}", ctx.step);
     let mut rng = ChaCha8Rng::seed_from_u64(derive_seed(d.seed, &stream));
+    // Each draw below takes two 32-bit words.
+    rng.set_word_pos(2 * ctx.replica as u128 * n as u128);
     let mask: Vec<f64> = (0..n).map(|_| if rng.random::<f64>() < keep { 1.0 / keep } else { 0.0 }).collect();
     let data = match ctx.precision {
         Precision::F32 => TensorData::new(mask.iter().map(|&m| m as f32).collect::<Vec<f32>>(), BurnShape::from(shape)),

@@ -45,7 +45,11 @@ pub fn buckets(g: &Graph) -> Vec<Bucket> {
             Op::AllReduce(a) => Some(Bucket {
                 index: a.bucket,
                 node: id,
-                tensors: n.inputs.iter().map(|o| g.node(o.node).name.clone()).collect(),
+                tensors: n
+                    .inputs
+                    .iter()
+                    .map(|o| if o.output == 0 { g.node(o.node).name.clone() } else { format!("{}:{}", g.node(o.node).name, o.output) })
+                    .collect(),
                 bytes: n.outputs.iter().map(|f| f.bytes(1)).sum(),
             }),
             _ => None,
@@ -147,7 +151,7 @@ mod tests {
         assert_eq!(b[0].tensors.len(), 1);
         assert_eq!(b[0].bytes, 480);
         assert_eq!(b[1].bytes, 6400 + 640);
-        let sizes: Vec<usize> = b[1].tensors.iter().map(|t| g.find(t).map(|id| g.node(id).outputs[0].bytes(1)).unwrap_or(0)).collect();
+        let sizes: Vec<usize> = b[1].tensors.iter().map(|t| g.find(t.split(':').next().unwrap_or(t)).map(|id| g.node(id).outputs[0].bytes(1)).unwrap_or(0)).collect();
         assert_eq!(sizes, vec![6400, 640], "{b:?}");
         // Every gradient role now reads a bucket output.
         for (_, grad) in &g.roles.gradients {

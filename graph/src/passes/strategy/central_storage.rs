@@ -9,11 +9,12 @@ pub const HOST: &str = "host";
 pub const REPLICA: &str = "replica";
 
 /// TensorFlow's CentralStorageStrategy as placement. Runs after the optimizer pass:
-/// - on the host: every variable, everything computed from state alone (the learning rate
-///   from the global step, Adam's step size), and everything downstream of the reduced
-///   gradients (the updates and their assignments): applied once per step, not per
+/// - on the host: every variable, everything computed from variables alone (the learning
+///   rate from the global step, Adam's step size), and everything downstream of the
+///   reduced gradients (the updates and their assignments): applied once per step, not per
 ///   replica;
-/// - on the replicas: everything that depends on the input batch;
+/// - on the replicas: everything that depends on the input batch; constants go with their
+///   consumers;
 /// - a `Transfer` on every edge between the two: replicas read variables through one,
 ///   and the reduced gradients reach the host through one.
 pub struct CentralStorage;
@@ -41,7 +42,27 @@ impl Pass for CentralStorage {
                 update.insert(id);
             }
         }
-        let host = |id: NodeId| update.contains(&id) || !batch.contains(&id);
+        // Computed from variables (the learning rate from the global step): state.
+        let mut state: BTreeSet<NodeId> = BTreeSet::new();
+        for &id in &order {
+            let n = g.node(id);
+            if !batch.contains(&id) && (matches!(n.op, Op::Variable(_)) || n.inputs.iter().any(|o| state.contains(&o.node))) {
+                state.insert(id);
+            }
+        }
+        // Constant expressions live with their consumers: on the host only if every
+        // consumer is there, so no transfer carries a constant.
+        let mut on_host: BTreeSet<NodeId> = update.union(&state).copied().collect();
+        for &id in order.iter().rev() {
+            if batch.contains(&id) || state.contains(&id) || update.contains(&id) {
+                continue;
+            }
+            let consumers = g.consumers(id);
+            if !consumers.is_empty() && consumers.iter().all(|(c, _, _)| on_host.contains(c)) {
+                on_host.insert(id);
+            }
+        }
+        let host = |id: NodeId| on_host.contains(&id);
         for &id in &order {
             let device = if host(id) { super::HOST } else { super::REPLICA };
             g.set_device(id, Some(device.to_string()));
