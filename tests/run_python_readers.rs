@@ -1,0 +1,116 @@
+//! What a real `engine run` writes is read by the Python ecosystem's own readers: TensorBoard's
+//! `EventAccumulator` sees the training and evaluation summaries, and `safetensors.numpy`
+//! loads the checkpoint with every variable, slot and the global step.
+
+mod common;
+
+use anyhow::{Context, Result, ensure};
+use common::{engine, printed_dict, python_json, run_args, strs};
+use engine::estimator::{
+    checkpoint::read_checkpoint,
+    model_dir::ModelDir,
+    summary::{event_files, read_event_file},
+};
+use engine::graph::HostData;
+use serde_json::Value;
+
+fn series(view: &Value, tag: &str) -> Result<Vec<(u64, f64)>> {
+    let points = view["scalars"][tag].as_array().with_context(|| format!("no scalar `{tag}` in {view}"))?;
+    points.iter().map(|p| Ok((p[0].as_u64().context("step")?, p[1].as_f64().context("value")?))).collect()
+}
+
+#[test]
+fn tensorboard_reads_the_summaries_of_a_real_run() -> Result<()> {
+    let tmp = tempfile::tempdir()?;
+    let dir = tmp.path().to_string_lossy().into_owned();
+    let extra = [
+        "--set",
+        "run_config.save_summary_steps=10",
+        "--set",
+        "run_config.log_step_count_steps=10",
+        "--set",
+        "run_config.save_checkpoints_steps=15",
+        "--set",
+        "eval_spec.throttle_secs=0",
+    ];
+    let run = engine(&strs(&run_args(&dir, 30, &extra)))?.ok()?;
+    let printed = printed_dict(&run.stdout)?;
+
+    let view = python_json("read_events.py", tmp.path())?;
+    ensure!(view["file_version"] == 2.0, "{view}");
+    let loss = series(&view, "loss")?;
+    ensure!(loss.iter().map(|p| p.0).collect::<Vec<_>>() == [0, 10, 20], "{loss:?}");
+    ensure!(loss.iter().all(|p| p.1.is_finite() && p.1 > 0.0), "{loss:?}");
+    // The spec's SGD learning rate.
+    let lr = series(&view, "learning_rate")?;
+    ensure!(lr.iter().all(|p| (p.1 - 0.05).abs() < 1e-7), "{lr:?}");
+    let rate = series(&view, "global_step/sec")?;
+    ensure!(rate.iter().map(|p| p.0).collect::<Vec<_>>() == [10, 20, 30] && rate.iter().all(|p| p.1 > 0.0), "{rate:?}");
+
+    // TensorBoard's values are exactly what our own reader decodes from the same files.
+    let model_dir = ModelDir::open(&dir)?;
+    let mut ours = Vec::new();
+    for file in event_files(&model_dir, "")? {
+        for event in read_event_file(&model_dir, &file)? {
+            for v in event.summary.map(|s| s.value).unwrap_or_default() {
+                if v.tag == "loss"
+                    && let Some(x) = v.simple_value
+                {
+                    ours.push((event.step as u64, x as f64));
+                }
+            }
+        }
+    }
+    ensure!(ours == loss, "{ours:?} vs {loss:?}");
+
+    // Evaluations after the saves at 15 and 30, under eval/.
+    let eval = python_json("read_events.py", &tmp.path().join("eval"))?;
+    let accuracy = series(&eval, "accuracy")?;
+    ensure!(accuracy.iter().map(|p| p.0).collect::<Vec<_>>() == [15, 30], "{accuracy:?}");
+    ensure!((accuracy[1].1 - printed["accuracy"]).abs() < 1e-6, "{accuracy:?} vs {printed:?}");
+    let eval_loss = series(&eval, "loss")?;
+    ensure!((eval_loss[1].1 - printed["loss"]).abs() < 1e-5 * printed["loss"], "{eval_loss:?} vs {printed:?}");
+    Ok(())
+}
+
+#[test]
+fn python_safetensors_loads_a_checkpoint_of_a_real_run() -> Result<()> {
+    let tmp = tempfile::tempdir()?;
+    let dir = tmp.path().to_string_lossy().into_owned();
+    engine(&strs(&run_args(&dir, 20, &["--set", "run_config.save_checkpoints_steps=10"])))?.ok()?;
+    let file = tmp.path().join("model.ckpt-20.safetensors");
+    let python = python_json("read_safetensors.py", &file)?;
+    let ours = read_checkpoint(&file.to_string_lossy(), None)?;
+
+    let tensors = python["tensors"].as_object().context("no tensors")?;
+    let names: Vec<&String> = tensors.keys().collect();
+    ensure!(names.iter().copied().eq(ours.tensors.keys()), "{names:?} vs {:?}", ours.tensors.keys());
+    for name in ["conv2d/kernel", "conv2d/bias", "dense/kernel", "dense_1/bias", "global_step"] {
+        ensure!(tensors.contains_key(name), "{name} missing from {names:?}");
+    }
+    for (name, tensor) in &ours.tensors {
+        let loaded = &tensors[name];
+        let shape: Vec<usize> = serde_json::from_value(loaded["shape"].clone())?;
+        ensure!(shape == tensor.shape, "{name}: shape {shape:?} vs {:?}", tensor.shape);
+        let values: Vec<f64> = serde_json::from_value(loaded["values"].clone())?;
+        match &tensor.data {
+            HostData::F32(v) => {
+                ensure!(loaded["dtype"] == "float32", "{name}: {}", loaded["dtype"]);
+                // numpy widens float32 to an exact double: compare bit for bit as f32.
+                ensure!(v.iter().zip(&values).all(|(a, b)| a.to_bits() == (*b as f32).to_bits()), "{name} differs");
+            }
+            HostData::I64(v) => {
+                ensure!(loaded["dtype"] == "int64", "{name}: {}", loaded["dtype"]);
+                ensure!(v.iter().zip(&values).all(|(a, b)| *a as f64 == *b), "{name} differs");
+            }
+            HostData::Bool(_) => ensure!(loaded["dtype"] == "bool", "{name}"),
+        }
+        ensure!(values.len() == tensor.len(), "{name}: {} values", values.len());
+    }
+    ensure!(tensors["global_step"]["values"] == serde_json::json!([20]), "{}", tensors["global_step"]);
+    let metadata = &python["metadata"];
+    ensure!(metadata["global_step"] == "20", "{metadata}");
+    ensure!(metadata["fingerprint"] == ours.meta.fingerprint.as_str(), "{metadata}");
+    ensure!(metadata["input_state"] == ours.meta.input_state.as_str(), "{metadata}");
+    Ok(())
+}
