@@ -7,6 +7,7 @@
 #   bench/run_peers.sh                 # timing runs (a few hundred steps each)
 #   EVAL=1 bench/run_peers.sh          # also 2814 steps + test accuracy
 #   STEPS=500 WARMUP=50 bench/run_peers.sh
+#   WAIT_QUIET=600 bench/run_peers.sh  # before each run, wait up to 600 s for idle CPUs
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -21,6 +22,9 @@ torch="$here/.venv-torch/bin/python"
 
 run() {
     local name="$1"; shift
+    if [[ "${WAIT_QUIET:-0}" != 0 ]]; then
+        python3 -B "$here/quiet.py" --wait "$WAIT_QUIET" > /dev/null
+    fi
     echo "run_peers: $name (load average: $(cut -d' ' -f1-3 /proc/loadavg))" >&2
     "$@" > "$results/$name.json.tmp"
     mv "$results/$name.json.tmp" "$results/$name.json"
