@@ -53,6 +53,8 @@ pub(super) fn model_dir_override(dir: Option<&str>) -> Vec<Override> {
 pub(super) fn evaluation_estimator(spec: &Arc<Spec>, common: &SpecArgs, device: Device) -> Result<Estimator, CliError> {
     super::checkpoints::require_existing(&spec.job.run_config.model_dir)?;
     let strategy = common.strategy(spec, crate::lower::Mode::Eval).name().to_string();
+    // `..default()` keeps this building as RunOverrides gains fields that eval leaves unset.
+    #[allow(clippy::needless_update)]
     let overrides = RunOverrides {
         strategy: Some(strategy.clone()),
         eval_strategy: Some(strategy),
