@@ -13,7 +13,7 @@ use crate::{
 };
 use engine_graph::{Dim, HostTensor, NodeId, Op, Outlet, Plan, Shape};
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::Arc;
+use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
 /// What varies from step to step besides the feeds.
@@ -36,11 +36,33 @@ pub struct OpTiming {
     pub duration: Duration,
 }
 
+/// When a collective of a step ran on the communication thread, for overlap measurements.
+#[derive(Debug, Clone)]
+pub struct CollectiveTiming {
+    pub node: String,
+    pub start: Duration,
+    pub duration: Duration,
+    /// How long the compute thread blocked waiting for the result: the rest of
+    /// `duration` ran concurrently with computation.
+    pub waited: Duration,
+    pub bytes: usize,
+}
+
 #[derive(Debug, Default)]
 pub struct StepOutput {
     pub fetched: Vec<Value>,
     pub timings: Vec<OpTiming>,
+    /// Every collective of the step (always recorded: a handful per step).
+    pub collectives: Vec<CollectiveTiming>,
 }
+
+struct CommJob {
+    node: NodeId,
+    inputs: Vec<Value>,
+    reply: mpsc::Sender<CommReply>,
+}
+
+type CommReply = (Result<Vec<Value>>, Duration, Duration);
 
 /// Where a step's input comes from.
 #[derive(Debug, Clone, Copy)]
@@ -214,6 +236,58 @@ impl Executor {
         fetches: &[Outlet],
         options: RunOptions,
     ) -> Result<StepOutput> {
+        let Some(group) = self.collective.clone().filter(|_| self.has_collective_ops()) else {
+            return self.run_steps(vars, feeds, fetches, options, None);
+        };
+        // Collectives run on a communication thread, in schedule order (so every replica
+        // issues them in the same order), while this thread goes on with the computation
+        // that does not need their results.
+        std::thread::scope(|scope| {
+            let (tx, rx) = mpsc::channel::<CommJob>();
+            let device = self.device.dispatch().clone();
+            let (precision, plan, t0) = (self.precision, self.plan.clone(), Instant::now());
+            scope.spawn(move || {
+                for job in rx {
+                    let start = t0.elapsed();
+                    let node = plan.graph.node(job.node);
+                    let ctx = KernelCtx {
+                        node,
+                        device: &device,
+                        precision,
+                        batch: None,
+                        step: options.step,
+                        replica: options.replica,
+                        native: true,
+                        collective: Some(group.as_ref()),
+                    };
+                    let result = match &node.op {
+                        Op::AllReduce(a) => kernels::all_reduce(a, job.inputs, &ctx),
+                        _ => Err(ctx.err("not a collective")),
+                    };
+                    if result.is_err() {
+                        group.abort(&format!("{} failed", node.name));
+                    }
+                    let _ = job.reply.send((result, start, t0.elapsed()));
+                }
+            });
+            let out = self.run_steps(vars, feeds, fetches, options, Some((&tx, t0)));
+            drop(tx);
+            out
+        })
+    }
+
+    fn has_collective_ops(&self) -> bool {
+        self.steps.iter().any(|s| self.plan.graph.node(s.node).op.is_collective())
+    }
+
+    fn run_steps(
+        &self,
+        vars: &mut VariableStore,
+        feeds: &BTreeMap<String, HostTensor>,
+        fetches: &[Outlet],
+        options: RunOptions,
+        comm: Option<(&mpsc::Sender<CommJob>, Instant)>,
+    ) -> Result<StepOutput> {
         let g = &self.plan.graph;
         let batch = self.bind_batch(feeds)?;
         self.check_labels(feeds)?;
@@ -222,14 +296,24 @@ impl Executor {
         }
         let keep: HashSet<usize> = fetches.iter().filter_map(|o| self.slot_of.get(o).copied()).collect();
         let mut slots: Vec<Option<Value>> = vec![None; self.slots];
-        let mut pending: Vec<(String, Value)> = Vec::new();
+        let mut assignments: Vec<(String, Value)> = Vec::new();
         let mut timings = Vec::new();
-        let t0 = Instant::now();
-        for step in &self.steps {
+        let mut collectives = Vec::new();
+        // Launched collectives by step index, and which of their output slots are still
+        // waiting for them.
+        let mut launched: HashMap<usize, mpsc::Receiver<CommReply>> = HashMap::new();
+        let mut waiting: HashMap<usize, usize> = HashMap::new();
+        let t0 = comm.map(|c| c.1).unwrap_or_else(Instant::now);
+        for (index, step) in self.steps.iter().enumerate() {
             let node = g.node(step.node);
             let started = t0.elapsed();
             let mut inputs = Vec::with_capacity(step.inputs.len());
             for input in &step.inputs {
+                if let Input::Slot(slot, _) = *input
+                    && let Some(owner) = waiting.get(&slot).copied()
+                {
+                    self.land(owner, &mut launched, &mut waiting, &mut slots, &mut collectives, batch)?;
+                }
                 let v = match *input {
                     Input::Slot(slot, moved) => {
                         if moved && !keep.contains(&slot) { slots[slot].take() } else { slots[slot].clone() }
@@ -245,6 +329,16 @@ impl Executor {
                     reason: "an input was freed before its last use".into(),
                 })?);
             }
+            if let (Some((tx, _)), true) = (comm, node.op.is_collective()) {
+                let (reply, rx) = mpsc::channel();
+                tx.send(CommJob { node: step.node, inputs, reply })
+                    .map_err(|_| RuntimeError::Collective { op: node.name.clone(), reason: "the communication thread stopped".into(), retryable: false })?;
+                launched.insert(index, rx);
+                for &slot in &step.outputs {
+                    waiting.insert(slot, index);
+                }
+                continue;
+            }
             let outputs = match &node.op {
                 Op::Placeholder(_) => {
                     let fed = feeds.get(&node.name).ok_or_else(|| RuntimeError::MissingFeed(node.name.clone()))?;
@@ -258,7 +352,7 @@ impl Executor {
                 Op::Assign(_) => {
                     let var = g.node(node.inputs[0].node).name.clone();
                     let value = inputs.pop().unwrap_or(Value::Unit);
-                    pending.push((var, value.clone()));
+                    assignments.push((var, value.clone()));
                     vec![value]
                 }
                 op => {
@@ -275,38 +369,78 @@ impl Executor {
                     kernels::run(op, inputs, &ctx)?
                 }
             };
-            for (i, (value, &slot)) in outputs.into_iter().zip(&step.outputs).enumerate() {
-                slots[slot] = Some(self.conform(step.node, i, value, batch)?);
-            }
-            if let Some(x) = &self.exchange {
-                for &(output, outlet) in &step.exports {
-                    if let Some(v) = &slots[step.outputs[output]] {
-                        x.send(outlet, v.clone());
-                    }
-                }
-            }
+            self.store(index, outputs, &mut slots, batch)?;
             for &slot in &step.free {
-                if !keep.contains(&slot) {
+                if !keep.contains(&slot) && !waiting.contains_key(&slot) {
                     slots[slot] = None;
                 }
             }
             if options.profile {
-                timings.push(OpTiming {
-                    node: node.name.clone(),
-                    op: node.op.name(),
-                    start: started,
-                    duration: t0.elapsed() - started,
-                });
+                timings.push(OpTiming { node: node.name.clone(), op: node.op.name(), start: started, duration: t0.elapsed() - started });
             }
         }
-        for (name, value) in pending {
+        // Collectives nobody read in this partition still finish (their values may be
+        // fetched or sent to another partition).
+        let mut rest: Vec<usize> = launched.keys().copied().collect();
+        rest.sort_unstable();
+        for index in rest {
+            self.land(index, &mut launched, &mut waiting, &mut slots, &mut collectives, batch)?;
+        }
+        for (name, value) in assignments {
             vars.set(&name, value);
         }
         let fetched = fetches
             .iter()
             .map(|o| self.slot_of.get(o).and_then(|&s| slots[s].clone()).unwrap_or(Value::Unit))
             .collect();
-        Ok(StepOutput { fetched, timings })
+        Ok(StepOutput { fetched, timings, collectives })
+    }
+
+    /// Stores a step's outputs (checked against their facts) and sends what other
+    /// partitions read.
+    fn store(&self, index: usize, outputs: Vec<Value>, slots: &mut [Option<Value>], batch: Option<usize>) -> Result<()> {
+        let step = &self.steps[index];
+        for (i, (value, &slot)) in outputs.into_iter().zip(&step.outputs).enumerate() {
+            slots[slot] = Some(self.conform(step.node, i, value, batch)?);
+        }
+        if let Some(x) = &self.exchange {
+            for &(output, outlet) in &step.exports {
+                if let Some(v) = &slots[step.outputs[output]] {
+                    x.send(outlet, v.clone());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits for a launched collective and stores its outputs.
+    fn land(
+        &self,
+        index: usize,
+        launched: &mut HashMap<usize, mpsc::Receiver<CommReply>>,
+        waiting: &mut HashMap<usize, usize>,
+        slots: &mut [Option<Value>],
+        collectives: &mut Vec<CollectiveTiming>,
+        batch: Option<usize>,
+    ) -> Result<()> {
+        let Some(rx) = launched.remove(&index) else { return Ok(()) };
+        let step = &self.steps[index];
+        let node = self.plan.graph.node(step.node);
+        let wait_started = Instant::now();
+        let (result, start, end) = rx.recv().map_err(|_| RuntimeError::Collective {
+            op: node.name.clone(),
+            reason: "the communication thread stopped".into(),
+            retryable: false,
+        })?;
+        let waited = wait_started.elapsed();
+        let outputs = result?;
+        for slot in &step.outputs {
+            waiting.remove(slot);
+        }
+        let bytes = node.outputs.iter().map(|f| f.bytes(batch.unwrap_or(1))).sum();
+        let duration = end.saturating_sub(start);
+        collectives.push(CollectiveTiming { node: node.name.clone(), start, duration, waited: waited.min(duration), bytes });
+        self.store(index, outputs, slots, batch)
     }
 
     /// The batch size the feeds imply; every batch-sized dimension must agree.

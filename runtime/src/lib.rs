@@ -4,7 +4,11 @@
 //! assignment, constant upload, move-or-clone decisions from liveness) and then runs it
 //! step after step against a [`VariableStore`]. The CPU backend is burn's `flex`; `wgpu`
 //! and `cuda` come with the cargo features of the same names.
+//!
+//! [`cluster`] says which processes a multi-worker run has and which one this is, from
+//! `--cluster`/`--task`, `TF_CONFIG` or a Slurm job step.
 
+pub mod cluster;
 mod collective;
 mod device;
 mod error;
@@ -18,6 +22,6 @@ pub use collective::{Collective, CrossDeviceOps, InProcessGroup};
 pub use device::{Device, DeviceKind};
 pub use error::{Result, RuntimeError};
 pub use exchange::Exchange;
-pub use executor::{Executor, OpTiming, RunOptions, StepOutput};
+pub use executor::{CollectiveTiming, Executor, OpTiming, RunOptions, StepOutput};
 pub use value::{Precision, Value};
 pub use variables::VariableStore;

@@ -95,6 +95,8 @@ pub struct RunValues {
     pub step_time: Duration,
     /// Time the step waited for its input batch.
     pub input_wait: Duration,
+    /// The step's collectives (replica 0's), with how much of each overlapped compute.
+    pub collectives: Vec<engine_runtime::CollectiveTiming>,
 }
 
 pub trait SessionRunHook: Send {

@@ -10,13 +10,15 @@ pub struct StepCounterHook {
     window_start: Option<(Instant, u64)>,
     input_wait: Duration,
     step_time: Duration,
+    collective_time: Duration,
+    collective_wait: Duration,
     /// The last report: `(steps/s, examples/s, fraction of time blocked on input)`.
     pub last: Option<(f64, f64, f64)>,
 }
 
 impl StepCounterHook {
     pub fn new(every_n_steps: u64) -> Self {
-        StepCounterHook { every_n_steps: every_n_steps.max(1), window_start: None, input_wait: Duration::ZERO, step_time: Duration::ZERO, last: None }
+        StepCounterHook { every_n_steps: every_n_steps.max(1), window_start: None, input_wait: Duration::ZERO, step_time: Duration::ZERO, collective_time: Duration::ZERO, collective_wait: Duration::ZERO, last: None }
     }
 }
 
@@ -31,6 +33,10 @@ impl SessionRunHook for StepCounterHook {
     fn after_run(&mut self, ctx: &HookContext<'_>, values: &RunValues) -> Result<()> {
         self.input_wait += values.input_wait;
         self.step_time += values.step_time;
+        for c in &values.collectives {
+            self.collective_time += c.duration;
+            self.collective_wait += c.waited;
+        }
         let Some((start, first_step)) = self.window_start else { return Ok(()) };
         let steps = ctx.global_step.saturating_sub(first_step);
         if steps < self.every_n_steps {
@@ -52,10 +58,20 @@ impl SessionRunHook for StepCounterHook {
             let step = ctx.global_step;
             w.scalars(step, &[("global_step/sec", per_sec), ("examples/sec", examples), ("input_wait_fraction", waiting)])?;
         }
+        if !self.collective_time.is_zero() {
+            let overlapped = 1.0 - self.collective_wait.as_secs_f64() / self.collective_time.as_secs_f64();
+            log::info!(
+                "all-reduce: {:.3} ms/step, {:.1}% of it overlapped with computation",
+                self.collective_time.as_secs_f64() * 1000.0 / steps as f64,
+                overlapped * 100.0
+            );
+        }
         self.last = Some((per_sec, examples, waiting));
         self.window_start = Some((Instant::now(), ctx.global_step));
         self.input_wait = Duration::ZERO;
         self.step_time = Duration::ZERO;
+        self.collective_time = Duration::ZERO;
+        self.collective_wait = Duration::ZERO;
         Ok(())
     }
 }

@@ -191,7 +191,8 @@ impl Replicas {
             if let Some(o) = &outs[i] {
                 timings = o.timings.clone();
             }
-            per_replica.push(StepOutput { fetched, timings });
+            let collectives = outs[i].as_ref().map(|o| o.collectives.clone()).unwrap_or_default();
+            per_replica.push(StepOutput { fetched, timings, collectives });
         }
         Ok(per_replica)
     }

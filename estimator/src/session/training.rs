@@ -132,7 +132,7 @@ impl TrainingSession<'_> {
                         results.insert(name.clone(), value.to_host()?);
                     }
                 }
-                let values = RunValues { results, timings: first.timings.clone(), step_time, input_wait };
+                let values = RunValues { results, timings: first.timings.clone(), step_time, input_wait, collectives: first.collectives.clone() };
                 for h in hooks.iter_mut() {
                     self.with_ctx(&stop, |ctx| h.after_run(ctx, &values))?;
                 }

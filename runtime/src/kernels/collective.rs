@@ -5,7 +5,7 @@ use super::KernelCtx;
 use crate::{Precision, Result, Value};
 use engine_graph::ops::AllReduce;
 
-pub(super) fn all_reduce(a: &AllReduce, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Result<Vec<Value>> {
+pub(crate) fn all_reduce(a: &AllReduce, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Result<Vec<Value>> {
     let Some(group) = ctx.collective else {
         // A single replica: the reduction of one value is itself.
         return Ok(inputs);

@@ -6,6 +6,7 @@
 
 mod activation;
 mod collective;
+pub(crate) use collective::all_reduce;
 mod conv;
 mod cpu;
 mod dropout;
