@@ -10,7 +10,7 @@ use crate::{
     input::{Dataset, IteratorState},
     model_dir::ModelDir,
     run_config::RunConfig,
-    session::{EvalOutcome, Predictions, Replicas, TrainOutcome, TrainingSession, compile, evaluate_dataset},
+    session::{EvalHooks, EvalOutcome, Predictions, Replicas, TrainOutcome, TrainingSession, compile, evaluate_dataset},
     strategy::{Strategy, strategy_by_name},
     summary::SummaryWriter,
     warm_start::WarmStartSettings,
@@ -266,13 +266,18 @@ impl Estimator {
         hooks: Vec<Box<dyn SessionRunHook>>,
         name: Option<&str>,
     ) -> Result<Evaluator<'_>> {
-        let _ = hooks;
         let strategy = self.eval_strategy.clone();
         let dataset = self.dataset(input_fn, Mode::Eval, strategy.as_ref())?;
         let schema = dataset.schema()?;
-        let compiled = compile(self.model_fn.as_ref(), &self.params, Mode::Eval, &schema, strategy.as_ref(), &[])?;
+        let required: Vec<String> = hooks.iter().flat_map(|h| h.required_tensors()).collect();
+        let mut compiled = compile(self.model_fn.as_ref(), &self.params, Mode::Eval, &schema, strategy.as_ref(), &required)?;
         let replicas = Replicas::new(&compiled, strategy.as_ref(), self.config.precision)?;
-        Ok(Evaluator { estimator: self, compiled, replicas, dataset, steps, name: name.map(str::to_string) })
+        // The model_fn's evaluation_hooks run first, then the caller's (TensorFlow's order).
+        let mut all_hooks = std::mem::take(&mut compiled.spec_hooks);
+        all_hooks.extend(hooks);
+        let global_batch_size = schema_batch(&dataset) * strategy.num_replicas_in_sync();
+        let is_chief = strategy.is_chief();
+        Ok(Evaluator { estimator: self, compiled, replicas, dataset, steps, name: name.map(str::to_string), hooks: all_hooks, global_batch_size, is_chief })
     }
 
     /// Logs, writes summaries for, and returns an evaluation outcome.
@@ -336,6 +341,9 @@ pub struct Evaluator<'e> {
     dataset: Dataset,
     steps: Option<u64>,
     name: Option<String>,
+    hooks: Vec<Box<dyn SessionRunHook>>,
+    global_batch_size: usize,
+    is_chief: bool,
 }
 
 impl Evaluator<'_> {
@@ -345,7 +353,19 @@ impl Evaluator<'_> {
         log::info!("Starting evaluation of {} at step {step}", checkpoint.path);
         let started = std::time::Instant::now();
         let batches = self.dataset.iter()?.map(|b| b.map_err(Into::into));
-        let outcome = evaluate_dataset(&self.compiled, &mut self.replicas, batches, self.steps)?;
+        let mut hooks = EvalHooks {
+            hooks: &mut self.hooks,
+            checkpoint,
+            fingerprint: &self.compiled.fingerprint,
+            model_dir: &self.estimator.model_dir,
+            checkpoints: &self.estimator.checkpoints,
+            global_batch_size: self.global_batch_size,
+            is_chief: self.is_chief,
+            stop: Default::default(),
+        };
+        hooks.start()?;
+        let outcome = evaluate_dataset(&self.compiled, &mut self.replicas, batches, self.steps, &mut hooks)?;
+        hooks.end()?;
         log::info!("Finished evaluation of {} batches ({} examples) in {:.2} s", outcome.batches, outcome.examples, started.elapsed().as_secs_f64());
         self.estimator.report(&outcome, step, self.name.as_deref())
     }

@@ -242,3 +242,78 @@ fn early_stopping_stops_training_on_eval_results_from_train_and_evaluate() -> Re
     let _: BTreeMap<String, f64> = result;
     Ok(())
 }
+
+/// Records every callback of an evaluation, fetches feature `v`, and stops after
+/// `stop_after` batch groups when set.
+struct EvalRecorder {
+    events: Arc<Mutex<Vec<String>>>,
+    stop_after: Option<usize>,
+    runs: usize,
+}
+
+impl EvalRecorder {
+    fn push(&self, event: String) -> engine_estimator::Result<()> {
+        self.events.lock().map_err(|_| EstimatorError::Other("poisoned".into()))?.push(event);
+        Ok(())
+    }
+}
+
+impl engine_estimator::hooks::SessionRunHook for EvalRecorder {
+    fn name(&self) -> &str {
+        "eval_recorder"
+    }
+    fn required_tensors(&self) -> Vec<String> {
+        vec!["v".into()]
+    }
+    fn begin(&mut self, ctx: &HookContext<'_>) -> engine_estimator::Result<()> {
+        self.push(format!("begin {}", ctx.global_step))
+    }
+    fn after_create_session(&mut self, ctx: &HookContext<'_>) -> engine_estimator::Result<()> {
+        let vars = ctx.session.export_variables()?;
+        self.push(format!("session {}", vars.contains_key("linear/w")))
+    }
+    fn before_run(&mut self, _: &HookContext<'_>) -> engine_estimator::Result<engine_estimator::hooks::RunArgs> {
+        Ok(engine_estimator::hooks::RunArgs { fetches: vec!["v".into()], profile: false })
+    }
+    fn after_run(&mut self, ctx: &HookContext<'_>, values: &engine_estimator::hooks::RunValues) -> engine_estimator::Result<()> {
+        self.runs += 1;
+        let v = values.results.get("v").and_then(|t| t.as_f32()).map(|d| format!("{d:?}")).unwrap_or_default();
+        let has_loss = values.results.contains_key("loss");
+        self.push(format!("run {v} loss={has_loss}"))?;
+        if self.stop_after == Some(self.runs) {
+            ctx.request_stop();
+        }
+        Ok(())
+    }
+    fn end(&mut self, ctx: &HookContext<'_>) -> engine_estimator::Result<()> {
+        self.push(format!("end {}", ctx.global_step))
+    }
+}
+
+#[test]
+fn evaluation_hooks_see_every_batch_fetch_tensors_and_can_stop_early() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let estimator = linear_estimator(&dir_string(&dir), 100, 0.1)?;
+    estimator.train(&train_input, Vec::new(), StepLimit::Steps(3), Vec::new())?;
+    let events = Arc::new(Mutex::new(Vec::new()));
+    let hook = EvalRecorder { events: events.clone(), stop_after: None, runs: 0 };
+    let full = estimator.evaluate(&eval_input, None, vec![Box::new(hook)], None, None)?;
+    let seen = events.lock().map_err(|_| anyhow::anyhow!("poisoned"))?.clone();
+    ensure!(
+        seen == [
+            "begin 3",
+            "session true",
+            "run [0.0, 1.0, 2.0, 3.0] loss=true",
+            "run [4.0, 5.0, 6.0, 7.0] loss=true",
+            "run [8.0, 9.0] loss=true",
+            "end 3"
+        ],
+        "{seen:#?}"
+    );
+    ensure!((full["mean_v"] - 4.5).abs() < 1e-6, "{full:?}");
+    // A stop request ends the evaluation after that batch: the metrics cover it alone.
+    let hook = EvalRecorder { events: Arc::new(Mutex::new(Vec::new())), stop_after: Some(1), runs: 0 };
+    let first = estimator.evaluate(&eval_input, None, vec![Box::new(hook)], None, Some("stopped"))?;
+    ensure!((first["mean_v"] - 1.5).abs() < 1e-6, "{first:?}");
+    Ok(())
+}

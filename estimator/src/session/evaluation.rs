@@ -3,13 +3,24 @@
 
 use crate::{
     EstimatorError, Result,
+    hooks::RunValues,
     input::Batch,
     metrics::MetricState,
     session::{Compiled, Replicas},
 };
-use engine_graph::Outlet;
+use engine_graph::{HostTensor, Outlet};
 use engine_runtime::RunOptions;
 use std::collections::BTreeMap;
+use std::time::Instant;
+
+/// What evaluation hooks see of each batch group: the tensors they ask for before it runs
+/// and its values after, and whether to stop there (TensorFlow's evaluation hooks).
+pub(crate) trait EvalObserver {
+    /// Extra tensor names to fetch for the next group.
+    fn before_batch(&mut self) -> Result<Vec<String>>;
+    /// Returns true to stop evaluating after this group.
+    fn after_batch(&mut self, values: &RunValues) -> Result<bool>;
+}
 
 #[derive(Debug, Clone, Default)]
 pub(crate) struct EvalOutcome {
@@ -29,11 +40,12 @@ pub(crate) fn evaluate_dataset(
     replicas: &mut Replicas,
     batches: impl Iterator<Item = Result<Batch>>,
     steps: Option<u64>,
+    observer: &mut dyn EvalObserver,
 ) -> Result<EvalOutcome> {
     let loss = compiled.loss.ok_or_else(|| EstimatorError::Other("evaluation graph has no loss".into()))?;
-    let mut fetches: Vec<Outlet> = vec![loss];
+    let mut base: Vec<Outlet> = vec![loss];
     for (_, _, outs) in &compiled.metrics {
-        fetches.extend(outs);
+        base.extend(outs);
     }
     let mut out = EvalOutcome::default();
     let mut states: Vec<MetricState> = vec![MetricState::default(); compiled.metrics.len()];
@@ -42,6 +54,16 @@ pub(crate) fn evaluate_dataset(
         if steps.is_some_and(|s| out.batches >= s) {
             break;
         }
+        let extra = observer.before_batch()?;
+        let mut fetches = base.clone();
+        for name in &extra {
+            let o = compiled.fetch(name).ok_or_else(|| EstimatorError::Hook {
+                hook: "before_run".into(),
+                reason: format!("no tensor named '{name}' in the evaluation graph (hooks must list node names in required_tensors)"),
+            })?;
+            fetches.push(o);
+        }
+        let waited = Instant::now();
         let mut group = Vec::with_capacity(replicas.len());
         while group.len() < replicas.len() {
             match batches.next() {
@@ -49,6 +71,8 @@ pub(crate) fn evaluate_dataset(
                 None => break,
             }
         }
+        let input_wait = waited.elapsed();
+        let started = Instant::now();
         let sizes: Vec<usize> = group.iter().map(real_examples).collect();
         let n = group.len();
         let results = if n == replicas.len() {
@@ -62,8 +86,12 @@ pub(crate) fn evaluate_dataset(
             }
             r
         };
+        let step_time = started.elapsed();
+        let (mut group_loss, mut group_examples) = (0.0, 0usize);
         for (res, &size) in results.iter().zip(&sizes) {
             let l = res.fetched[0].to_host()?.scalar_value().unwrap_or(f64::NAN);
+            group_loss += l * size as f64;
+            group_examples += size;
             out.loss_sum += l * size as f64;
             out.examples += size as u64;
             let mut at = 1;
@@ -74,6 +102,21 @@ pub(crate) fn evaluate_dataset(
             }
         }
         out.batches += 1;
+        let mut values = RunValues { step_time, input_wait, ..RunValues::default() };
+        let mean = if group_examples > 0 { group_loss / group_examples as f64 } else { f64::NAN };
+        values.results.insert("loss".into(), HostTensor::scalar_f32(mean as f32));
+        if let Some(first) = results.first() {
+            for (name, value) in extra.iter().zip(&first.fetched[base.len()..]) {
+                if name != "loss" {
+                    values.results.insert(name.clone(), value.to_host()?);
+                }
+            }
+            values.collectives = first.collectives.clone();
+        }
+        if observer.after_batch(&values)? {
+            log::info!("Evaluation stopped by a hook after {} batches", out.batches);
+            break;
+        }
     }
     out.loss = if out.examples > 0 { out.loss_sum / out.examples as f64 } else { f64::NAN };
     for ((name, metric, _), state) in compiled.metrics.iter().zip(states) {

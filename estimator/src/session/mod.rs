@@ -1,6 +1,7 @@
 //! Compiled graphs per mode, the replicas that run them, and the loops that drive them.
 
 mod compile;
+mod eval_hooks;
 mod evaluation;
 mod prediction;
 mod replicas;
@@ -8,7 +9,8 @@ mod training;
 
 pub(crate) use compile::{Compiled, compile};
 pub use compile::compile_plan;
-pub(crate) use evaluation::{EvalOutcome, evaluate_dataset};
+pub(crate) use eval_hooks::EvalHooks;
+pub(crate) use evaluation::{EvalObserver, EvalOutcome, evaluate_dataset};
 pub use prediction::Predictions;
 pub(crate) use replicas::Replicas;
 pub(crate) use training::TrainingSession;
