@@ -11,7 +11,7 @@ fn plan_prints_the_cnn_schedule_shapes_variables_and_memory() -> Result<()> {
     ensure!(out.code == Some(0), "{}", out.stderr);
     for expected in [
         "mode: train  strategy: default  batch: 64",
-        "passes: autodiff -> apply-optimizer -> common-subexpression-elimination -> fuse-bias-activation -> fuse-relu-into-pool-grad -> fuse-bias-into-filter-grad -> dead-code-elimination",
+        "passes: autodiff -> apply-optimizer -> placement -> common-subexpression-elimination -> fuse-bias-activation -> fuse-relu-into-pool-grad -> fuse-bias-into-filter-grad -> dead-code-elimination",
         "dense_1/kernel                                   f32[64, 10]            trainable  GlorotUniform",
         "conv2d/Conv2D/fused                              _FusedConv2D           f32[N, 26, 26, 32]",
         "f32[3, 3, 1, 32], f32[32]",
@@ -19,7 +19,7 @@ fn plan_prints_the_cnn_schedule_shapes_variables_and_memory() -> Result<()> {
         "f32[N, 5408]",
         "Conv2DBackpropFilter",
         "GradientDescent/train_op",
-        "statistics at batch 64:",
+        "statistics at batch 64 (per replica):",
         "peak activations",
     ] {
         ensure!(out.stdout.contains(expected), "missing `{expected}` in:\n{}", out.stdout);
@@ -36,7 +36,7 @@ fn plan_compiles_each_mode_with_its_batch_size() -> Result<()> {
     ensure!(!eval.stdout.contains("apply-optimizer") && !eval.stdout.contains("gradients/"));
     let predict = engine(&["plan", &spec_path("fashion_mnist_residual.ron"), "--mode", "predict", "--batch", "8"])?;
     ensure!(predict.code == Some(0), "{}", predict.stderr);
-    ensure!(predict.stdout.contains("statistics at batch 8:") && predict.stdout.contains("head/ArgMax"));
+    ensure!(predict.stdout.contains("statistics at batch 8 (per replica):") && predict.stdout.contains("head/ArgMax"));
     ensure!(!predict.stdout.contains("labels"), "{}", predict.stdout);
     let bad = engine(&["plan", &spec_path("fashion_mnist_cnn.ron"), "--batch", "0"])?;
     ensure!(bad.code == Some(2) && bad.stderr.contains("expected a batch size from 1 to 65536"), "{}", bad.stderr);
@@ -96,7 +96,10 @@ fn strategies_are_validated_against_the_registry() -> Result<()> {
     let out = engine(&["plan", &spec, "--strategy", "one_device"])?;
     ensure!(out.code == Some(0) && out.stdout.contains("strategy: one_device"), "{}", out.stderr);
     let out = engine(&["plan", &spec, "--strategy", "mirrored"])?;
-    ensure!(out.code == Some(1) && out.stderr.contains("strategy `mirrored` is not implemented yet"), "{}", out.stderr);
+    ensure!(out.code == Some(0) && out.stdout.contains("strategy: mirrored"), "{}", out.stderr);
+    ensure!(out.stdout.contains("AllReduce"), "the mirrored plan all-reduces gradients:\n{}", out.stdout);
+    let out = engine(&["plan", &spec, "--strategy", "parameter_server"])?;
+    ensure!(out.code == Some(1) && out.stderr.contains("strategy 'parameter_server' needs a cluster"), "{}", out.stderr);
     Ok(())
 }
 

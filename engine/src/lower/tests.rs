@@ -107,6 +107,7 @@ fn the_training_plan_differentiates_every_variable_but_not_the_input() -> TestRe
         [
             "autodiff",
             "apply-optimizer",
+            "placement",
             "common-subexpression-elimination",
             "fuse-bias-activation",
             "fuse-relu-into-pool-grad",
@@ -138,7 +139,9 @@ fn evaluation_and_prediction_graphs_have_no_training_parts() -> TestResult {
     }
     assert!(eval.graph.roles.loss.is_some() && eval.graph.roles.inputs.contains_key("labels"));
     assert!(predict.graph.roles.loss.is_none() && !predict.graph.roles.inputs.contains_key("labels"));
-    assert_eq!(predict.passes.len(), engine_graph::passes::optimization_passes().len());
+    // Placement, then the optimizations: no gradient or optimizer pass outside training.
+    assert_eq!(predict.passes.len(), engine_graph::passes::optimization_passes().len() + 1);
+    assert_eq!(predict.passes[0].0, "placement");
     Ok(())
 }
 
@@ -335,10 +338,13 @@ fn metrics_that_need_classes_are_checked_against_the_output() -> TestResult {
 }
 
 #[test]
-fn unimplemented_strategies_are_refused_by_name() -> TestResult {
+fn in_process_strategies_compile_and_cluster_strategies_are_refused_by_name() -> TestResult {
     let spec = spec(CNN)?;
-    let err = training_plan(&spec, Strategy::Mirrored).err().map(|e| e.to_string());
-    assert_eq!(err.as_deref(), Some("strategy `mirrored` is not implemented yet (available: default, one_device)"));
+    let mirrored = training_plan(&spec, Strategy::Mirrored)?;
+    let names: Vec<&str> = mirrored.passes.iter().map(|p| p.0.as_str()).collect();
+    assert!(names.contains(&"all-reduce-gradients") && names.contains(&"all-reduce-fusion"), "{names:?}");
+    let err = training_plan(&spec, Strategy::ParameterServer).err().map(|e| e.to_string());
+    assert!(err.as_deref().is_some_and(|e| e.contains("strategy 'parameter_server' needs a cluster")), "{err:?}");
     Ok(())
 }
 
