@@ -1,5 +1,7 @@
 //! The runtime's errors: each names the node, feed, variable or device it concerns.
 
+use crate::cluster::ClusterError;
+use crate::transport::ConnectError;
 use engine_graph::GraphError;
 use thiserror::Error;
 
@@ -30,4 +32,12 @@ pub enum RuntimeError {
 
     #[error("collective {op} failed: {reason}")]
     Collective { op: String, reason: String, retryable: bool },
+
+    /// The cluster configuration (flags, `TF_CONFIG`, Slurm) does not resolve.
+    #[error(transparent)]
+    Cluster(#[from] ClusterError),
+
+    /// This task could not join its collective group over the network.
+    #[error("joining the collective group failed: {0}")]
+    Connect(#[from] ConnectError),
 }

@@ -15,6 +15,7 @@ mod error;
 mod exchange;
 mod executor;
 mod kernels;
+pub mod transport;
 mod value;
 mod variables;
 

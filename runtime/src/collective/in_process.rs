@@ -54,8 +54,9 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// The `[start, end)` of chunk `i` of `len` elements cut in `n`.
-fn chunk(len: usize, n: usize, i: usize) -> (usize, usize) {
+/// The `[start, end)` of chunk `i` of `len` elements cut in `n`. The network group cuts
+/// the same way, so that both add in the same order and agree to the bit.
+pub(crate) fn chunk(len: usize, n: usize, i: usize) -> (usize, usize) {
     let base = len / n;
     let extra = len % n;
     let start = i * base + i.min(extra);

@@ -10,6 +10,7 @@ mod in_process;
 mod rendezvous;
 
 pub use in_process::{CrossDeviceOps, InProcessGroup};
+pub(crate) use in_process::chunk;
 
 use crate::Result;
 use engine_graph::ops::ReduceOp;

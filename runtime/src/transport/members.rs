@@ -1,0 +1,132 @@
+//! The collective group as the cluster defines it: the chief and the workers in rank order,
+//! and which of them this process is.
+
+use crate::cluster::{Cluster, TaskId};
+use std::net::{Ipv4Addr, SocketAddr};
+
+use super::ConnectError;
+
+/// One member of the group.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Member {
+    pub task: TaskId,
+    /// `host:port` from the cluster spec, canonical (the cluster validator made it so).
+    pub address: String,
+}
+
+/// Every member, indexed by rank (the order of [`ClusterSpec::collective_rank`]).
+///
+/// [`ClusterSpec::collective_rank`]: crate::cluster::ClusterSpec::collective_rank
+#[derive(Debug, Clone)]
+pub(super) struct Members {
+    pub members: Vec<Member>,
+    /// This process's rank.
+    pub me: usize,
+}
+
+impl Members {
+    pub fn from_cluster(cluster: &Cluster) -> Result<Members, ConnectError> {
+        let spec = cluster.spec();
+        let members: Vec<Member> = spec
+            .collective_tasks()
+            .filter_map(|task| spec.address(&task).map(|address| Member { task, address: address.to_string() }))
+            .collect();
+        let me = cluster.rank().ok_or_else(|| ConnectError::NotAMember { task: cluster.to_string() })?;
+        if me >= members.len() {
+            return Err(ConnectError::NotAMember { task: cluster.to_string() });
+        }
+        Ok(Members { members, me })
+    }
+
+    pub fn size(&self) -> usize {
+        self.members.len()
+    }
+
+    /// Every rank but this process's.
+    pub fn peers(&self) -> impl Iterator<Item = usize> + '_ {
+        (0..self.size()).filter(move |&rank| rank != self.me)
+    }
+
+    /// `worker:1 at 10.0.0.2:2222`, the name errors use.
+    pub fn describe(&self, rank: usize) -> String {
+        match self.members.get(rank) {
+            Some(member) => format!("{} at {}", member.task, member.address),
+            None => format!("rank {rank}"),
+        }
+    }
+
+    pub fn me(&self) -> &Member {
+        &self.members[self.me]
+    }
+
+    /// The socket this process listens on. An IP address in the spec is bound as written
+    /// (tests and single-machine runs stay on loopback); a host name is bound on every
+    /// interface, as TensorFlow's servers do, because the name may resolve to an address
+    /// the machine does not own (a Kubernetes service, a NAT).
+    pub fn listen_address(&self) -> Result<SocketAddr, ConnectError> {
+        let address = &self.me().address;
+        if let Ok(socket) = address.parse::<SocketAddr>() {
+            return Ok(socket);
+        }
+        let port = address.rsplit_once(':').and_then(|(_, port)| port.parse::<u16>().ok()).ok_or_else(|| {
+            ConnectError::Listen { task: self.describe(self.me), reason: "the address has no port".into() }
+        })?;
+        Ok(SocketAddr::from((Ipv4Addr::UNSPECIFIED, port)))
+    }
+}
+
+/// The host part of `host:port`, without IPv6 brackets: what TLS checks the certificate
+/// against.
+pub(super) fn host_of(address: &str) -> &str {
+    let host = address.rsplit_once(':').map_or(address, |(host, _)| host);
+    host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::{ClusterSource, ClusterSpec, TaskType};
+
+    fn cluster(task: TaskId) -> Cluster {
+        let spec = ClusterSpec {
+            chief: vec!["10.0.0.1:2222".into()],
+            worker: vec!["w1:2222".into(), "[::1]:2223".into()],
+            ps: vec!["p:1".into()],
+            ..ClusterSpec::default()
+        };
+        Cluster::new(spec, task, ClusterSource::Flags, None).unwrap()
+    }
+
+    #[test]
+    fn members_are_ranked_chief_first_and_named_with_their_address() {
+        let members = Members::from_cluster(&cluster(TaskId::new(TaskType::Worker, 0))).unwrap();
+        assert_eq!(members.size(), 3);
+        assert_eq!(members.me, 1);
+        assert_eq!(members.describe(0), "chief:0 at 10.0.0.1:2222");
+        assert_eq!(members.describe(2), "worker:1 at [::1]:2223");
+        assert_eq!(members.peers().collect::<Vec<_>>(), [0, 2]);
+    }
+
+    #[test]
+    fn ip_addresses_are_bound_as_written_and_names_on_every_interface() {
+        let chief = Members::from_cluster(&cluster(TaskId::new(TaskType::Chief, 0))).unwrap();
+        assert_eq!(chief.listen_address().unwrap(), "10.0.0.1:2222".parse().unwrap());
+        let named = Members::from_cluster(&cluster(TaskId::new(TaskType::Worker, 0))).unwrap();
+        assert_eq!(named.listen_address().unwrap(), "0.0.0.0:2222".parse().unwrap());
+        let v6 = Members::from_cluster(&cluster(TaskId::new(TaskType::Worker, 1))).unwrap();
+        assert_eq!(v6.listen_address().unwrap(), "[::1]:2223".parse().unwrap());
+    }
+
+    #[test]
+    fn a_ps_task_is_not_a_member() {
+        let error = Members::from_cluster(&cluster(TaskId::new(TaskType::Ps, 0))).unwrap_err();
+        assert!(error.to_string().contains("ps:0 at p:1 is not in the collective group"), "{error}");
+    }
+
+    #[test]
+    fn hosts_lose_their_port_and_brackets() {
+        assert_eq!(host_of("localhost:1"), "localhost");
+        assert_eq!(host_of("[::1]:2"), "::1");
+        assert_eq!(host_of("10.0.0.1:3"), "10.0.0.1");
+    }
+}

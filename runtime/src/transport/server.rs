@@ -1,0 +1,121 @@
+//! The gRPC service each task serves: peers' handshakes, and their streams of frames, which
+//! it files in the mailbox.
+
+use super::handshake::{self, Claim};
+use super::members::Members;
+use super::proto::collective_service_server::CollectiveService;
+use super::proto::{ExchangeClosed, Frame, HelloReply, HelloRequest, frame::Body};
+use super::state::Shared;
+use std::sync::Arc;
+use tonic::{Request, Response, Status, Streaming};
+
+/// The metadata key carrying the sender's rank on an `Exchange` call.
+pub(super) const RANK_HEADER: &str = "x-engine-rank";
+
+/// Abort reasons from peers are shown in errors; a peer must not be able to flood them.
+const MAX_REASON_CHARS: usize = 2000;
+
+pub(super) struct Service {
+    pub shared: Arc<Shared>,
+    pub members: Arc<Members>,
+    pub fingerprint: Arc<str>,
+}
+
+impl Service {
+    /// Which peer an `Exchange` call comes from, and whether it may open one.
+    fn admit(&self, request: &Request<Streaming<Frame>>) -> Result<usize, Status> {
+        let rank = request
+            .metadata()
+            .get(RANK_HEADER)
+            .and_then(|value| value.to_str().ok())
+            .and_then(|text| text.parse::<usize>().ok())
+            .filter(|&rank| rank < self.members.size() && rank != self.members.me)
+            .ok_or_else(|| Status::invalid_argument(format!("an exchange call needs a valid {RANK_HEADER}")))?;
+        let mut state = self.shared.lock();
+        let peer = &mut state.peers[rank];
+        if !peer.greeted {
+            return Err(Status::failed_precondition(format!(
+                "{} opened a stream without a handshake",
+                self.members.describe(rank)
+            )));
+        }
+        if peer.inbound_opened {
+            return Err(Status::already_exists(format!(
+                "{} already had a stream to {}: a restarted task cannot rejoin a running group",
+                self.members.describe(rank),
+                self.members.describe(self.members.me)
+            )));
+        }
+        peer.inbound_opened = true;
+        drop(state);
+        self.shared.notify();
+        Ok(rank)
+    }
+}
+
+#[tonic::async_trait]
+impl CollectiveService for Service {
+    async fn hello(&self, request: Request<HelloRequest>) -> Result<Response<HelloReply>, Status> {
+        let claim = Claim::from(request.into_inner());
+        match handshake::check(&self.members, &self.fingerprint, &claim) {
+            Ok(rank) => {
+                self.shared.lock().peers[rank].greeted = true;
+                self.shared.notify();
+                Ok(Response::new(handshake::reply(&self.members, &self.fingerprint)))
+            }
+            Err(reason) => {
+                let mut state = self.shared.lock();
+                if handshake::names_a_member(&self.members, &claim) {
+                    // A peer of this group that must not train with it: this task's own
+                    // `connect` fails too, rather than wait for a peer it will never accept.
+                    if state.refused.is_none() {
+                        state.refused = Some((handshake::claimed_name(&claim), reason.clone()));
+                    }
+                } else {
+                    // A stranger (a leftover process of another job on a reused port, say)
+                    // must not stop this group; it only explains a timeout.
+                    state.note_refusal(format!("{} was refused: {reason}", handshake::claimed_name(&claim)));
+                }
+                drop(state);
+                self.shared.notify();
+                Err(Status::failed_precondition(reason))
+            }
+        }
+    }
+
+    async fn exchange(&self, request: Request<Streaming<Frame>>) -> Result<Response<ExchangeClosed>, Status> {
+        let rank = self.admit(&request)?;
+        let peer = self.members.describe(rank);
+        let mut frames = request.into_inner();
+        loop {
+            match frames.message().await {
+                Ok(Some(Frame { body: Some(Body::Segment(segment)) })) => {
+                    let delivered = self.shared.lock().mailbox.deliver(rank, segment);
+                    match delivered {
+                        Ok(()) => self.shared.notify(),
+                        Err(why) => {
+                            self.shared.lose(rank, format!("{peer} sent an invalid message: {why}"));
+                            return Err(Status::invalid_argument(why));
+                        }
+                    }
+                }
+                Ok(Some(Frame { body: Some(Body::Abort(abort)) })) => {
+                    let reason: String = abort.reason.chars().take(MAX_REASON_CHARS).collect();
+                    self.shared.abort(format!("{peer} aborted the group: {reason}"));
+                }
+                Ok(Some(Frame { body: None })) => {
+                    self.shared.lose(rank, format!("{peer} sent an empty frame"));
+                    return Err(Status::invalid_argument("an empty frame"));
+                }
+                Ok(None) => {
+                    self.shared.leave(rank);
+                    return Ok(Response::new(ExchangeClosed {}));
+                }
+                Err(status) => {
+                    self.shared.lose(rank, format!("the connection from {peer} was lost ({})", status.message()));
+                    return Err(status);
+                }
+            }
+        }
+    }
+}
