@@ -55,7 +55,10 @@ impl Estimator {
         }
         let options = config.strategy_options();
         let train_strategy: Arc<dyn Strategy> = strategy_by_name(config.train_distribute.as_deref().unwrap_or("default"), &options)?.into();
+        // A cluster evaluates on its evaluator task (or on the chief after training), one
+        // process alone: multi_worker's evaluation strategy defaults to `default`.
         let eval_name = config.eval_distribute.as_deref().or(config.train_distribute.as_deref()).unwrap_or("default");
+        let eval_name = if eval_name == "multi_worker" { "default" } else { eval_name };
         let eval_strategy: Arc<dyn Strategy> = strategy_by_name(eval_name, &options)?.into();
         log::info!("Using config: {config:?}");
         Ok(Estimator {
@@ -180,8 +183,14 @@ impl Estimator {
                         compiled.fingerprint
                     );
                 }
+                let context = strategy.input_context();
                 match IteratorState::from_json(&r.checkpoint.meta.input_state) {
-                    Ok(state) => dataset.iter_from(&state)?,
+                    Ok(state) if state.shard_index == context.input_pipeline_id && state.num_shards == context.num_input_pipelines => {
+                        dataset.iter_from(&state)?
+                    }
+                    // The chief records its own pipeline's position; another worker's shard
+                    // is at the same step, which a replay from its start reaches exactly.
+                    Ok(_) => dataset.iter_after(start * replicas.len() as u64)?,
                     Err(e) => {
                         log::warn!("input position not restorable ({e}); replaying {} batches", start * replicas.len() as u64);
                         dataset.iter_after(start * replicas.len() as u64)?
@@ -198,6 +207,9 @@ impl Estimator {
                 dataset.iter()?
             }
         };
+        if strategy.cluster().is_some() {
+            replicas.sync_from_chief(start, self.seed)?;
+        }
         let is_chief = strategy.is_chief();
         let summary: Option<SharedSummaryWriter> =
             if is_chief && self.config.save_summary_steps > 0 { Some(Arc::new(Mutex::new(SummaryWriter::new(&self.model_dir, "")?))) } else { None };
@@ -234,6 +246,11 @@ impl Estimator {
             global_batch_size: global_batch,
         };
         let outcome = session.run(&mut all_hooks)?;
+        // Every task of a cluster ends the same step; the chief arrives after its final
+        // checkpoint, so no task exits while another still needs it.
+        if strategy.cluster().is_some() {
+            session.replicas.barrier()?;
+        }
         if let Some(loss) = outcome.loss {
             log::info!("Loss for final step: {loss:.7}.");
         }

@@ -2,8 +2,18 @@
 //! TensorFlow's defaults.
 
 use crate::{EstimatorError, Result, model_dir::S3Options, strategy::StrategyOptions};
-use engine_runtime::{CrossDeviceOps, Precision};
+use engine_runtime::{CrossDeviceOps, Precision, cluster::Cluster};
 use std::time::Duration;
+
+/// A cluster's shared secret; `Debug` never prints it (RunConfig is logged at start).
+#[derive(Clone, PartialEq, Eq)]
+pub struct ClusterToken(pub String);
+
+impl std::fmt::Debug for ClusterToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ClusterToken(<redacted>)")
+    }
+}
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunConfig {
@@ -42,6 +52,13 @@ pub struct RunConfig {
     /// Object-store credentials when `model_dir` is an `s3://` URL and the environment
     /// does not provide them.
     pub s3: Option<S3Options>,
+    /// The cluster this process belongs to (TensorFlow reads `TF_CONFIG` into RunConfig;
+    /// the CLI resolves flags, `TF_CONFIG` or Slurm into this). `None`: a single process.
+    pub cluster: Option<Cluster>,
+    /// The shared secret every task of the cluster presents to the others.
+    pub cluster_token: Option<ClusterToken>,
+    /// How long a task waits at start for every other task of the collective group.
+    pub connect_timeout: Duration,
 }
 
 impl Default for RunConfig {
@@ -64,6 +81,9 @@ impl Default for RunConfig {
             collective_timeout: Duration::from_secs(300),
             precision: Precision::F32,
             s3: None,
+            cluster: None,
+            cluster_token: None,
+            connect_timeout: Duration::from_secs(120),
         }
     }
 }
@@ -115,11 +135,20 @@ impl RunConfig {
             cross_device_ops: self.cross_device_ops,
             all_reduce_bucket_bytes: self.all_reduce_bucket_bytes,
             collective_timeout: self.collective_timeout,
+            cluster: self.cluster.clone(),
+            cluster_token: self.cluster_token.clone(),
+            connect_timeout: self.connect_timeout,
         }
     }
 
     /// The seed in effect: the configured one, or one drawn from the clock.
     pub fn seed(&self) -> u64 {
+        // Every task of a cluster must build the same graph (dropout seeds are in it, and
+        // the handshake compares fingerprints): without a configured seed they agree on
+        // one derived from the cluster, not from each machine's clock.
+        if let (None, Some(c)) = (self.random_seed, &self.cluster) {
+            return engine_graph::derive_seed(0, &c.spec().to_string());
+        }
         self.random_seed.unwrap_or_else(|| {
             std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)
         })

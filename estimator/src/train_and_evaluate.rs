@@ -103,6 +103,9 @@ impl CheckpointSaverListener for EvaluateAfterSave<'_> {
 /// Trains to `train_spec.max_steps`, evaluating new checkpoints as `eval_spec` says, and
 /// returns the final evaluation (always run for the final step).
 pub fn train_and_evaluate(estimator: &Estimator, mut train_spec: TrainSpec, mut eval_spec: EvalSpec) -> Result<EvalResult> {
+    if let Some(cluster) = estimator.train_strategy().cluster().cloned() {
+        return crate::distributed::run(estimator, train_spec, eval_spec, &cluster);
+    }
     log::info!(
         "Start train and evaluate loop. Evaluation happens {}.",
         match eval_spec.every_n_steps {

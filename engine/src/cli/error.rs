@@ -20,4 +20,13 @@ pub enum CliError {
 
     #[error(transparent)]
     Estimator(#[from] engine_estimator::EstimatorError),
+
+    #[error(transparent)]
+    Cluster(#[from] engine_runtime::cluster::ClusterError),
+
+    #[error("{0}")]
+    Usage(String),
+
+    #[error("{0}")]
+    Launch(String),
 }

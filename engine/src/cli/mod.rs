@@ -5,6 +5,7 @@ mod checkpoints;
 mod device;
 mod error;
 mod eval;
+mod launch;
 pub mod logging;
 mod plan;
 mod predict;
@@ -14,6 +15,7 @@ pub use checkpoints::CheckpointsArgs;
 pub use device::Device;
 pub use error::CliError;
 pub use eval::EvalArgs;
+pub use launch::LaunchArgs;
 pub use predict::PredictArgs;
 
 use crate::{
@@ -43,6 +45,9 @@ pub enum Command {
     Predict(PredictArgs),
     /// List a model directory's checkpoints: step, save time, size, latest, leases.
     Checkpoints(CheckpointsArgs),
+    /// Start a local cluster of `engine run` processes on 127.0.0.1 (one per task), with
+    /// their logs prefixed by task; stop them all if one fails.
+    Launch(LaunchArgs),
 }
 
 /// What every command that reads a spec takes.
@@ -92,6 +97,27 @@ pub struct RunArgs {
     /// one CPU replica per core).
     #[arg(long, value_delimiter = ',', value_name = "LIST")]
     pub devices: Vec<String>,
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+}
+
+/// Where this process sits in a cluster (`multi_worker`). Without these flags the cluster
+/// comes from `TF_CONFIG`, else from Slurm's environment.
+#[derive(Debug, Args, Default)]
+pub struct ClusterArgs {
+    /// The cluster's tasks: `chief=host:port;worker=host:port,host:port;evaluator=host:port`
+    /// (or one role per flag).
+    #[arg(long, value_name = "ROLE=HOST:PORT,...")]
+    pub cluster: Vec<String>,
+    /// This process's task: `worker:1`, `chief`, `evaluator`.
+    #[arg(long, value_name = "TYPE:INDEX")]
+    pub task: Option<String>,
+    /// A file with the shared token every task presents (default: $ENGINE_CLUSTER_TOKEN).
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
+    /// Seconds a collective waits for a missing task before failing with its name.
+    #[arg(long, value_name = "SECS")]
+    pub collective_timeout: Option<u64>,
 }
 
 fn parse_mode(s: &str) -> Result<Mode, String> {
@@ -150,6 +176,7 @@ pub fn execute(cli: Cli) -> Result<(), CliError> {
         Command::Eval(args) => eval::eval(&args),
         Command::Predict(args) => predict::predict(&args),
         Command::Checkpoints(args) => checkpoints::checkpoints(&args),
+        Command::Launch(args) => launch::launch(&args),
     }
 }
 

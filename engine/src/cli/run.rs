@@ -1,7 +1,7 @@
 //! `engine run`: train the spec's model with `train_and_evaluate` (or `train` when the
 //! spec has no `eval_input`), resuming from the model directory's latest checkpoint.
 
-use super::{CliError, RunArgs};
+use super::{CliError, ClusterArgs, RunArgs};
 use crate::job::{self, RunOverrides};
 use engine_estimator::{EvalResult, EvalSpec, StepLimit, TrainSpec, train_and_evaluate};
 use std::sync::Arc;
@@ -10,7 +10,17 @@ pub fn run(args: &RunArgs) -> Result<(), CliError> {
     let spec = Arc::new(args.common.load(args.overrides())?);
     let strategy = args.common.strategy.map(|s| s.name().to_string());
     let devices = (!args.devices.is_empty()).then(|| args.devices.clone());
-    let overrides = RunOverrides { strategy: strategy.clone(), eval_strategy: strategy, device: Some(args.device.to_string()), devices };
+    let effective = args.common.strategy(&spec, crate::lower::Mode::Train);
+    let (cluster, cluster_token) = cluster_of(&args.cluster, effective.name())?;
+    let overrides = RunOverrides {
+        strategy: strategy.clone(),
+        eval_strategy: strategy,
+        device: Some(args.device.to_string()),
+        devices,
+        cluster,
+        cluster_token,
+        collective_timeout: args.cluster.collective_timeout.map(std::time::Duration::from_secs),
+    };
     let estimator = job::estimator(spec.clone(), &overrides)?;
     let train_input = job::train_input_fn(&spec)?;
     let train_hooks = job::hooks_of(&spec, &spec.job.train_spec.hooks)?;
@@ -39,6 +49,40 @@ pub fn run(args: &RunArgs) -> Result<(), CliError> {
         }
     }
     Ok(())
+}
+
+/// The environment variable holding the cluster's shared token.
+pub const TOKEN_ENV: &str = "ENGINE_CLUSTER_TOKEN";
+
+/// This process's cluster (flags, else `TF_CONFIG`, else Slurm) and token, for the
+/// strategies that span processes. Cluster flags with a single-process strategy are a
+/// mistake worth stopping for; a `TF_CONFIG` left in the environment is only noted.
+fn cluster_of(args: &ClusterArgs, strategy: &str) -> Result<(Option<engine_runtime::cluster::Cluster>, Option<String>), CliError> {
+    use engine_runtime::cluster::{ClusterFlags, resolve_from_process_env};
+    let flags = ClusterFlags { cluster: args.cluster.clone(), task: args.task.clone() };
+    if !matches!(strategy, "multi_worker" | "parameter_server") {
+        if !flags.is_empty() {
+            return Err(CliError::Usage(format!("--cluster and --task are for multi_worker, not strategy '{strategy}'")));
+        }
+        if std::env::var_os(engine_runtime::cluster::TF_CONFIG).is_some() {
+            log::info!("TF_CONFIG is set but strategy '{strategy}' runs in one process; ignoring it");
+        }
+        return Ok((None, None));
+    }
+    let cluster = resolve_from_process_env(&flags)?;
+    if let Some(c) = &cluster {
+        log::info!("Cluster from {}: {} ({c})", c.source(), c.spec());
+    }
+    let token = match &args.token_file {
+        Some(path) => Some(
+            std::fs::read_to_string(path)
+                .map_err(|e| CliError::Usage(format!("cannot read the token file {}: {e}", path.display())))?
+                .trim()
+                .to_string(),
+        ),
+        None => std::env::var(TOKEN_ENV).ok().filter(|t| !t.is_empty()),
+    };
+    Ok((cluster, token))
 }
 
 /// The evaluation result as TensorFlow users see it printed: `{'accuracy': 0.8712, ...}`.

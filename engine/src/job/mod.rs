@@ -22,6 +22,10 @@ pub struct RunOverrides {
     pub device: Option<String>,
     /// Replica devices for in-process strategies (`cpu:0,cpu:1`).
     pub devices: Option<Vec<String>>,
+    /// The cluster of a `multi_worker` task, its shared token and collective timeout.
+    pub cluster: Option<engine_runtime::cluster::Cluster>,
+    pub cluster_token: Option<String>,
+    pub collective_timeout: Option<std::time::Duration>,
 }
 
 /// The estimator's RunConfig for a spec.
@@ -40,6 +44,13 @@ pub fn run_config(spec: &Spec, overrides: &RunOverrides) -> RunConfig {
         eval_distribute: overrides.eval_strategy.clone().or_else(|| rc.eval_distribute.map(|s| s.name().to_string())),
         device: overrides.device.clone().unwrap_or_else(|| "cpu".into()),
         devices: overrides.devices.clone(),
+        precision: match rc.precision {
+            crate::spec::Precision::F32 => engine_runtime::Precision::F32,
+            crate::spec::Precision::F64 => engine_runtime::Precision::F64,
+        },
+        cluster: overrides.cluster.clone(),
+        cluster_token: overrides.cluster_token.clone().map(engine_estimator::ClusterToken),
+        collective_timeout: overrides.collective_timeout.unwrap_or(RunConfig::default().collective_timeout),
         ..RunConfig::default()
     }
 }

@@ -29,6 +29,17 @@ pub struct RunConfig {
     pub train_distribute: Option<Strategy>,
     #[serde(default)]
     pub eval_distribute: Option<Strategy>,
+    /// `F32` (the default) or `F64`: the same graphs with rounding out of the way, for
+    /// checking that a strategy trains exactly like one device.
+    #[serde(default)]
+    pub precision: Precision,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+pub enum Precision {
+    #[default]
+    F32,
+    F64,
 }
 
 /// When the chief writes checkpoints.

@@ -8,7 +8,7 @@ use crate::{
     session::compile::{Compiled, LABELS},
     strategy::Strategy,
 };
-use engine_graph::{HostTensor, Outlet, passes::strategy::{HOST, REPLICA}};
+use engine_graph::{HostData, HostTensor, Outlet, ops::ReduceOp, passes::strategy::{HOST, REPLICA}};
 use engine_runtime::{Device, Exchange, Executor, Precision, RunOptions, RuntimeError, StepOutput, VariableStore};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -37,7 +37,7 @@ impl Replicas {
         let exchange = partitioned.then(|| Arc::new(Exchange::new(Duration::from_secs(300))));
         let has_collectives = plan.graph.nodes().any(|(_, n)| n.op.is_collective());
         let collectives = match (has_collectives, devices.len() > 1) {
-            (true, _) | (false, true) => strategy.collectives(devices.len())?.unwrap_or_default(),
+            (true, _) | (false, true) => strategy.collectives(devices.len(), &compiled.fingerprint)?.unwrap_or_default(),
             _ => Vec::new(),
         };
         let threads = strategy.threads_per_replica();
@@ -97,6 +97,48 @@ impl Replicas {
             e.initialize(&mut w.store, seed)?;
         }
         Ok(loaded)
+    }
+
+    /// Starts a cross-process group from one state: every task checks that all restored the
+    /// same global step, then takes the chief's (rank 0's) variables, as PyTorch DDP and
+    /// MultiWorkerMirroredStrategy broadcast the initial state. With a fixed seed the values
+    /// already agree; without one, or when a task restored another checkpoint, this makes
+    /// them agree or says which task differs.
+    pub fn sync_from_chief(&mut self, step: u64, seed: u64) -> Result<()> {
+        let Some(group) = self.collectives.first().cloned() else { return Ok(()) };
+        // The step in 20-bit pieces, each exact in an f32.
+        let pieces = [(step >> 40) as f32, ((step >> 20) & 0xF_FFFF) as f32, (step & 0xF_FFFF) as f32];
+        let gathered = group.all_gather(&pieces)?;
+        let steps: Vec<u64> = gathered.chunks(3).map(|c| ((c[0] as u64) << 40) | ((c[1] as u64) << 20) | c[2] as u64).collect();
+        if let Some((rank, other)) = steps.iter().enumerate().find(|(_, s)| **s != step) {
+            return Err(EstimatorError::Other(format!(
+                "{} starts at global step {step} but {} starts at {other}: the tasks restored different checkpoints \
+                 (is the model_dir shared by every task?)",
+                group.describe(group.rank()),
+                group.describe(rank)
+            )));
+        }
+        let mut values = self.export()?;
+        for tensor in values.values_mut() {
+            if let HostData::F32(data) = &mut tensor.data {
+                // A sum with zeros everywhere but the root is the root's value, bit for bit.
+                if group.rank() != 0 {
+                    data.iter_mut().for_each(|x| *x = 0.0);
+                }
+                group.all_reduce(data, ReduceOp::Sum)?;
+            }
+        }
+        self.restore(&values, seed)?;
+        Ok(())
+    }
+
+    /// Waits for every task of a cross-process group (at the end of training, so no task
+    /// leaves while the chief still writes the final checkpoint).
+    pub fn barrier(&self) -> Result<()> {
+        match self.collectives.first() {
+            Some(group) => Ok(group.barrier()?),
+            None => Ok(()),
+        }
     }
 
     /// The variables (the first copy: every copy holds the same values after a step).

@@ -44,7 +44,7 @@ impl Strategy for CentralStorageStrategy {
             Stage::AfterOptimizer => vec![Box::new(CentralStorage)],
         }
     }
-    fn collectives(&self, local: usize) -> Result<Option<Vec<Arc<dyn Collective>>>> {
+    fn collectives(&self, local: usize, _fingerprint: &str) -> Result<Option<Vec<Arc<dyn Collective>>>> {
         Ok(Some(InProcessGroup::new(local, self.cross_device_ops, self.timeout).handles()))
     }
     fn threads_per_replica(&self) -> Option<usize> {

@@ -60,7 +60,7 @@ impl Strategy for MirroredStrategy {
     fn passes(&self, stage: Stage, training: bool) -> Vec<Box<dyn Pass>> {
         all_reduce_passes(stage, training, self.devices.len(), self.bucket_bytes)
     }
-    fn collectives(&self, local: usize) -> Result<Option<Vec<Arc<dyn Collective>>>> {
+    fn collectives(&self, local: usize, _fingerprint: &str) -> Result<Option<Vec<Arc<dyn Collective>>>> {
         Ok(Some(InProcessGroup::new(local, self.cross_device_ops, self.timeout).handles()))
     }
     fn threads_per_replica(&self) -> Option<usize> {

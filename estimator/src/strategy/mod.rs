@@ -9,14 +9,17 @@
 mod central_storage;
 mod default;
 mod mirrored;
+mod multi_worker;
 
 pub use central_storage::CentralStorageStrategy;
 pub use default::DefaultStrategy;
 pub use mirrored::MirroredStrategy;
+pub use multi_worker::MultiWorkerStrategy;
+pub(crate) use multi_worker::trains;
 
 use crate::{EstimatorError, Result, input::InputContext};
 use engine_graph::passes::Pass;
-use engine_runtime::{Collective, CrossDeviceOps, Device};
+use engine_runtime::{Collective, CrossDeviceOps, Device, cluster::Cluster};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -43,10 +46,16 @@ pub trait Strategy: Send + Sync {
     fn input_context(&self) -> InputContext;
     /// Passes for a graph of this mode at `stage`.
     fn passes(&self, stage: Stage, training: bool) -> Vec<Box<dyn Pass>>;
-    /// Collectives for `local` replicas of this process, one handle per replica.
-    fn collectives(&self, local: usize) -> Result<Option<Vec<Arc<dyn Collective>>>> {
-        let _ = local;
+    /// Collectives for `local` replicas of this process, one handle per replica, for the
+    /// graph with job `fingerprint` (a cross-process group refuses peers whose differs).
+    fn collectives(&self, local: usize, fingerprint: &str) -> Result<Option<Vec<Arc<dyn Collective>>>> {
+        let _ = (local, fingerprint);
         Ok(None)
+    }
+    /// The cluster when replicas span processes: training then starts by taking the
+    /// chief's variables, and `train_and_evaluate` follows the task's role.
+    fn cluster(&self) -> Option<&Cluster> {
+        None
     }
     /// Threads each local replica's pool gets (`None`: one replica on the global pool).
     fn threads_per_replica(&self) -> Option<usize> {
@@ -78,6 +87,10 @@ pub struct StrategyOptions {
     pub all_reduce_bucket_bytes: usize,
     /// How long a collective waits for a missing replica.
     pub collective_timeout: Duration,
+    /// The cluster for `multi_worker` (and later `parameter_server`).
+    pub cluster: Option<Cluster>,
+    pub cluster_token: Option<crate::ClusterToken>,
+    pub connect_timeout: Duration,
 }
 
 impl Default for StrategyOptions {
@@ -88,6 +101,9 @@ impl Default for StrategyOptions {
             cross_device_ops: CrossDeviceOps::default(),
             all_reduce_bucket_bytes: 25 << 20,
             collective_timeout: Duration::from_secs(300),
+            cluster: None,
+            cluster_token: None,
+            connect_timeout: Duration::from_secs(120),
         }
     }
 }
@@ -115,6 +131,7 @@ pub fn strategy_by_name(name: &str, options: &StrategyOptions) -> Result<Box<dyn
         "default" | "one_device" => Ok(Box::new(DefaultStrategy::new(name, Device::parse(&options.device)?))),
         "mirrored" => Ok(Box::new(MirroredStrategy::new(options)?)),
         "central_storage" => Ok(Box::new(CentralStorageStrategy::new(options)?)),
+        "multi_worker" => Ok(Box::new(MultiWorkerStrategy::new(options)?)),
         other if STRATEGY_NAMES.contains(&other) => Err(EstimatorError::Other(format!(
             "strategy '{other}' needs a cluster: run it through the multi-worker launcher or TF_CONFIG"
         ))),

@@ -1,0 +1,296 @@
+//! `multi_worker` with real processes on 127.0.0.1: `engine launch` clusters of 2 and 3
+//! workers train the CNN spec to the variables a one_device run reaches on the same global
+//! batches; an evaluator task evaluates the chief's checkpoints; a worker killed with
+//! SIGKILL makes the others fail naming it, and the restarted cluster ends where an
+//! unbroken one does; mismatched specs, wrong tokens and bad clusters are refused.
+//!
+//! Runs compute in f64 (see strategy_equivalence.rs for why) and read the data unshuffled:
+//! worker `i` reads examples `i, i + n, ...` (data sharding), so at every step the union of
+//! the workers' batches is exactly one_device's batch of `n` times the size.
+
+mod common;
+
+use anyhow::{Context, Result, anyhow, ensure};
+use common::{engine, engine_binary, engine_command, printed_dict, spec_path};
+use engine::estimator::checkpoint::read_checkpoint;
+use engine::graph::HostTensor;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+const PER_WORKER: usize = 8;
+
+/// The CNN spec without shuffling, in `dir`.
+fn unshuffled_spec(dir: &Path) -> Result<PathBuf> {
+    let text = std::fs::read_to_string(spec_path("fashion_mnist_cnn.ron"))?;
+    ensure!(text.contains("shuffle_buffer: 10000, seed: 1,"), "the CNN spec changed; update this test");
+    let path = dir.join("cnn_unshuffled.ron");
+    std::fs::write(&path, text.replace("shuffle_buffer: 10000, seed: 1,", ""))?;
+    Ok(path)
+}
+
+fn common_sets(batch: usize) -> Vec<String> {
+    [
+        format!("train_input.batch_size={batch}"),
+        "run_config.precision=F64".into(),
+        "eval_spec.steps=1".into(),
+        "eval_spec.start_delay_secs=0".into(),
+        "eval_spec.throttle_secs=0".into(),
+    ]
+    .into_iter()
+    .flat_map(|s| ["--set".to_string(), s])
+    .collect()
+}
+
+fn variables(model_dir: &Path, step: u64) -> Result<BTreeMap<String, HostTensor>> {
+    let path = model_dir.join(format!("model.ckpt-{step}"));
+    Ok(read_checkpoint(&path.to_string_lossy(), None).with_context(|| format!("reading {}", path.display()))?.tensors)
+}
+
+fn assert_same_variables(got: &BTreeMap<String, HostTensor>, want: &BTreeMap<String, HostTensor>, what: &str) -> Result<()> {
+    ensure!(got.keys().eq(want.keys()), "{what}: variables differ: {:?} vs {:?}", got.keys(), want.keys());
+    for (name, w) in want {
+        let (x, y) = (got[name].to_f64_vec(), w.to_f64_vec());
+        let scale = y.iter().fold(1e-12f64, |m, v| m.max(v.abs()));
+        let d = x.iter().zip(&y).fold(0.0f64, |m, (p, q)| m.max((p - q).abs())) / scale;
+        ensure!(d <= 1e-5, "{what}: {name} differs by {d:.2e} (relative)");
+    }
+    Ok(())
+}
+
+fn one_device(spec: &Path, model_dir: &Path, batch: usize, steps: u64) -> Result<()> {
+    let mut args = vec![
+        "run".to_string(),
+        spec.to_string_lossy().into_owned(),
+        "--strategy".into(),
+        "one_device".into(),
+        "--max-steps".into(),
+        steps.to_string(),
+        "--model-dir".into(),
+        model_dir.to_string_lossy().into_owned(),
+    ];
+    args.extend(common_sets(batch));
+    engine(&common::strs(&args))?.ok()?;
+    Ok(())
+}
+
+fn launch_args(spec: &Path, model_dir: &Path, workers: usize, steps: u64, extra: &[&str]) -> Vec<String> {
+    let mut args = vec![
+        "launch".to_string(),
+        spec.to_string_lossy().into_owned(),
+        "--workers".into(),
+        workers.to_string(),
+        "--max-steps".into(),
+        steps.to_string(),
+        "--model-dir".into(),
+        model_dir.to_string_lossy().into_owned(),
+    ];
+    args.extend(common_sets(PER_WORKER));
+    args.extend(extra.iter().map(|s| s.to_string()));
+    args
+}
+
+#[test]
+fn two_and_three_workers_train_like_one_device() -> Result<()> {
+    let tmp = tempfile::tempdir()?;
+    let spec = unshuffled_spec(tmp.path())?;
+    const STEPS: u64 = 12;
+    for workers in [2, 3] {
+        let reference = tmp.path().join(format!("one_device_{workers}"));
+        one_device(&spec, &reference, PER_WORKER * workers, STEPS)?;
+        let cluster = tmp.path().join(format!("workers_{workers}"));
+        let out = engine(&common::strs(&launch_args(&spec, &cluster, workers, STEPS, &[])))?.ok()?;
+        // The chief evaluated the final checkpoint; every worker logged its part.
+        let chief = out.stdout.lines().find(|l| l.starts_with("[worker:0] {")).context("no result from the chief")?;
+        let result = printed_dict(chief.trim_start_matches("[worker:0] "))?;
+        ensure!(result.get("global_step") == Some(&(STEPS as f64)), "{result:?}");
+        for w in 0..workers {
+            ensure!(out.stderr.contains(&format!("[worker:{w}]")), "no log lines from worker:{w}:\n{}", out.stderr);
+        }
+        assert_same_variables(&variables(&cluster, STEPS)?, &variables(&reference, STEPS)?, &format!("{workers} workers"))?;
+        // Only the chief writes: one set of checkpoints, one events file for training.
+        let events: Vec<_> = std::fs::read_dir(&cluster)?
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_name().to_string_lossy().starts_with("events.out.tfevents"))
+            .collect();
+        ensure!(events.len() == 1, "expected the chief's events file alone, found {}", events.len());
+    }
+    Ok(())
+}
+
+#[test]
+fn the_evaluator_task_evaluates_the_chiefs_checkpoints_until_the_last() -> Result<()> {
+    let tmp = tempfile::tempdir()?;
+    let spec = unshuffled_spec(tmp.path())?;
+    let dir = tmp.path().join("with_evaluator");
+    let out = engine(&common::strs(&launch_args(
+        &spec,
+        &dir,
+        2,
+        20,
+        &["--evaluator", "--set", "run_config.save_checkpoints_steps=5"],
+    )))?
+    .ok()?;
+    let line = out.stdout.lines().find(|l| l.starts_with("[evaluator:0] {")).context("no result from the evaluator")?;
+    let result = printed_dict(line.trim_start_matches("[evaluator:0] "))?;
+    ensure!(result.get("global_step") == Some(&20.0) && result.contains_key("accuracy"), "{result:?}");
+    ensure!(dir.join("eval").is_dir(), "the evaluator wrote no eval summaries");
+    ensure!(out.stderr.contains("[evaluator:0]") && out.stderr.contains("Starting evaluation"), "{}", out.stderr);
+    Ok(())
+}
+
+/// One `engine run` task of a hand-made cluster.
+fn task(spec: &Path, model_dir: &Path, tf_config: &str, token: &str, steps: u64, extra: &[&str]) -> Result<Child> {
+    let mut args = vec![
+        "run".to_string(),
+        spec.to_string_lossy().into_owned(),
+        "--strategy".into(),
+        "multi_worker".into(),
+        "--max-steps".into(),
+        steps.to_string(),
+        "--model-dir".into(),
+        model_dir.to_string_lossy().into_owned(),
+        "--set".into(),
+        "run_config.save_checkpoints_steps=4".into(),
+        "--collective-timeout".into(),
+        "15".into(),
+    ];
+    args.extend(common_sets(PER_WORKER));
+    args.extend(extra.iter().map(|s| s.to_string()));
+    Ok(engine_command(&common::strs(&args))?
+        .env("TF_CONFIG", tf_config)
+        .env("ENGINE_CLUSTER_TOKEN", token)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?)
+}
+
+fn free_ports(n: usize) -> Result<Vec<u16>> {
+    let listeners: Vec<_> = (0..n).map(|_| std::net::TcpListener::bind("127.0.0.1:0")).collect::<std::io::Result<_>>()?;
+    Ok(listeners.iter().map(|l| l.local_addr().map(|a| a.port())).collect::<std::io::Result<_>>()?)
+}
+
+fn tf_config(ports: &[u16], index: usize) -> String {
+    let workers: Vec<String> = ports.iter().map(|p| format!("\"127.0.0.1:{p}\"")).collect();
+    format!(r#"{{"cluster": {{"worker": [{}]}}, "task": {{"type": "worker", "index": {index}}}}}"#, workers.join(", "))
+}
+
+fn finish(child: Child, within: Duration) -> Result<(bool, String)> {
+    let deadline = Instant::now() + within;
+    let mut child = child;
+    loop {
+        if child.try_wait()?.is_some() {
+            let out = child.wait_with_output()?;
+            return Ok((out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned()));
+        }
+        if Instant::now() > deadline {
+            child.kill()?;
+            let out = child.wait_with_output()?;
+            return Err(anyhow!("still running after {within:?}; stderr:\n{}", String::from_utf8_lossy(&out.stderr)));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn latest_step(model_dir: &Path) -> Option<u64> {
+    let text = std::fs::read_to_string(model_dir.join("checkpoint")).ok()?;
+    let state = engine::estimator::checkpoint::CheckpointState::parse(&text, "checkpoint").ok()?;
+    state.model_checkpoint_path.strip_prefix("model.ckpt-")?.parse().ok()
+}
+
+#[test]
+fn a_killed_worker_is_named_and_the_restarted_cluster_ends_like_an_unbroken_one() -> Result<()> {
+    let tmp = tempfile::tempdir()?;
+    let spec = unshuffled_spec(tmp.path())?;
+    engine_binary()?;
+    const STEPS: u64 = 40;
+    // Unbroken.
+    let unbroken = tmp.path().join("unbroken");
+    let ports = free_ports(2)?;
+    let chief = task(&spec, &unbroken, &tf_config(&ports, 0), "t", STEPS, &[])?;
+    let worker = task(&spec, &unbroken, &tf_config(&ports, 1), "t", STEPS, &[])?;
+    let (ok0, err0) = finish(chief, Duration::from_secs(300))?;
+    let (ok1, err1) = finish(worker, Duration::from_secs(300))?;
+    ensure!(ok0 && ok1, "unbroken run failed:\n{err0}\n{err1}");
+
+    // Killed: worker 1 dies once the chief has a checkpoint past step 8.
+    let broken = tmp.path().join("broken");
+    let ports = free_ports(2)?;
+    let chief = task(&spec, &broken, &tf_config(&ports, 0), "t", STEPS, &[])?;
+    let mut worker = task(&spec, &broken, &tf_config(&ports, 1), "t", STEPS, &[])?;
+    let deadline = Instant::now() + Duration::from_secs(300);
+    loop {
+        if latest_step(&broken).is_some_and(|s| s >= 8) {
+            worker.kill()?; // SIGKILL
+            worker.wait()?;
+            break;
+        }
+        ensure!(worker.try_wait()?.is_none(), "worker:1 ended before it could be killed");
+        ensure!(Instant::now() < deadline, "no checkpoint past step 8 in time");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let killed_at = latest_step(&broken).unwrap_or(0);
+    ensure!(killed_at < STEPS, "the cluster finished before the kill landed");
+    // The chief fails within the collective timeout (15 s), naming the dead worker.
+    let started = Instant::now();
+    let (ok, err) = finish(chief, Duration::from_secs(90))?;
+    ensure!(!ok, "the chief went on without worker:1:\n{err}");
+    ensure!(err.contains("worker:1"), "the chief's error does not name worker:1:\n{err}");
+    ensure!(started.elapsed() < Duration::from_secs(60), "the chief took {:?} to notice", started.elapsed());
+
+    // Restarted: both resume from the chief's latest checkpoint and finish.
+    let ports = free_ports(2)?;
+    let chief = task(&spec, &broken, &tf_config(&ports, 0), "t", STEPS, &[])?;
+    let worker = task(&spec, &broken, &tf_config(&ports, 1), "t", STEPS, &[])?;
+    let (ok0, err0) = finish(chief, Duration::from_secs(300))?;
+    let (ok1, err1) = finish(worker, Duration::from_secs(300))?;
+    ensure!(ok0 && ok1, "restarted run failed:\n{err0}\n{err1}");
+    ensure!(err0.contains("Restoring parameters from"), "the chief did not resume:\n{err0}");
+    assert_same_variables(&variables(&broken, STEPS)?, &variables(&unbroken, STEPS)?, "restarted vs unbroken")
+}
+
+#[test]
+fn mismatched_specs_wrong_tokens_and_bad_clusters_are_refused() -> Result<()> {
+    let tmp = tempfile::tempdir()?;
+    let spec = unshuffled_spec(tmp.path())?;
+    engine_binary()?;
+    let dir = tmp.path().join("m");
+    // A different learning rate: a different graph, refused at the handshake by fingerprint.
+    let ports = free_ports(2)?;
+    let a = task(&spec, &dir, &tf_config(&ports, 0), "t", 5, &[])?;
+    let b = task(&spec, &dir, &tf_config(&ports, 1), "t", 5, &["--set", "optimizer.learning_rate=0.01"])?;
+    let (ok_a, err_a) = finish(a, Duration::from_secs(120))?;
+    let (ok_b, err_b) = finish(b, Duration::from_secs(120))?;
+    ensure!(!ok_a && !ok_b, "mismatched tasks trained together");
+    let both = format!("{err_a}\n{err_b}");
+    ensure!(both.contains("fingerprint") && both.contains("worker:0") && both.contains("worker:1"), "{both}");
+
+    // A wrong token: refused as unauthenticated.
+    let dir = tmp.path().join("t");
+    let ports = free_ports(2)?;
+    let a = task(&spec, &dir, &tf_config(&ports, 0), "right", 5, &[])?;
+    let b = task(&spec, &dir, &tf_config(&ports, 1), "wrong", 5, &[])?;
+    let (ok_a, err_a) = finish(a, Duration::from_secs(120))?;
+    let (ok_b, err_b) = finish(b, Duration::from_secs(120))?;
+    ensure!(!ok_a && !ok_b, "tasks with different tokens trained together");
+    let both = format!("{err_a}\n{err_b}");
+    ensure!(both.to_lowercase().contains("authentic"), "{both}");
+    ensure!(!both.contains("right") && !both.contains("wrong"), "a token leaked into an error:\n{both}");
+
+    // An index out of range and a duplicate address: refused before any connection.
+    let ports = free_ports(2)?;
+    let out = engine_command(&["run", &spec.to_string_lossy(), "--strategy", "multi_worker"])?
+        .env("TF_CONFIG", tf_config(&ports, 2))
+        .output()?;
+    let err = String::from_utf8_lossy(&out.stderr);
+    ensure!(!out.status.success() && err.contains("worker:2") && err.contains("out of range"), "{err}");
+    let dup = format!(
+        r#"{{"cluster": {{"worker": ["127.0.0.1:{0}", "127.0.0.1:{0}"]}}, "task": {{"type": "worker", "index": 0}}}}"#,
+        ports[0]
+    );
+    let out = engine_command(&["run", &spec.to_string_lossy(), "--strategy", "multi_worker"])?.env("TF_CONFIG", dup).output()?;
+    let err = String::from_utf8_lossy(&out.stderr);
+    ensure!(!out.status.success() && err.contains("worker:0") && err.contains("worker:1"), "{err}");
+    Ok(())
+}
