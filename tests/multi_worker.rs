@@ -11,7 +11,7 @@
 mod common;
 
 use anyhow::{Context, Result, anyhow, ensure};
-use common::{engine, engine_binary, engine_command, printed_dict, spec_path};
+use common::{engine, engine_binary, engine_command, latest_step, printed_dict, spec_path};
 use engine::estimator::checkpoint::read_checkpoint;
 use engine::graph::HostTensor;
 use std::collections::BTreeMap;
@@ -191,12 +191,6 @@ fn finish(child: Child, within: Duration) -> Result<(bool, String)> {
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-}
-
-fn latest_step(model_dir: &Path) -> Option<u64> {
-    let text = std::fs::read_to_string(model_dir.join("checkpoint")).ok()?;
-    let state = engine::estimator::checkpoint::CheckpointState::parse(&text, "checkpoint").ok()?;
-    state.model_checkpoint_path.strip_prefix("model.ckpt-")?.parse().ok()
 }
 
 #[test]

@@ -6,21 +6,13 @@
 mod common;
 
 use anyhow::{Context, Result, ensure};
-use common::{engine, engine_command, run_args, strs};
-use engine::estimator::checkpoint::{CheckpointState, read_checkpoint};
-use std::path::Path;
+use common::{engine, engine_command, latest_step, run_args, strs};
+use engine::estimator::checkpoint::read_checkpoint;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 const MAX_STEPS: u64 = 300;
 const SAVE_EVERY: &str = "run_config.save_checkpoints_steps=20";
-
-/// The latest step the state file names, if any (a torn read is just "not yet").
-fn latest_step(model_dir: &Path) -> Option<u64> {
-    let text = std::fs::read_to_string(model_dir.join("checkpoint")).ok()?;
-    let state = CheckpointState::parse(&text, "checkpoint").ok()?;
-    state.model_checkpoint_path.strip_prefix("model.ckpt-")?.parse().ok()
-}
 
 #[test]
 fn a_run_killed_mid_training_resumes_to_the_same_final_weights() -> Result<()> {

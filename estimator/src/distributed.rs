@@ -9,6 +9,7 @@ use crate::{
     Estimator, EvalResult, EvalSpec, Result, StepLimit, TrainSpec,
     checkpoint::read_checkpoint,
     strategy::trains,
+    train_and_evaluate::run_exporters,
 };
 use engine_runtime::cluster::{Cluster, TaskType};
 use std::time::{Duration, Instant};
@@ -38,7 +39,7 @@ pub(crate) fn run(estimator: &Estimator, mut train_spec: TrainSpec, mut eval_spe
     let latest = estimator.checkpoints().latest()?.ok_or(crate::EstimatorError::NoCheckpoint("evaluate"))?;
     let checkpoint = read_checkpoint(&estimator.model_dir().url_of(&latest.path), estimator.config().s3.as_ref())?;
     let result = evaluator.evaluate(&checkpoint)?;
-    export(estimator, &mut eval_spec, &latest.path, &result, true)?;
+    run_exporters(&mut eval_spec.exporters, estimator, &latest.path, &result, true)?;
     Ok(result)
 }
 
@@ -92,20 +93,11 @@ fn continuous_evaluation(estimator: &Estimator, mut eval_spec: EvalSpec, max_ste
         let result = evaluator.evaluate(&checkpoint)?;
         lease.release()?;
         let is_final = max_steps.is_some_and(|m| info.step >= m);
-        export(estimator, &mut eval_spec, &info.path, &result, is_final)?;
+        run_exporters(&mut eval_spec.exporters, estimator, &info.path, &result, is_final)?;
         if is_final {
             log::info!("{holder}: evaluated the final checkpoint {} (step {})", info.path, info.step);
             return Ok(result);
         }
         last = Some((info.step, started, result));
     }
-}
-
-fn export(estimator: &Estimator, eval_spec: &mut EvalSpec, path: &str, result: &EvalResult, is_final: bool) -> Result<()> {
-    for e in eval_spec.exporters.iter_mut() {
-        if let Some(out) = e.export(estimator, path, result, is_final)? {
-            log::info!("Exporter {} wrote {out}", e.name());
-        }
-    }
-    Ok(())
 }

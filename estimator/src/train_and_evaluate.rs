@@ -79,11 +79,7 @@ impl EvaluateAfterSave<'_> {
     fn evaluate(&mut self, path: &str, step: u64, is_final: bool) -> Result<()> {
         let checkpoint = read_checkpoint(&self.estimator.model_dir().url_of(path), self.estimator.config().s3.as_ref())?;
         let result = self.evaluator.evaluate(&checkpoint)?;
-        for e in self.exporters.iter_mut() {
-            if let Some(out) = e.export(self.estimator, path, &result, is_final)? {
-                log::info!("Exporter {} wrote {out}", e.name());
-            }
-        }
+        run_exporters(self.exporters, self.estimator, path, &result, is_final)?;
         self.last_time = Some(Instant::now());
         self.last_step = Some(step);
         *self.last_result = Some(result);
@@ -158,6 +154,16 @@ pub fn train_and_evaluate(estimator: &Estimator, mut train_spec: TrainSpec, mut 
     };
     log::info!("Training finished at step {final_step}; last evaluation at step {last_step:?} of {last_path:?}");
     last_result.ok_or(crate::EstimatorError::NoCheckpoint("evaluate"))
+}
+
+/// Hands an evaluation result to every exporter (local and distributed evaluation alike).
+pub(crate) fn run_exporters(exporters: &mut [Box<dyn Exporter>], estimator: &Estimator, path: &str, result: &EvalResult, is_final: bool) -> Result<()> {
+    for e in exporters.iter_mut() {
+        if let Some(out) = e.export(estimator, path, result, is_final)? {
+            log::info!("Exporter {} wrote {out}", e.name());
+        }
+    }
+    Ok(())
 }
 
 /// Lends a listener to the saver hook for the duration of training.

@@ -225,3 +225,10 @@ impl Moto {
         ]
     }
 }
+
+/// The latest step a model dir's state file names, if any (a torn read is just "not yet").
+pub fn latest_step(model_dir: &Path) -> Option<u64> {
+    let text = std::fs::read_to_string(model_dir.join("checkpoint")).ok()?;
+    let state = engine::estimator::checkpoint::CheckpointState::parse(&text, "checkpoint").ok()?;
+    state.model_checkpoint_path.strip_prefix("model.ckpt-")?.parse().ok()
+}
