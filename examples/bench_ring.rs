@@ -2,30 +2,36 @@
 //! bandwidth (`2 (n-1) / n * bytes / time`, the figure NCCL and gloo benchmarks report) for
 //! 4 KiB to 64 MiB of f32.
 //!
-//! `cargo run --release --example bench_ring [PROCESSES]` (default 2) starts that many
-//! copies of itself, one per cluster task, each holding one `NetworkGroup`, and prints a
-//! Markdown table. A copy learns its place from `BENCH_RING_CLUSTER` (the workers'
-//! addresses) and `BENCH_RING_RANK`.
+//! `cargo run --release --example bench_ring [PROCESSES] [COMMUNICATION]` (default 2 and
+//! `ring`; `shared_memory` or `auto` for the shared-memory path) starts that many copies of
+//! itself, one per cluster task, each holding one `NetworkGroup`, and prints a Markdown
+//! table. A copy learns its place from `BENCH_RING_CLUSTER` (the workers' addresses),
+//! `BENCH_RING_RANK` and `BENCH_RING_COMMUNICATION`.
 
 use anyhow::{Context, bail};
 use engine::graph::ops::ReduceOp;
 use engine::runtime::Collective;
 use engine::runtime::cluster::{Cluster, ClusterSource, ClusterSpec, TaskId, TaskType};
-use engine::runtime::transport::{NetworkConfig, NetworkGroup};
+use engine::runtime::transport::{Communication, NetworkConfig, NetworkGroup};
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 const CLUSTER_VAR: &str = "BENCH_RING_CLUSTER";
 const RANK_VAR: &str = "BENCH_RING_RANK";
+const COMMUNICATION_VAR: &str = "BENCH_RING_COMMUNICATION";
 const SIZES: [usize; 5] = [4 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20];
 
 fn main() -> anyhow::Result<()> {
-    match (std::env::var(CLUSTER_VAR), std::env::var(RANK_VAR)) {
-        (Ok(cluster), Ok(rank)) => member(&cluster, rank.parse()?),
+    match (std::env::var(CLUSTER_VAR), std::env::var(RANK_VAR), std::env::var(COMMUNICATION_VAR)) {
+        (Ok(cluster), Ok(rank), Ok(communication)) => {
+            member(&cluster, rank.parse()?, communication.parse().map_err(anyhow::Error::msg)?)
+        }
         _ => {
             let n: usize = std::env::args().nth(1).map(|s| s.parse()).transpose()?.unwrap_or(2);
-            launcher(n)
+            let communication: Communication =
+                std::env::args().nth(2).unwrap_or("ring".into()).parse().map_err(anyhow::Error::msg)?;
+            launcher(n, communication)
         }
     }
 }
@@ -35,7 +41,7 @@ fn iterations(bytes: usize) -> usize {
 }
 
 /// Starts `n` members, gathers their timings, prints the table.
-fn launcher(n: usize) -> anyhow::Result<()> {
+fn launcher(n: usize, communication: Communication) -> anyhow::Result<()> {
     if n < 2 {
         bail!("a ring needs at least 2 processes");
     }
@@ -50,6 +56,7 @@ fn launcher(n: usize) -> anyhow::Result<()> {
         let child = Command::new(&exe)
             .env(CLUSTER_VAR, addresses.join(","))
             .env(RANK_VAR, rank.to_string())
+            .env(COMMUNICATION_VAR, communication.name())
             .stdout(Stdio::piped())
             .spawn()
             .with_context(|| format!("starting member {rank}"))?;
@@ -64,8 +71,12 @@ fn launcher(n: usize) -> anyhow::Result<()> {
                 let mut times = vec![Vec::new(); SIZES.len()];
                 for line in BufReader::new(stdout).lines() {
                     let line = line?;
-                    if let ["TIME", size, nanos] = line.split_whitespace().collect::<Vec<_>>()[..] {
-                        times[size.parse::<usize>()?].push(Duration::from_nanos(nanos.parse()?));
+                    match line.split_whitespace().collect::<Vec<_>>()[..] {
+                        ["TIME", size, nanos] => {
+                            times[size.parse::<usize>()?].push(Duration::from_nanos(nanos.parse()?))
+                        }
+                        ["PATH", ..] => eprintln!("{line}"),
+                        _ => {}
                     }
                 }
                 Ok(times)
@@ -99,7 +110,11 @@ fn launcher(n: usize) -> anyhow::Result<()> {
         let t = per_op[per_op.len() / 2];
         let bus = 2.0 * (n as f64 - 1.0) / n as f64 * bytes as f64 / t.as_secs_f64() / 1e9;
         let size = if bytes >= 1 << 20 { format!("{} MiB", bytes >> 20) } else { format!("{} KiB", bytes >> 10) };
-        let algorithm = if bytes < 64 << 10 { "direct" } else { "ring" };
+        let algorithm = match communication {
+            Communication::Ring if bytes < 64 << 10 => "direct",
+            Communication::Ring => "ring",
+            _ => "shared memory",
+        };
         let latency = if t < Duration::from_millis(10) {
             format!("{:.0} µs", t.as_secs_f64() * 1e6)
         } else {
@@ -111,7 +126,7 @@ fn launcher(n: usize) -> anyhow::Result<()> {
 }
 
 /// One member: joins the group and times all-reduces, one `TIME size nanos` line each.
-fn member(cluster: &str, rank: usize) -> anyhow::Result<()> {
+fn member(cluster: &str, rank: usize, communication: Communication) -> anyhow::Result<()> {
     let spec = ClusterSpec { worker: cluster.split(',').map(str::to_string).collect(), ..ClusterSpec::default() };
     let cluster = Cluster::new(spec, TaskId::new(TaskType::Worker, rank), ClusterSource::Flags, None)?;
     let group = NetworkGroup::connect(NetworkConfig {
@@ -121,7 +136,11 @@ fn member(cluster: &str, rank: usize) -> anyhow::Result<()> {
         collective_timeout: Duration::from_secs(60),
         connect_timeout: Duration::from_secs(30),
         tls: None,
+        communication,
     })?;
+    if rank == 0 {
+        println!("PATH {} ({})", group.communication(), group.ring_reason().unwrap_or("every member mapped the segment"));
+    }
     for (s, &bytes) in SIZES.iter().enumerate() {
         let mut data = vec![1.0f32; bytes / 4];
         for i in 0..iterations(bytes) + 3 {

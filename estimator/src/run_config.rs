@@ -2,7 +2,7 @@
 //! TensorFlow's defaults.
 
 use crate::{EstimatorError, Result, model_dir::S3Options, strategy::StrategyOptions};
-use engine_runtime::{CrossDeviceOps, Precision, cluster::Cluster};
+use engine_runtime::{CrossDeviceOps, Precision, cluster::Cluster, transport::Communication};
 use std::time::Duration;
 
 /// A cluster's shared secret; `Debug` never prints it (RunConfig is logged at start).
@@ -59,6 +59,9 @@ pub struct RunConfig {
     pub cluster_token: Option<ClusterToken>,
     /// How long a task waits at start for every other task of the collective group.
     pub connect_timeout: Duration,
+    /// How `multi_worker` tasks all-reduce: TensorFlow's `CommunicationOptions`, with shared
+    /// memory for tasks on one host where TensorFlow has NCCL for GPUs.
+    pub communication: Communication,
 }
 
 impl Default for RunConfig {
@@ -84,6 +87,7 @@ impl Default for RunConfig {
             cluster: None,
             cluster_token: None,
             connect_timeout: Duration::from_secs(120),
+            communication: Communication::Auto,
         }
     }
 }
@@ -138,6 +142,7 @@ impl RunConfig {
             cluster: self.cluster.clone(),
             cluster_token: self.cluster_token.clone(),
             connect_timeout: self.connect_timeout,
+            communication: self.communication,
         }
     }
 

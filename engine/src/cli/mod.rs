@@ -118,6 +118,14 @@ pub struct ClusterArgs {
     /// Seconds a collective waits for a missing task before failing with its name.
     #[arg(long, value_name = "SECS")]
     pub collective_timeout: Option<u64>,
+    /// Seconds a task waits at start for every other task before naming the missing ones
+    /// (default 120).
+    #[arg(long, value_name = "SECS")]
+    pub connect_timeout: Option<u64>,
+    /// How tasks all-reduce: `auto` (shared memory when all are on this host, else the
+    /// gRPC ring), `ring`, or `shared_memory`; overrides `run_config.communication`.
+    #[arg(long, value_name = "PATH")]
+    pub communication: Option<engine_runtime::transport::Communication>,
 }
 
 fn parse_mode(s: &str) -> Result<Mode, String> {

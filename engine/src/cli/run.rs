@@ -20,6 +20,8 @@ pub fn run(args: &RunArgs) -> Result<(), CliError> {
         cluster,
         cluster_token,
         collective_timeout: args.cluster.collective_timeout.map(std::time::Duration::from_secs),
+        connect_timeout: args.cluster.connect_timeout.map(std::time::Duration::from_secs),
+        communication: args.cluster.communication,
     };
     let estimator = job::estimator(spec.clone(), &overrides)?;
     let train_input = job::train_input_fn(&spec)?;

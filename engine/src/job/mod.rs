@@ -26,6 +26,8 @@ pub struct RunOverrides {
     pub cluster: Option<engine_runtime::cluster::Cluster>,
     pub cluster_token: Option<String>,
     pub collective_timeout: Option<std::time::Duration>,
+    pub connect_timeout: Option<std::time::Duration>,
+    pub communication: Option<engine_runtime::transport::Communication>,
 }
 
 /// The estimator's RunConfig for a spec.
@@ -51,6 +53,8 @@ pub fn run_config(spec: &Spec, overrides: &RunOverrides) -> RunConfig {
         cluster: overrides.cluster.clone(),
         cluster_token: overrides.cluster_token.clone().map(engine_estimator::ClusterToken),
         collective_timeout: overrides.collective_timeout.unwrap_or(RunConfig::default().collective_timeout),
+        connect_timeout: overrides.connect_timeout.unwrap_or(RunConfig::default().connect_timeout),
+        communication: overrides.communication.unwrap_or(rc.communication),
         ..RunConfig::default()
     }
 }

@@ -33,6 +33,10 @@ pub struct RunConfig {
     /// checking that a strategy trains exactly like one device.
     #[serde(default)]
     pub precision: Precision,
+    /// `multi_worker`'s all-reduce path: `Auto` (shared memory when every task is on one
+    /// host, else the gRPC ring), `Ring`, or `SharedMemory` (fail if it is not possible).
+    #[serde(default)]
+    pub communication: engine_runtime::transport::Communication,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]

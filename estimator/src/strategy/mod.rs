@@ -19,7 +19,7 @@ pub(crate) use multi_worker::trains;
 
 use crate::{EstimatorError, Result, input::InputContext};
 use engine_graph::passes::Pass;
-use engine_runtime::{Collective, CrossDeviceOps, Device, cluster::Cluster};
+use engine_runtime::{Collective, CrossDeviceOps, Device, cluster::Cluster, transport::Communication};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -91,6 +91,8 @@ pub struct StrategyOptions {
     pub cluster: Option<Cluster>,
     pub cluster_token: Option<crate::ClusterToken>,
     pub connect_timeout: Duration,
+    /// `multi_worker`'s all-reduce path: shared memory on one host (`Auto`), or the ring.
+    pub communication: Communication,
 }
 
 impl Default for StrategyOptions {
@@ -104,6 +106,7 @@ impl Default for StrategyOptions {
             cluster: None,
             cluster_token: None,
             connect_timeout: Duration::from_secs(120),
+            communication: Communication::Auto,
         }
     }
 }

@@ -14,7 +14,7 @@ use engine_graph::passes::Pass;
 use engine_runtime::{
     Collective, Device,
     cluster::{Cluster, TaskType},
-    transport::{NetworkConfig, NetworkGroup},
+    transport::{Communication, NetworkConfig, NetworkGroup},
 };
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -26,6 +26,7 @@ pub struct MultiWorkerStrategy {
     collective_timeout: Duration,
     connect_timeout: Duration,
     token: Option<String>,
+    communication: Communication,
     /// The connected group and the fingerprint it was connected for.
     group: Mutex<Option<(String, Arc<NetworkGroup>)>>,
 }
@@ -46,6 +47,7 @@ impl MultiWorkerStrategy {
             collective_timeout: options.collective_timeout,
             connect_timeout: options.connect_timeout,
             token: options.cluster_token.as_ref().map(|t| t.0.clone()),
+            communication: options.communication,
             group: Mutex::new(None),
         })
     }
@@ -103,7 +105,12 @@ impl Strategy for MultiWorkerStrategy {
             collective_timeout: self.collective_timeout,
             connect_timeout: self.connect_timeout,
             tls: None,
+            communication: self.communication,
         })?;
+        match group.ring_reason() {
+            None => log::info!("{}: all-reduce through shared memory (every task is on this host)", self.cluster),
+            Some(reason) => log::info!("{}: all-reduce over the gRPC ring ({reason})", self.cluster),
+        }
         *slot = Some((fingerprint.to_string(), group.clone()));
         Ok(Some(vec![group as Arc<dyn Collective>]))
     }

@@ -1,5 +1,6 @@
 //! What a task needs to join its collective group.
 
+use super::communication::Communication;
 use super::tls::TlsConfig;
 use crate::cluster::Cluster;
 use std::fmt;
@@ -22,6 +23,9 @@ pub struct NetworkConfig {
     pub connect_timeout: Duration,
     /// Mutual TLS between the tasks; plaintext when `None`.
     pub tls: Option<TlsConfig>,
+    /// The all-reduce's data path: shared memory when the members share a host (`Auto`),
+    /// or always the gRPC ring.
+    pub communication: Communication,
 }
 
 /// Prints everything but the token's value.
@@ -34,6 +38,7 @@ impl fmt::Debug for NetworkConfig {
             .field("collective_timeout", &self.collective_timeout)
             .field("connect_timeout", &self.connect_timeout)
             .field("tls", &self.tls)
+            .field("communication", &self.communication)
             .finish()
     }
 }

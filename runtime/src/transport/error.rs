@@ -44,6 +44,11 @@ pub enum ConnectError {
     #[error("{task}: the group was aborted while connecting: {reason}")]
     Aborted { task: String, reason: String },
 
+    /// `communication: SharedMemory` was asked for and some member could not map the
+    /// group's segment (it runs on another host, or without a shared `/dev/shm`).
+    #[error("{task}: shared memory is not available to the whole group: {reason}")]
+    SharedMemory { task: String, reason: String },
+
     /// A peer that had connected went away before the rest of the group was up.
     #[error("{task}: {peer} went away while the group was connecting: {reason}")]
     PeerLost { task: String, peer: String, reason: String },

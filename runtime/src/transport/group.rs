@@ -2,6 +2,7 @@
 //! implementation the multi-worker strategy trains with.
 
 use super::auth::{OnRefused, RequireToken, token_value};
+use super::communication::Communication;
 use super::config::NetworkConfig;
 use super::error::ConnectError;
 use super::link::{
@@ -13,6 +14,7 @@ use super::operation::Op;
 use super::proto::collective_service_server::CollectiveServiceServer;
 use super::proto::{Abort, Frame, frame::Body};
 use super::server::Service;
+use super::shared_memory::{self, Established, SharedMemory};
 use super::state::{Gone, Shared, State};
 use super::tls::LoadedTls;
 use super::wire::{Element, Kind};
@@ -59,6 +61,10 @@ pub struct NetworkGroup {
     handle: Handle,
     /// Taken (and shut down) when the group stops.
     runtime: Mutex<Option<Runtime>>,
+    /// The all-reduce's shared-memory path, when every member could map the segment.
+    shared_memory: Option<SharedMemory>,
+    /// Why all-reduce goes over gRPC, when it does.
+    ring_because: Option<String>,
 }
 
 impl NetworkGroup {
@@ -86,7 +92,9 @@ impl NetworkGroup {
         let deadline = Instant::now() + config.connect_timeout;
         let fingerprint: Arc<str> = Arc::from(config.fingerprint.as_str());
         // From here on, returning early drops `group`, which stops whatever was started.
-        let group = NetworkGroup {
+        let mut group = NetworkGroup {
+            shared_memory: None,
+            ring_because: None,
             shared: Arc::new(Shared::new(members.size())),
             members,
             timeout: config.collective_timeout,
@@ -115,7 +123,21 @@ impl NetworkGroup {
             std::thread::sleep(FAILED_CONNECT_LINGER);
             return Err(error.into());
         }
+        match shared_memory::establish(&group, config.communication)? {
+            Established::Mapped(mapping) => group.shared_memory = Some(mapping),
+            Established::NotUsed(reason) => group.ring_because = Some(reason),
+        }
         Ok(Arc::new(group))
+    }
+
+    /// The path all-reduce takes: `SharedMemory` or `Ring`, as decided at connect.
+    pub fn communication(&self) -> Communication {
+        if self.shared_memory.is_some() { Communication::SharedMemory } else { Communication::Ring }
+    }
+
+    /// Why all-reduce goes over gRPC rather than shared memory (`None` when it does not).
+    pub fn ring_reason(&self) -> Option<&str> {
+        self.ring_because.as_deref()
     }
 
     /// Binds this task's address and starts serving the handshake and the peers' streams.
@@ -273,7 +295,12 @@ impl NetworkGroup {
         if self.members.size() == 1 {
             return Ok(());
         }
-        self.run(E::ALL_REDUCE, data.len(), true, |o| all_reduce::all_reduce(o, data, op))
+        match &self.shared_memory {
+            Some(mapping) => {
+                self.run(E::ALL_REDUCE, data.len(), true, |o| shared_memory::all_reduce(o, mapping, data, op))
+            }
+            None => self.run(E::ALL_REDUCE, data.len(), true, |o| all_reduce::all_reduce(o, data, op)),
+        }
     }
 
     /// Stops the runtime. `graceful` first closes the streams and waits (briefly) until

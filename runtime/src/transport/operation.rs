@@ -156,6 +156,25 @@ impl Op<'_> {
         }
     }
 
+    /// Fails at once if the operation cannot complete: the group was aborted, a peer's
+    /// connection broke or it left, or a peer sent segments for this operation that show it
+    /// runs another collective. For waits that do not go through the mailbox (shared memory).
+    pub fn check_peers(&self) -> Result<()> {
+        let state = self.shared.lock();
+        if let Some(reason) = &state.aborted {
+            return Err(self.aborted(reason));
+        }
+        for peer in self.members.peers() {
+            if let Some(header) = state.mailbox.header(self.operation, peer) {
+                self.check_header(peer, header)?;
+            }
+            if state.peers[peer].gone.is_some() {
+                return Err(self.peer_gone(&state, peer));
+            }
+        }
+        Ok(())
+    }
+
     /// The error for a peer that can no longer send or receive.
     fn peer_gone(&self, state: &State, peer: usize) -> RuntimeError {
         let name = self.members.describe(peer);

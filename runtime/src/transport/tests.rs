@@ -37,6 +37,9 @@ fn config(spec: &ClusterSpec, rank: usize) -> NetworkConfig {
         collective_timeout: Duration::from_secs(20),
         connect_timeout: Duration::from_secs(10),
         tls: None,
+        // The ring unless a test asks for shared memory: these groups share a host, and
+        // `Auto` would take every all-reduce test off the ring.
+        communication: Communication::Ring,
     }
 }
 
@@ -47,8 +50,12 @@ fn connect_all(configs: Vec<NetworkConfig>) -> Vec<crate::Result<Arc<NetworkGrou
 }
 
 fn group_of(n: usize) -> Vec<Arc<NetworkGroup>> {
+    group_with(n, Communication::Ring)
+}
+
+fn group_with(n: usize, communication: Communication) -> Vec<Arc<NetworkGroup>> {
     let spec = spec(&free_ports(n));
-    connect_all((0..n).map(|r| config(&spec, r)).collect())
+    connect_all((0..n).map(|r| NetworkConfig { communication, ..config(&spec, r) }).collect())
         .into_iter()
         .map(|g| g.expect("the group connects"))
         .collect()
@@ -106,11 +113,11 @@ fn rounding_input<T: From<f32>>(rank: usize, len: usize) -> Vec<T> {
 
 fn check_all_reduce_f32(groups: &[Arc<NetworkGroup>], len: usize, op: ReduceOp) {
     let n = groups.len();
-    // The direct algorithm adds as the in-process group does, in f64: any values agree.
-    // The ring carries f32 partial sums: values with exact sums agree.
-    let inputs: Vec<Vec<f32>> = (0..n)
-        .map(|r| if all_reduce::uses_ring::<f32>(len) { exact_input(r, len) } else { rounding_input(r, len) })
-        .collect();
+    // The direct algorithm and shared memory add as the in-process group does, in f64: any
+    // values agree. The ring carries f32 partial sums: values with exact sums agree.
+    let ring = groups[0].communication() == Communication::Ring && all_reduce::uses_ring::<f32>(len);
+    let inputs: Vec<Vec<f32>> =
+        (0..n).map(|r| if ring { exact_input(r, len) } else { rounding_input(r, len) }).collect();
     let want = in_process(&inputs, |h, d| h.all_reduce(d, op).expect("in-process all_reduce"));
     let got = on_all(groups, |g| {
         let mut data = inputs[g.rank()].clone();
@@ -407,5 +414,104 @@ fn mutual_tls_connects_and_reduces() {
     let secure = NetworkConfig { tls: Some(tls), connect_timeout: Duration::from_secs(1), ..config(&spec, 0) };
     for result in connect_all(vec![secure, plain]) {
         assert!(result.is_err());
+    }
+}
+
+// Shared memory: the same contracts as the ring, through the segment.
+
+#[test]
+fn auto_takes_shared_memory_on_one_host_and_ring_stays_on_grpc() {
+    let auto = group_with(2, Communication::Auto);
+    assert!(auto.iter().all(|g| g.communication() == Communication::SharedMemory && g.ring_reason().is_none()));
+    let ring = group_of(2);
+    assert!(ring.iter().all(|g| g.communication() == Communication::Ring));
+    assert_eq!(ring[0].ring_reason(), Some("communication is 'ring'"));
+}
+
+#[test]
+fn shared_memory_all_reduce_equals_the_in_process_group_bit_for_bit() {
+    for n in [2, 3] {
+        let groups = group_with(n, Communication::SharedMemory);
+        // Around the region (1 MiB = 262,144 f32) and round (n regions) boundaries.
+        for len in [0, 1, 5, 1000, 262_143, 262_144, 262_145, 3 * 262_144 + 7, 3_000_000] {
+            check_all_reduce_f32(&groups, len, ReduceOp::Sum);
+        }
+        check_all_reduce_f32(&groups, 777, ReduceOp::Mean);
+        check_all_reduce_f32(&groups, 600_001, ReduceOp::Mean);
+        for len in [3, 131_072, 500_001] {
+            let inputs: Vec<Vec<f64>> = (0..n).map(|r| rounding_input(r, len)).collect();
+            let want = in_process(&inputs, |h, d| h.all_reduce_f64(d, ReduceOp::Mean).expect("in-process"));
+            let got = on_all(&groups, |g| {
+                let mut data = inputs[g.rank()].clone();
+                g.all_reduce_f64(&mut data, ReduceOp::Mean).map(|()| data)
+            });
+            for (rank, result) in got.into_iter().enumerate() {
+                let result = result.unwrap_or_else(|e| panic!("n={n} len={len} rank {rank}: {e}"));
+                assert!(bits64(&result) == bits64(&want[rank]), "n={n} len={len}: rank {rank} differs");
+            }
+        }
+        // The gRPC collectives still work beside it.
+        let gathered = on_all(&groups, |g| g.all_gather(&[g.rank() as f32]).expect("all_gather"));
+        assert!(gathered.iter().all(|v| v == &(0..n).map(|r| r as f32).collect::<Vec<_>>()));
+    }
+}
+
+#[test]
+fn a_member_that_dies_during_a_shared_memory_all_reduce_is_named_promptly() {
+    let mut groups = group_with(3, Communication::SharedMemory);
+    let dead = groups.pop().expect("three members");
+    let start = Instant::now();
+    let results = thread::scope(|s| {
+        let waiting: Vec<_> = groups
+            .iter()
+            .map(|g| {
+                s.spawn(|| {
+                    let mut data = vec![1.0f32; 200_000];
+                    g.all_reduce(&mut data, ReduceOp::Sum)
+                })
+            })
+            .collect();
+        thread::sleep(Duration::from_millis(200));
+        dead.crash();
+        waiting.into_iter().map(|j| j.join().expect("no panic")).collect::<Vec<_>>()
+    });
+    let elapsed = start.elapsed();
+    assert!(elapsed < Duration::from_secs(10), "took {elapsed:?}, the timeout is 20 s");
+    for result in results {
+        let error = result.expect_err("the collective fails").to_string();
+        assert!(error.contains("worker:1 at 127.0.0.1:"), "{error}");
+    }
+}
+
+#[test]
+fn shared_memory_members_passing_different_sizes_or_never_arriving_fail_by_name() {
+    let groups = group_with(2, Communication::SharedMemory);
+    let results = on_all(&groups, |g| {
+        let mut data = vec![1.0f32; 10 + g.rank()];
+        g.all_reduce(&mut data, ReduceOp::Sum)
+    });
+    for result in results {
+        let error = result.expect_err("sizes differ").to_string();
+        assert!(error.contains("passes 11 elements") || error.contains("passes 10 elements"), "{error}");
+    }
+    let spec = spec(&free_ports(2));
+    let configs = (0..2)
+        .map(|r| NetworkConfig {
+            collective_timeout: Duration::from_millis(300),
+            communication: Communication::SharedMemory,
+            ..config(&spec, r)
+        })
+        .collect();
+    let groups: Vec<_> = connect_all(configs).into_iter().map(|g| g.expect("connects")).collect();
+    let start = Instant::now();
+    let error = groups[0].all_reduce(&mut [1.0f32; 4], ReduceOp::Sum).expect_err("times out").to_string();
+    assert!(start.elapsed() < Duration::from_secs(3));
+    assert!(error.contains("worker:0 at 127.0.0.1:") && error.contains("did not arrive within 300ms"), "{error}");
+    // One all-reduce on shared memory against a barrier on gRPC: named, not mixed up.
+    let groups = group_with(2, Communication::SharedMemory);
+    let results = on_all(&groups, |g| if g.rank() == 0 { g.all_reduce(&mut [1.0f32], ReduceOp::Sum) } else { g.barrier() });
+    for result in results {
+        let error = result.expect_err("kinds differ").to_string();
+        assert!(error.contains("every task must call the same collectives in the same order"), "{error}");
     }
 }
