@@ -62,8 +62,8 @@ pub(in super::super) fn all_reduce<E: Element>(
             same_operation_everywhere(op, shm, len)?;
         }
         let mine = region(me);
-        for c in 0..n {
-            let part = intersect(&mine, &chunks[c]);
+        for (c, chunk_range) in chunks.iter().enumerate() {
+            let part = intersect(&mine, chunk_range);
             for block in (part.start..part.end).step_by(BLOCK) {
                 let block = block..(block + BLOCK).min(part.end);
                 let at = block.start - mine.start..block.end - mine.start;
