@@ -1,6 +1,7 @@
 //! Strategy equivalence: every in-process strategy with N = 1, 2, 4 replicas, trained for
 //! 100 steps from the same seed, ends with the same variables as `one_device` trained on
-//! the same global batches (per-replica batch times N), to 1e-5 relative. The CNN spec
+//! the same global batches (per-replica batch times N), to 1e-5 relative, and reports the
+//! same final loss: the global batch's, however many replicas computed it. The CNN spec
 //! (SGD) and the residual functional spec (Adam, a stateful optimizer) both run.
 //!
 //! The runs compute in f64. In f32, splitting a batch's gradient sum over replicas rounds
@@ -14,7 +15,7 @@ use engine::cli::{job, spec::{Override, Spec}};
 use engine::estimator::{Estimator, RunConfig, StepLimit};
 use engine::graph::HostTensor;
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock};
 
 const STEPS: u64 = 100;
 const PER_REPLICA: usize = 16;
@@ -28,8 +29,8 @@ fn spec(file: &str, batch: usize) -> Result<Arc<Spec>> {
     Ok(Arc::new(Spec::from_file(std::path::Path::new(&path), &overrides)?))
 }
 
-/// Trains `STEPS` steps and returns every variable.
-fn train(file: &str, strategy: &str, replicas: usize) -> Result<BTreeMap<String, HostTensor>> {
+/// Trains `STEPS` steps and returns every variable and the last step's loss.
+fn train(file: &str, strategy: &str, replicas: usize) -> Result<Trained> {
     let spec = spec(file, if strategy == "one_device" { PER_REPLICA * replicas } else { PER_REPLICA })?;
     let dir = format!("memory://equivalence-{file}-{strategy}-{replicas}/model");
     let devices = (strategy != "one_device").then(|| (0..replicas).map(|i| format!("cpu:{i}")).collect());
@@ -53,7 +54,20 @@ fn train(file: &str, strategy: &str, replicas: usize) -> Result<BTreeMap<String,
     for name in estimator.get_variable_names()? {
         out.insert(name.clone(), estimator.get_variable_value(&name)?);
     }
-    Ok(out)
+    Ok((out, outcome.loss.ok_or_else(|| anyhow!("no step ran"))?))
+}
+
+type Trained = (BTreeMap<String, HostTensor>, f64);
+
+/// one_device's run for `(file, replicas)`, trained once per test process: the tests of
+/// both strategies compare against it (a second run into its model directory would only
+/// find the final checkpoint and skip training, with no loss to report).
+fn reference(file: &str, replicas: usize) -> Result<Arc<Trained>> {
+    type Cell = Arc<OnceLock<Result<Arc<Trained>, String>>>;
+    static REFERENCES: Mutex<BTreeMap<(String, usize), Cell>> = Mutex::new(BTreeMap::new());
+    let cell = REFERENCES.lock().map_err(|_| anyhow!("references lock poisoned"))?.entry((file.to_string(), replicas)).or_default().clone();
+    let trained = cell.get_or_init(|| train(file, "one_device", replicas).map(Arc::new).map_err(|e| format!("{e:#}")));
+    trained.clone().map_err(|e| anyhow!(e))
 }
 
 /// The largest difference relative to the reference tensor's largest magnitude.
@@ -65,12 +79,17 @@ fn relative_difference(a: &HostTensor, b: &HostTensor) -> f64 {
 
 fn check(file: &str, strategy: &str) -> Result<()> {
     for replicas in [1, 2, 4] {
-        let reference = train(file, "one_device", replicas)?;
-        let got = train(file, strategy, replicas)?;
+        let trained = reference(file, replicas)?;
+        let (reference, reference_loss) = (&trained.0, trained.1);
+        let (got, loss) = train(file, strategy, replicas)?;
+        let d = (loss - reference_loss).abs() / reference_loss.abs().max(1e-12);
+        if d > 1e-6 {
+            return Err(anyhow!("{file} {strategy} x{replicas}: final loss {loss}, one_device {reference_loss} ({d:.2e} relative)"));
+        }
         if reference.keys().ne(got.keys()) {
             return Err(anyhow!("variables differ: {:?} vs {:?}", reference.keys(), got.keys()));
         }
-        for (name, want) in &reference {
+        for (name, want) in reference {
             let d = relative_difference(&got[name], want);
             if d > 1e-5 {
                 return Err(anyhow!("{file} {strategy} x{replicas}: {name} differs by {d:.2e} (relative)"));
@@ -103,11 +122,11 @@ fn central_storage_equals_one_device_on_the_residual_functional_model() -> Resul
 /// Sanity: the comparison sees a difference when there is one (another seed's batches).
 #[test]
 fn the_comparison_can_fail() -> Result<()> {
-    let a = train("fashion_mnist_cnn.ron", "one_device", 2)?;
+    let a = reference("fashion_mnist_cnn.ron", 2)?;
     let spec2 = spec("fashion_mnist_cnn.ron", PER_REPLICA)?;
     let _ = spec2;
-    let b = train("fashion_mnist_cnn.ron", "one_device", 1)?;
-    let d = relative_difference(&a["dense/kernel"], &b["dense/kernel"]);
+    let b = reference("fashion_mnist_cnn.ron", 1)?;
+    let d = relative_difference(&a.0["dense/kernel"], &b.0["dense/kernel"]);
     if d <= 1e-5 {
         return Err(anyhow!("different global batches gave the same weights ({d:.2e})"));
     }

@@ -11,8 +11,9 @@ use crate::{
     strategy::{Stage, Strategy},
 };
 use engine_graph::{
-    Graph, GraphBuilder, Outlet, Plan, Shape,
+    Graph, GraphBuilder, Op, Outlet, Plan, Shape,
     autodiff::Autodiff,
+    ops::ReduceOp,
     optimizer::{ApplyOptimizer, OptimizerConfig},
     passes::{PassManager, optimization_passes},
 };
@@ -34,9 +35,51 @@ pub(crate) struct Compiled {
     pub spec_hooks: Vec<Box<dyn SessionRunHook>>,
     pub spec_chief_hooks: Vec<Box<dyn SessionRunHook>>,
     pub fingerprint: String,
-    /// Whether each replica's loss was scaled by `1 / replicas` (then the replicas'
-    /// losses sum to the global mean).
-    pub loss_scaled: bool,
+    /// How the losses the local replicas fetch make the loss of the global batch.
+    pub replica_losses: ReplicaLosses,
+}
+
+/// How the losses the local replicas fetch make the mean over the global batch (what the
+/// loop logs, hooks see and `train` returns).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ReplicaLosses {
+    /// Each is that mean already, all-reduced in the graph (in one process or across
+    /// many): any one of them.
+    Global,
+    /// Each was divided by the replicas in sync, all of them local: their sum.
+    Scaled,
+    /// Each is the mean over an equal per-replica batch: their mean.
+    Local,
+}
+
+impl ReplicaLosses {
+    /// Reads the compiled graph: is its loss an all-reduce, was it scaled?
+    fn of(g: &Graph, loss_scaled: bool, replicas_in_sync: usize) -> Result<Self> {
+        let reduce = g.roles.loss.and_then(|o| match &g.node(o.node).op {
+            Op::AllReduce(a) => Some(a.reduce),
+            _ => None,
+        });
+        match reduce {
+            None if loss_scaled => Ok(ReplicaLosses::Scaled),
+            None => Ok(ReplicaLosses::Local),
+            // A sum of losses divided by the replica count, or a mean of undivided ones.
+            Some(ReduceOp::Sum) if loss_scaled || replicas_in_sync <= 1 => Ok(ReplicaLosses::Global),
+            Some(ReduceOp::Mean) if !loss_scaled => Ok(ReplicaLosses::Global),
+            Some(op) => Err(EstimatorError::Other(format!(
+                "the loss is all-reduced with {op} over {replicas_in_sync} replicas but {}scaled: it would not be the global batch's",
+                if loss_scaled { "" } else { "not " }
+            ))),
+        }
+    }
+
+    /// The global batch's loss from the local replicas' fetched ones.
+    pub fn combine(self, losses: &[f64]) -> f64 {
+        match self {
+            ReplicaLosses::Global => losses.first().copied().unwrap_or(f64::NAN),
+            ReplicaLosses::Scaled => losses.iter().sum(),
+            ReplicaLosses::Local => losses.iter().sum::<f64>() / losses.len() as f64,
+        }
+    }
 }
 
 impl Compiled {
@@ -110,6 +153,7 @@ pub(crate) fn compile(
     }
     let fingerprint = format!("{}-{}", graph.fingerprint()?, engine_graph::derive_seed(0, &strategy.describe()) & 0xffff);
     let loss_scaled = passes.iter().any(|(name, changed)| name == "scale-loss" && *changed);
+    let replica_losses = ReplicaLosses::of(&graph, loss_scaled, strategy.num_replicas_in_sync())?;
     let plan = Arc::new(Plan::new(graph, passes)?);
     let g = &plan.graph;
     Ok(Compiled {
@@ -131,7 +175,7 @@ pub(crate) fn compile(
         }),
         spec_chief_hooks: std::mem::take(&mut spec.training_chief_hooks),
         fingerprint,
-        loss_scaled,
+        replica_losses,
         plan: plan.clone(),
     })
 }
@@ -161,4 +205,51 @@ pub(crate) fn run_passes(graph: &mut Graph, optimizer: Option<OptimizerConfig>, 
 pub fn compile_plan(mut graph: Graph, optimizer: Option<OptimizerConfig>, strategy: &dyn Strategy) -> Result<Plan> {
     let log = run_passes(&mut graph, optimizer, strategy)?;
     Ok(Plan::new(graph, log)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use engine_graph::{DType, GraphError};
+
+    /// A graph whose loss is a mean, optionally all-reduced with `reduce`.
+    fn graph(reduce: Option<ReduceOp>) -> std::result::Result<Graph, GraphError> {
+        let mut g = Graph::new();
+        let mut b = GraphBuilder::new(&mut g);
+        let x = b.placeholder("x", DType::F32, Shape::batched(&[3]))?;
+        let mut loss = b.reduce_mean(x, &[], false)?;
+        if let Some(op) = reduce {
+            loss = b.all_reduce(&[loss], op, 0)?[0];
+        }
+        g.roles.loss = Some(loss);
+        Ok(g)
+    }
+
+    #[test]
+    fn a_summed_scaled_loss_is_global_and_taken_once() -> Result<()> {
+        let g = graph(Some(ReduceOp::Sum))?;
+        let how = ReplicaLosses::of(&g, true, 4)?;
+        assert_eq!(how, ReplicaLosses::Global);
+        // Every local replica fetched the same global value: not summed again.
+        assert_eq!(how.combine(&[0.5, 0.5]), 0.5);
+        // One replica in sync needs no scaling; a mean of unscaled losses is global too.
+        assert_eq!(ReplicaLosses::of(&g, false, 1)?, ReplicaLosses::Global);
+        assert_eq!(ReplicaLosses::of(&graph(Some(ReduceOp::Mean))?, false, 4)?, ReplicaLosses::Global);
+        Ok(())
+    }
+
+    #[test]
+    fn local_losses_are_summed_when_scaled_and_averaged_when_not() -> Result<()> {
+        let g = graph(None)?;
+        assert_eq!(ReplicaLosses::of(&g, true, 2)?.combine(&[0.25, 0.5]), 0.75);
+        assert_eq!(ReplicaLosses::of(&g, false, 1)?.combine(&[0.25, 0.5]), 0.375);
+        Ok(())
+    }
+
+    #[test]
+    fn a_sum_of_unscaled_losses_is_refused() -> Result<()> {
+        let err = ReplicaLosses::of(&graph(Some(ReduceOp::Sum))?, false, 2).err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(err.contains("not scaled"), "{err}");
+        Ok(())
+    }
 }

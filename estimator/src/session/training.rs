@@ -117,13 +117,10 @@ impl TrainingSession<'_> {
                 let step_time = started.elapsed();
                 self.global_step += 1;
                 let first = outs.first().ok_or_else(|| EstimatorError::Other("no replica ran".into()))?;
-                // The logged loss is the global mean: scaled replica losses sum to it,
-                // unscaled ones (each a mean over an equal per-replica batch) average to it.
-                let mut loss_sum = 0.0;
-                for o in &outs {
-                    loss_sum += o.fetched[0].to_host()?.scalar_value().unwrap_or(f64::NAN);
-                }
-                let step_loss = if self.compiled.loss_scaled { loss_sum } else { loss_sum / outs.len() as f64 };
+                // The logged loss is the global batch's: all-reduced in the graph by the
+                // all-reducing strategies, else combined from the local replicas.
+                let losses = outs.iter().map(|o| Ok(o.fetched[0].to_host()?.scalar_value().unwrap_or(f64::NAN))).collect::<Result<Vec<f64>>>()?;
+                let step_loss = self.compiled.replica_losses.combine(&losses);
                 last_loss = Some(step_loss);
                 let mut results = BTreeMap::new();
                 results.insert("loss".to_string(), HostTensor::scalar_f32(step_loss as f32));

@@ -7,7 +7,7 @@ use engine_graph::{
     ops::ReduceOp,
     passes::{
         Pass,
-        strategy::{AllReduceFusion, AllReduceGradients, Placement, ScaleLoss},
+        strategy::{AllReduceFusion, AllReduceGradients, AllReduceLoss, Placement, ScaleLoss},
     },
 };
 use engine_runtime::{Collective, CrossDeviceOps, Device, InProcessGroup};
@@ -33,13 +33,15 @@ impl MirroredStrategy {
 }
 
 /// The passes every all-reducing strategy shares (mirrored here, multi-worker across
-/// processes): scale the loss by the replica count, all-reduce (sum) every gradient, pack
-/// the all-reduces into buckets.
+/// processes): scale the loss by the replica count, all-reduce (sum) every gradient and
+/// the loss (so that the loss every replica fetches is the global batch's), pack the
+/// all-reduces into buckets.
 pub(crate) fn all_reduce_passes(stage: Stage, training: bool, replicas: usize, bucket_bytes: usize) -> Vec<Box<dyn Pass>> {
     match (stage, training) {
         (Stage::BeforeGradients, true) => vec![Box::new(ScaleLoss { replicas })],
         (Stage::Gradients, true) => vec![
             Box::new(AllReduceGradients { reduce: ReduceOp::Sum }),
+            Box::new(AllReduceLoss { reduce: ReduceOp::Sum }),
             Box::new(AllReduceFusion { bucket_bytes, first_bucket_bytes: bucket_bytes.min(1 << 20) }),
         ],
         (Stage::AfterOptimizer, _) => vec![Box::new(Placement { device: "replica".into() })],

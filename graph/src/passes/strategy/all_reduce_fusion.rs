@@ -15,6 +15,16 @@ use std::collections::BTreeMap;
 /// each replica launches bucket 0, 1, 2, ... in the same order, the condition for
 /// collectives not to deadlock or mix up. A bucket can start as soon as its last
 /// gradient exists, while the backward pass computes the rest.
+///
+/// The loss's all-reduce ([`AllReduceLoss`](super::AllReduceLoss)), when there is one,
+/// joins the *last* bucket, whatever its size:
+/// - its value exists before any gradient, so it never holds a bucket back, and it is only
+///   read when the step ends, which waits for the last bucket anyway;
+/// - sorted by readiness it would open bucket 0, the small one meant to start
+///   communication early: a first gradient larger than the rest of that cap would then be
+///   pushed out, leaving the loss alone in an extra one-scalar collective;
+/// - packing it past the cap (a few bytes) rather than opening a bucket of its own keeps
+///   the gradients' buckets exactly as they are without it, and the collective count too.
 pub struct AllReduceFusion {
     pub bucket_bytes: usize,
     pub first_bucket_bytes: usize,
@@ -67,15 +77,21 @@ impl Pass for AllReduceFusion {
     fn run(&self, g: &mut Graph) -> Result<bool> {
         let order = g.topological_order()?;
         let position: BTreeMap<NodeId, usize> = order.iter().enumerate().map(|(i, n)| (*n, i)).collect();
+        let reduce_of = |id: NodeId| match &g.node(id).op {
+            Op::AllReduce(a) => Some(a.reduce),
+            _ => None,
+        };
+        // The loss's single all-reduce, packed apart from the gradients' (see above).
+        let loss = g.roles.loss.map(|o| o.node).filter(|&id| reduce_of(id).is_some() && g.node(id).inputs.len() == 1);
         // Single-tensor all-reduces, keyed by when their input becomes available.
         let mut singles: Vec<(usize, NodeId, ReduceOp)> = g
             .nodes()
             .filter_map(|(id, n)| match &n.op {
-                Op::AllReduce(a) if n.inputs.len() == 1 => Some((position[&n.inputs[0].node], id, a.reduce)),
+                Op::AllReduce(a) if n.inputs.len() == 1 && Some(id) != loss => Some((position[&n.inputs[0].node], id, a.reduce)),
                 _ => None,
             })
             .collect();
-        if singles.len() < 2 {
+        if singles.len() + usize::from(loss.is_some()) < 2 {
             return Ok(false);
         }
         singles.sort();
@@ -85,7 +101,7 @@ impl Pass for AllReduceFusion {
         for &(_, id, reduce) in &singles {
             let size: usize = g.node(id).outputs.iter().map(|f| f.bytes(1)).sum();
             let cap = if groups.is_empty() { self.first_bucket_bytes } else { self.bucket_bytes };
-            let same_op = current.first().is_none_or(|&c| matches!(&g.node(c).op, Op::AllReduce(a) if a.reduce == reduce));
+            let same_op = current.first().is_none_or(|&c| reduce_of(c) == Some(reduce));
             if !current.is_empty() && (bytes + size > cap || !same_op) {
                 groups.push(std::mem::take(&mut current));
                 bytes = 0;
@@ -93,7 +109,15 @@ impl Pass for AllReduceFusion {
             current.push(id);
             bytes += size;
         }
-        groups.push(current);
+        if !current.is_empty() {
+            groups.push(current);
+        }
+        if let Some(loss) = loss {
+            match groups.last_mut() {
+                Some(last) if reduce_of(last[0]) == reduce_of(loss) => last.push(loss),
+                _ => groups.push(vec![loss]),
+            }
+        }
         for (index, group) in groups.iter().enumerate() {
             let reduce = match &g.node(group[0]).op {
                 Op::AllReduce(a) => a.reduce,
@@ -119,7 +143,7 @@ mod tests {
     use crate::{
         DType, GraphBuilder, Initializer, Shape,
         autodiff::Autodiff,
-        passes::{Pass, strategy::AllReduceGradients},
+        passes::{Pass, strategy::{AllReduceGradients, AllReduceLoss}},
     };
 
     /// Three dense layers of 4x40, 40x40, 40x3 floats: 640, 6400 and 480 bytes of kernels.
@@ -157,6 +181,44 @@ mod tests {
         for (_, grad) in &g.roles.gradients {
             assert!(matches!(g.node(grad.node).op, Op::AllReduce(_)));
         }
+        Ok(())
+    }
+
+    #[test]
+    fn the_loss_rides_in_the_last_bucket_even_past_its_cap() -> Result<()> {
+        let mut g = mlp()?;
+        let local = g.roles.loss;
+        AllReduceLoss { reduce: ReduceOp::Sum }.run(&mut g)?;
+        // Caps that fill every bucket: without the loss, 480 | 6400 | 640 bytes.
+        AllReduceFusion { bucket_bytes: 640, first_bucket_bytes: 480 }.run(&mut g)?;
+        g.check()?;
+        let b = buckets(&g);
+        let sizes: Vec<usize> = b.iter().map(|b| b.bytes).collect();
+        assert_eq!(sizes, vec![480, 6400, 640 + 4], "{b:?}");
+        let last = &b[2];
+        let loss = g.roles.loss.ok_or_else(|| crate::GraphError::invalid("test", "no loss"))?;
+        assert_eq!(loss, Outlet::new(last.node, last.tensors.len() - 1), "the loss is the last bucket's last output");
+        assert_eq!(g.node(last.node).inputs.last().copied(), local);
+        Ok(())
+    }
+
+    #[test]
+    fn a_loss_and_one_gradient_share_one_collective() -> Result<()> {
+        let mut g = Graph::new();
+        let mut b = GraphBuilder::new(&mut g);
+        let x = b.placeholder("x", DType::F32, Shape::batched(&[4]))?;
+        let w = b.variable("w", &[4, 3], Initializer::Ones, true)?;
+        let y = b.matmul(x, w)?;
+        let loss = b.reduce_mean(y, &[], false)?;
+        g.roles.loss = Some(loss);
+        Autodiff.run(&mut g)?;
+        AllReduceGradients { reduce: ReduceOp::Sum }.run(&mut g)?;
+        AllReduceLoss { reduce: ReduceOp::Sum }.run(&mut g)?;
+        assert!(AllReduceFusion::default_sizes().run(&mut g)?);
+        g.check()?;
+        let b = buckets(&g);
+        assert_eq!(b.len(), 1, "{b:?}");
+        assert_eq!(b[0].bytes, 48 + 4);
         Ok(())
     }
 

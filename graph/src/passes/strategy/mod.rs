@@ -4,12 +4,14 @@
 
 mod all_reduce_fusion;
 mod all_reduce_gradients;
+mod all_reduce_loss;
 mod central_storage;
 mod placement;
 mod scale_loss;
 
 pub use all_reduce_fusion::{AllReduceFusion, Bucket, buckets};
 pub use all_reduce_gradients::AllReduceGradients;
+pub use all_reduce_loss::AllReduceLoss;
 pub use central_storage::{CentralStorage, HOST, REPLICA};
 pub use placement::Placement;
 pub use scale_loss::ScaleLoss;
