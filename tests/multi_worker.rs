@@ -1,8 +1,10 @@
 //! `multi_worker` with real processes on 127.0.0.1: `engine launch` clusters of 2 and 3
-//! workers train the CNN spec to the variables a one_device run reaches on the same global
-//! batches; an evaluator task evaluates the chief's checkpoints; a worker killed with
-//! SIGKILL makes the others fail naming it, and the restarted cluster ends where an
-//! unbroken one does; mismatched specs, wrong tokens and bad clusters are refused.
+//! workers train the CNN spec to the variables (and every task logs the loss) a one_device
+//! run reaches on the same global batches; an evaluator task evaluates the chief's
+//! checkpoints; a worker killed with SIGKILL makes the others fail naming it, and the
+//! restarted cluster ends where an unbroken one does; `engine launch --restart-on-failure`
+//! restarts a cluster whose worker failed and ends like one_device, and without restarts
+//! fails naming the worker; mismatched specs, wrong tokens and bad clusters are refused.
 //!
 //! Runs compute in f64 (see strategy_equivalence.rs for why) and read the data unshuffled:
 //! worker `i` reads examples `i, i + n, ...` (data sharding), so at every step the union of
@@ -13,6 +15,7 @@ mod common;
 use anyhow::{Context, Result, anyhow, ensure};
 use common::{engine, engine_binary, engine_command, latest_step, printed_dict, spec_path};
 use engine::estimator::checkpoint::read_checkpoint;
+use engine::estimator::hooks::{FAULT_ENV, FAULT_EXIT_CODE};
 use engine::graph::HostTensor;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -59,7 +62,34 @@ fn assert_same_variables(got: &BTreeMap<String, HostTensor>, want: &BTreeMap<Str
     Ok(())
 }
 
-fn one_device(spec: &Path, model_dir: &Path, batch: usize, steps: u64) -> Result<()> {
+/// Every `Loss for final step: X.` line of a run's log, keyed by the task prefix the
+/// launcher adds (`[worker:1]`; empty for a lone process).
+fn final_losses(stderr: &str) -> Result<BTreeMap<String, f64>> {
+    const MARK: &str = "Loss for final step: ";
+    let mut out = BTreeMap::new();
+    for line in stderr.lines().filter(|l| l.contains(MARK)) {
+        let task = if line.starts_with('[') { line.split_once(']').map(|(t, _)| format!("{t}]")).unwrap_or_default() } else { String::new() };
+        let value = line.rsplit_once(MARK).map(|(_, v)| v.trim_end_matches('.')).unwrap_or_default();
+        out.insert(task, value.parse::<f64>().with_context(|| format!("bad loss in {line}"))?);
+    }
+    Ok(out)
+}
+
+/// Every training task of the cluster logged, as its final loss, the loss of the global
+/// batch: one_device's at the same step (f64, so ordering effects stay far below 1e-6).
+fn assert_global_final_loss(cluster_stderr: &str, workers: usize, reference: f64, what: &str) -> Result<()> {
+    let losses = final_losses(cluster_stderr)?;
+    for w in 0..workers {
+        let task = format!("[worker:{w}]");
+        let loss = *losses.get(&task).with_context(|| format!("{what}: {task} logged no final loss: {losses:?}"))?;
+        let d = (loss - reference).abs() / reference.abs().max(1e-12);
+        ensure!(d <= 1e-6, "{what}: {task} logged loss {loss}, one_device {reference} ({d:.2e} relative)");
+    }
+    Ok(())
+}
+
+/// Trains with one_device and returns the final step's loss.
+fn one_device(spec: &Path, model_dir: &Path, batch: usize, steps: u64) -> Result<f64> {
     let mut args = vec![
         "run".to_string(),
         spec.to_string_lossy().into_owned(),
@@ -71,8 +101,8 @@ fn one_device(spec: &Path, model_dir: &Path, batch: usize, steps: u64) -> Result
         model_dir.to_string_lossy().into_owned(),
     ];
     args.extend(common_sets(batch));
-    engine(&common::strs(&args))?.ok()?;
-    Ok(())
+    let out = engine(&common::strs(&args))?.ok()?;
+    final_losses(&out.stderr)?.get("").copied().with_context(|| format!("one_device logged no final loss:\n{}", out.stderr))
 }
 
 fn launch_args(spec: &Path, model_dir: &Path, workers: usize, steps: u64, extra: &[&str]) -> Vec<String> {
@@ -98,7 +128,7 @@ fn two_and_three_workers_train_like_one_device() -> Result<()> {
     const STEPS: u64 = 12;
     for workers in [2, 3] {
         let reference = tmp.path().join(format!("one_device_{workers}"));
-        one_device(&spec, &reference, PER_WORKER * workers, STEPS)?;
+        let reference_loss = one_device(&spec, &reference, PER_WORKER * workers, STEPS)?;
         let cluster = tmp.path().join(format!("workers_{workers}"));
         let out = engine(&common::strs(&launch_args(&spec, &cluster, workers, STEPS, &[])))?.ok()?;
         // The chief evaluated the final checkpoint; every worker logged its part.
@@ -109,6 +139,8 @@ fn two_and_three_workers_train_like_one_device() -> Result<()> {
             ensure!(out.stderr.contains(&format!("[worker:{w}]")), "no log lines from worker:{w}:\n{}", out.stderr);
         }
         assert_same_variables(&variables(&cluster, STEPS)?, &variables(&reference, STEPS)?, &format!("{workers} workers"))?;
+        // Each process holds one replica of `workers`, yet each logs the global loss.
+        assert_global_final_loss(&out.stderr, workers, reference_loss, &format!("{workers} workers"))?;
         // Only the chief writes: one set of checkpoints, one events file for training.
         let events: Vec<_> = std::fs::read_dir(&cluster)?
             .filter_map(|e| e.ok())
@@ -242,6 +274,69 @@ fn a_killed_worker_is_named_and_the_restarted_cluster_ends_like_an_unbroken_one(
     ensure!(ok0 && ok1, "restarted run failed:\n{err0}\n{err1}");
     ensure!(err0.contains("Restoring parameters from"), "the chief did not resume:\n{err0}");
     assert_same_variables(&variables(&broken, STEPS)?, &variables(&unbroken, STEPS)?, "restarted vs unbroken")
+}
+
+/// `engine launch` in the background with its output in files (a pipe left unread could
+/// fill and stall it), killed if it runs past `within`.
+fn launch_within(args: &[String], env: (&str, &str), logs: &Path, within: Duration) -> Result<(common::Run, Duration)> {
+    let (stdout, stderr) = (logs.with_extension("out"), logs.with_extension("err"));
+    let started = Instant::now();
+    let mut child = engine_command(&common::strs(args))?
+        .env(env.0, env.1)
+        .stdout(std::fs::File::create(&stdout)?)
+        .stderr(std::fs::File::create(&stderr)?)
+        .spawn()?;
+    let status = loop {
+        if let Some(status) = child.try_wait()? {
+            break status;
+        }
+        if started.elapsed() > within {
+            child.kill()?;
+            child.wait()?;
+            return Err(anyhow!("engine launch still running after {within:?}:\n{}", std::fs::read_to_string(&stderr)?));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let run = common::Run { code: status.code(), stdout: std::fs::read_to_string(&stdout)?, stderr: std::fs::read_to_string(&stderr)? };
+    Ok((run, started.elapsed()))
+}
+
+#[test]
+fn launch_restarts_a_failed_cluster_which_ends_like_one_device_and_without_restarts_fails() -> Result<()> {
+    let tmp = tempfile::tempdir()?;
+    let spec = unshuffled_spec(tmp.path())?;
+    const STEPS: u64 = 12;
+    // worker:1 exits after step 6 of the first start; the chief's latest checkpoint is 4.
+    let fault = (FAULT_ENV, "worker:1@6");
+    let reference = tmp.path().join("one_device");
+    let reference_loss = one_device(&spec, &reference, PER_WORKER * 2, STEPS)?;
+
+    let dir = tmp.path().join("restarted");
+    let args = launch_args(&spec, &dir, 2, STEPS, &["--restart-on-failure", "1", "--set", "run_config.save_checkpoints_steps=4"]);
+    let (out, _) = launch_within(&args, fault, &tmp.path().join("restarted_launch"), Duration::from_secs(600))?;
+    let out = out.ok()?;
+    let failed = format!("worker:1 failed (exit code {FAULT_EXIT_CODE})");
+    ensure!(out.stderr.contains(&failed) && out.stderr.contains("restarting the cluster (1 of 1)"), "no restart reported:\n{}", out.stderr);
+    ensure!(out.stderr.contains("(attempt 2)"), "the launcher did not start a second cluster:\n{}", out.stderr);
+    let resumed = out.stderr.lines().any(|l| l.starts_with("[worker:0]") && l.contains("Restoring parameters from"));
+    ensure!(resumed, "the chief did not resume from its checkpoint:\n{}", out.stderr);
+    ensure!(latest_step(&dir) == Some(STEPS), "the job ended at {:?}, not {STEPS}", latest_step(&dir));
+    assert_same_variables(&variables(&dir, STEPS)?, &variables(&reference, STEPS)?, "restarted cluster vs one_device")?;
+    assert_global_final_loss(&out.stderr, 2, reference_loss, "restarted cluster")?;
+
+    // No restarts: the same failure ends the launch with an error naming worker:1, and
+    // promptly: the launcher stops the other tasks at once rather than leaving them to
+    // their collective timeout (300 s).
+    let dir = tmp.path().join("not_restarted");
+    let args = launch_args(&spec, &dir, 2, STEPS, &["--restart-on-failure", "0"]);
+    let (out, took) = launch_within(&args, fault, &tmp.path().join("not_restarted_launch"), Duration::from_secs(300))?;
+    ensure!(out.code == Some(1), "engine launch exited with {:?} after a failure:\n{}", out.code, out.stderr);
+    let error = out.stderr.lines().find(|l| l.starts_with("error: ")).context("no error line")?;
+    ensure!(error.contains(&failed), "the error does not name the failed task: {error}");
+    ensure!(!out.stderr.contains("(attempt 2)"), "restarted with --restart-on-failure 0:\n{}", out.stderr);
+    ensure!(took < Duration::from_secs(120), "engine launch took {took:?} to give up");
+    ensure!(latest_step(&dir).is_none_or(|s| s < STEPS), "the job finished despite the failure");
+    Ok(())
 }
 
 #[test]

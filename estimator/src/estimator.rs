@@ -4,8 +4,8 @@ use crate::{
     EstimatorError, InputFn, Mode, ModelFn, Params, Result,
     checkpoint::{Checkpoint, CheckpointManager, RetentionPolicy, read_checkpoint},
     hooks::{
-        CheckpointSaverHook, CheckpointSaverListener, LoggingTensorHook, NanTensorHook, SessionRunHook, SharedSummaryWriter,
-        StepCounterHook, StopAtStepHook, SummarySaverHook,
+        CheckpointSaverHook, CheckpointSaverListener, FaultInjectionHook, LoggingTensorHook, NanTensorHook, SessionRunHook,
+        SharedSummaryWriter, StepCounterHook, StopAtStepHook, SummarySaverHook,
     },
     input::{Dataset, IteratorState},
     model_dir::ModelDir,
@@ -218,6 +218,11 @@ impl Estimator {
             Box::new(NanTensorHook::default()),
             Box::new(LoggingTensorHook::new(&["loss", "global_step"], self.config.log_step_count_steps)),
         ];
+        // A testing aid, armed only by its environment variable: it exits before any other
+        // hook sees the step it fires at.
+        if let Some(fault) = FaultInjectionHook::from_env(strategy.cluster())? {
+            all_hooks.insert(0, Box::new(fault));
+        }
         if let Some(last) = last_step {
             all_hooks.push(Box::new(StopAtStepHook::at(last)));
         }

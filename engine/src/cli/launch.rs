@@ -3,9 +3,14 @@
 //! gives its pods), listening on a free 127.0.0.1 port; their logs come back prefixed by
 //! task. When a task fails the others are stopped (a synchronous job cannot go on without
 //! it), and with `--restart-on-failure K` the whole cluster is started again, up to K
-//! times: every task resumes from the chief's latest checkpoint.
+//! times: every task resumes from the chief's latest checkpoint. Each task's environment
+//! has `ENGINE_RESTART_COUNT`: 0 on the first start, then the number of restarts.
+//!
+//! To see a restart happen, `ENGINE_FAULT_EXIT_AT_STEP=worker:1@12` makes that task exit
+//! at step 12 of the first start (`engine_estimator::hooks::FaultInjectionHook`).
 
 use super::{CliError, SpecArgs, run::TOKEN_ENV};
+use engine_estimator::hooks::RESTART_COUNT_ENV;
 use engine_runtime::cluster::{Cluster, ClusterSource, ClusterSpec, TaskId};
 use std::io::{BufRead, BufReader, Read};
 use std::net::TcpListener;
@@ -46,7 +51,7 @@ pub fn launch(args: &LaunchArgs) -> Result<(), CliError> {
     loop {
         let cluster = local_cluster(args.workers as usize, args.evaluator)?;
         log::info!("Launching {} on 127.0.0.1 (attempt {})", cluster, attempt + 1);
-        match run_cluster(args, &exe, &cluster, &token, &strategy)? {
+        match run_cluster(args, &exe, &cluster, &token, &strategy, attempt)? {
             None => return Ok(()),
             Some(failure) if attempt < args.restart_on_failure => {
                 attempt += 1;
@@ -73,8 +78,17 @@ fn local_cluster(workers: usize, evaluator: bool) -> Result<ClusterSpec, CliErro
     Ok(ClusterSpec { chief: Vec::new(), worker: addresses, ps: Vec::new(), evaluator })
 }
 
-/// Runs every task to its end. `None` when all succeeded, else what failed first.
-fn run_cluster(args: &LaunchArgs, exe: &std::path::Path, spec: &ClusterSpec, token: &str, strategy: &str) -> Result<Option<String>, CliError> {
+/// Runs every task to its end. `None` when all succeeded, else what failed first: every
+/// task found failed when the first failure is noticed (a task that fails because a peer
+/// died often exits within milliseconds of it, so which came first cannot be told).
+fn run_cluster(
+    args: &LaunchArgs,
+    exe: &std::path::Path,
+    spec: &ClusterSpec,
+    token: &str,
+    strategy: &str,
+    restarts: u32,
+) -> Result<Option<String>, CliError> {
     let mut tasks: Vec<(TaskId, Child)> = Vec::new();
     for id in spec.task_ids().collect::<Vec<_>>() {
         let cluster = Cluster::new(spec.clone(), id, ClusterSource::Flags, None)?;
@@ -89,7 +103,11 @@ fn run_cluster(args: &LaunchArgs, exe: &std::path::Path, spec: &ClusterSpec, tok
         if let Some(dir) = &args.model_dir {
             cmd.arg("--model-dir").arg(dir);
         }
-        cmd.env("TF_CONFIG", cluster.to_tf_config()).env(TOKEN_ENV, token).stdout(Stdio::piped()).stderr(Stdio::piped());
+        cmd.env("TF_CONFIG", cluster.to_tf_config())
+            .env(TOKEN_ENV, token)
+            .env(RESTART_COUNT_ENV, restarts.to_string())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
         let mut child = cmd.spawn().map_err(|e| CliError::Launch(format!("cannot start {id}: {e}")))?;
         forward(&id, child.stdout.take());
         forward(&id, child.stderr.take());
@@ -97,20 +115,20 @@ fn run_cluster(args: &LaunchArgs, exe: &std::path::Path, spec: &ClusterSpec, tok
     }
     let failure = loop {
         let mut running = 0;
-        let mut failed = None;
+        let mut failed = Vec::new();
         for (id, child) in tasks.iter_mut() {
             match child.try_wait() {
                 Ok(None) => running += 1,
                 Ok(Some(status)) if status.success() => {}
-                Ok(Some(status)) => failed = Some(format!("{id} failed ({})", describe(status))),
-                Err(e) => failed = Some(format!("cannot watch {id}: {e}")),
-            }
-            if failed.is_some() {
-                break;
+                Ok(Some(status)) => failed.push(format!("{id} failed ({})", describe(status))),
+                Err(e) => failed.push(format!("cannot watch {id}: {e}")),
             }
         }
-        if failed.is_some() || running == 0 {
-            break failed;
+        if !failed.is_empty() {
+            break Some(failed.join(", "));
+        }
+        if running == 0 {
+            break None;
         }
         std::thread::sleep(Duration::from_millis(100));
     };

@@ -7,6 +7,7 @@
 
 mod checkpoint_saver;
 mod early_stopping;
+mod fault_injection;
 mod logging_tensor;
 mod nan_tensor;
 mod profiler;
@@ -18,6 +19,7 @@ mod summary_saver;
 
 pub use checkpoint_saver::{CheckpointSaverHook, CheckpointSaverListener};
 pub use early_stopping::{EarlyStoppingHook, StopCondition};
+pub use fault_injection::{FAULT_ENV, FAULT_EXIT_CODE, FaultInjectionHook, RESTART_COUNT_ENV};
 pub use logging_tensor::LoggingTensorHook;
 pub use nan_tensor::NanTensorHook;
 pub use profiler::ProfilerHook;
