@@ -46,6 +46,16 @@ fn build_engine() -> Result<PathBuf> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut build = Command::new(cargo);
     build.current_dir(repo_root()).args(["build", "--quiet", "-p", "engine-cli", "--bin", "engine", "--target-dir"]);
+    // Cargo gives this test process its package's variables (CARGO_PKG_NAME, OUT_DIR, ...).
+    // Passed on, they differ from a shell's build, and build scripts watching them (ring's
+    // does) run again: every `cargo test` would then rebuild the TLS stack and all above it.
+    for (key, _) in std::env::vars_os() {
+        let key = key.to_string_lossy();
+        let per_package = ["CARGO_PKG_", "CARGO_MANIFEST_", "CARGO_BIN_", "CARGO_CRATE_", "CARGO_PRIMARY_", "CARGO_TARGET_TMPDIR"];
+        if key == "OUT_DIR" || per_package.iter().any(|p| key.starts_with(p)) {
+            build.env_remove(&*key);
+        }
+    }
     build.arg(target);
     match profile {
         "debug" => {}
