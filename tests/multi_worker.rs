@@ -126,11 +126,18 @@ fn two_and_three_workers_train_like_one_device() -> Result<()> {
     let tmp = tempfile::tempdir()?;
     let spec = unshuffled_spec(tmp.path())?;
     const STEPS: u64 = 12;
-    for workers in [2, 3] {
+    // All tasks share this host: 2 workers all-reduce through shared memory (`Auto`), 3
+    // over the gRPC ring (forced), so both paths are held to one_device's result.
+    for (workers, communication, path) in [(2, "Auto", "through shared memory"), (3, "Ring", "over the gRPC ring")] {
         let reference = tmp.path().join(format!("one_device_{workers}"));
         let reference_loss = one_device(&spec, &reference, PER_WORKER * workers, STEPS)?;
         let cluster = tmp.path().join(format!("workers_{workers}"));
-        let out = engine(&common::strs(&launch_args(&spec, &cluster, workers, STEPS, &[])))?.ok()?;
+        let set = format!("run_config.communication={communication}");
+        let out = engine(&common::strs(&launch_args(&spec, &cluster, workers, STEPS, &["--set", &set])))?.ok()?;
+        for w in 0..workers {
+            let line = out.stderr.lines().find(|l| l.starts_with(&format!("[worker:{w}]")) && l.contains("all-reduce "));
+            ensure!(line.is_some_and(|l| l.contains(path)), "worker:{w} did not all-reduce {path}: {line:?}");
+        }
         // The chief evaluated the final checkpoint; every worker logged its part.
         let chief = out.stdout.lines().find(|l| l.starts_with("[worker:0] {")).context("no result from the chief")?;
         let result = printed_dict(chief.trim_start_matches("[worker:0] "))?;
