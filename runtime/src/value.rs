@@ -79,6 +79,22 @@ impl Value {
         Value::Float(B::float_from_data(data, device))
     }
 
+    /// Uploads f32 data: the all-reduce kernel's way back, without widening to f64.
+    pub(crate) fn from_f32(shape: &[usize], data: Vec<f32>, device: &DispatchDevice, precision: Precision) -> Value {
+        match precision {
+            Precision::F32 => Value::Float(B::float_from_data(TensorData::new(data, BurnShape::from(shape.to_vec())), device)),
+            Precision::F64 => Value::from_f64(shape, data.into_iter().map(f64::from).collect(), device, precision),
+        }
+    }
+
+    /// The elements of a float value as f32 (a copy; no f64 detour for f32 tensors).
+    pub(crate) fn to_f32_vec(&self) -> Result<Vec<f32>> {
+        match self {
+            Value::Float(t) => read(B::float_into_data(t.clone()))?.convert::<f32>().try_into_vec::<f32>().map_err(read_err),
+            other => Ok(other.to_host()?.to_f64_vec().into_iter().map(|x| x as f32).collect()),
+        }
+    }
+
     /// Reads the value back to the host (floats as f32, whatever the precision).
     pub fn to_host(&self) -> Result<HostTensor> {
         let shape = self.shape();

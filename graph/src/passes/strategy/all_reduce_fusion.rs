@@ -7,9 +7,13 @@ use crate::{
 };
 use std::collections::BTreeMap;
 
-/// Packs single-tensor all-reduces into buckets of at most `bucket_bytes` (a tensor larger
-/// than that has a bucket of its own), the first bucket capped at `first_bucket_bytes` so
-/// communication starts early. Tensors are taken in the order their gradients are
+/// Packs single-tensor all-reduces into buckets, closing a bucket as soon as it holds at
+/// least `bucket_bytes` (`first_bucket_bytes` for the first, so communication starts early)
+/// — DDP's `compute_bucket_assignment_by_size`, so a bucket exceeds its cap by at most its
+/// last tensor. Closing *after* the tensor that reaches the cap, rather than before it,
+/// matters when one large gradient comes early in the backward pass (the CNN's dense
+/// kernel, 1.3 MiB): it rides in bucket 0 and is reduced while the convolution's backward
+/// runs, instead of opening a bucket that waits for the last gradient of the step. Tensors are taken in the order their gradients are
 /// produced — the backward pass runs from the loss towards the inputs, so this is the
 /// reverse of the forward order — which is deterministic and identical on every replica:
 /// each replica launches bucket 0, 1, 2, ... in the same order, the condition for
@@ -100,14 +104,18 @@ impl Pass for AllReduceFusion {
         let mut bytes = 0usize;
         for &(_, id, reduce) in &singles {
             let size: usize = g.node(id).outputs.iter().map(|f| f.bytes(1)).sum();
-            let cap = if groups.is_empty() { self.first_bucket_bytes } else { self.bucket_bytes };
             let same_op = current.first().is_none_or(|&c| reduce_of(c) == Some(reduce));
-            if !current.is_empty() && (bytes + size > cap || !same_op) {
+            if !current.is_empty() && !same_op {
                 groups.push(std::mem::take(&mut current));
                 bytes = 0;
             }
             current.push(id);
             bytes += size;
+            let cap = if groups.is_empty() { self.first_bucket_bytes } else { self.bucket_bytes };
+            if bytes >= cap {
+                groups.push(std::mem::take(&mut current));
+                bytes = 0;
+            }
         }
         if !current.is_empty() {
             groups.push(current);
@@ -169,14 +177,14 @@ mod tests {
         AllReduceFusion { bucket_bytes: 8000, first_bucket_bytes: 500 }.run(&mut g)?;
         g.check()?;
         let b = buckets(&g);
-        // The last layer's gradient is ready first: alone in the small first bucket; the
-        // other two fit one bucket of 8000 bytes, middle layer first.
+        // The last layer's gradient is ready first (480 bytes, under the first cap); the
+        // middle layer's fills bucket 0 past its cap and closes it; the first layer's opens
+        // bucket 1.
         assert_eq!(b.len(), 2, "{b:?}");
-        assert_eq!(b[0].tensors.len(), 1);
-        assert_eq!(b[0].bytes, 480);
-        assert_eq!(b[1].bytes, 6400 + 640);
-        let sizes: Vec<usize> = b[1].tensors.iter().map(|t| g.find(t.split(':').next().unwrap_or(t)).map(|id| g.node(id).outputs[0].bytes(1)).unwrap_or(0)).collect();
-        assert_eq!(sizes, vec![6400, 640], "{b:?}");
+        assert_eq!(b[0].bytes, 480 + 6400);
+        let sizes: Vec<usize> = b[0].tensors.iter().map(|t| g.find(t.split(':').next().unwrap_or(t)).map(|id| g.node(id).outputs[0].bytes(1)).unwrap_or(0)).collect();
+        assert_eq!(sizes, vec![480, 6400], "{b:?}");
+        assert_eq!(b[1].bytes, 640);
         // Every gradient role now reads a bucket output.
         for (_, grad) in &g.roles.gradients {
             assert!(matches!(g.node(grad.node).op, Op::AllReduce(_)));
@@ -223,9 +231,14 @@ mod tests {
     }
 
     #[test]
-    fn oversized_tensors_get_their_own_bucket() -> Result<()> {
+    fn a_bucket_closes_after_the_tensor_that_reaches_its_cap() -> Result<()> {
         let mut g = mlp()?;
         AllReduceFusion { bucket_bytes: 1000, first_bucket_bytes: 1000 }.run(&mut g)?;
+        let sizes: Vec<usize> = buckets(&g).iter().map(|b| b.bytes).collect();
+        assert_eq!(sizes, vec![480 + 6400, 640]);
+        // A tensor that reaches the cap on its own closes its bucket at once.
+        let mut g = mlp()?;
+        AllReduceFusion { bucket_bytes: 400, first_bucket_bytes: 400 }.run(&mut g)?;
         let sizes: Vec<usize> = buckets(&g).iter().map(|b| b.bytes).collect();
         assert_eq!(sizes, vec![480, 6400, 640]);
         Ok(())

@@ -14,6 +14,7 @@
 //! gRPC stays up for everything else and for noticing failed peers.
 
 mod all_reduce;
+mod futex;
 mod segment;
 mod wait;
 

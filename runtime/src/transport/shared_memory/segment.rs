@@ -5,6 +5,7 @@
 //!
 //! ```text
 //! 0                  header: magic, nonce, members, region bytes (u64 each)
+//! 64, 128            the futex word bumped by every publication, the count of sleepers
 //! 4096               control block of rank 0, 1, ... (CONTROL_STRIDE bytes apart, so
 //!                    members spinning on each other's counters do not share a line)
 //! data_offset        slot of rank 0: region 0 | region 1 | ... | region n-1
@@ -18,13 +19,16 @@
 use memmap2::MmapMut;
 use std::fs::{File, OpenOptions};
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use super::futex;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 const MAGIC: u64 = u64::from_le_bytes(*b"ENGSHM01");
 const HEADER_BYTES: usize = 4096;
 /// Two cache lines: adjacent-line prefetching would otherwise couple neighbours.
 const CONTROL_STRIDE: usize = 128;
 const PAGE: usize = 4096;
+const WAKE_OFFSET: usize = 64;
+const SLEEPERS_OFFSET: usize = 128;
 
 /// A member's progress and what it is running, read by the others.
 #[repr(C)]
@@ -148,9 +152,37 @@ impl Segment {
         unsafe { std::slice::from_raw_parts(self.region(rank, region) as *const E, len) }
     }
 
-    /// Publishes that this member finished `phase` of the protocol, after its writes.
+    /// Publishes that this member finished `phase` of the protocol, after its writes, and
+    /// wakes the members sleeping on the segment.
+    ///
+    /// With [`sleep_unless`](Self::sleep_unless) this is the Dekker pattern in SeqCst: the
+    /// publisher bumps `wake` then reads `sleepers`, a sleeper bumps `sleepers` then has the
+    /// kernel compare `wake`; one of them sees the other, so no wake-up is lost.
     pub fn publish(&self, rank: usize, phase: u64) {
         self.control(rank).published.store(phase, Ordering::Release);
+        self.word(WAKE_OFFSET).fetch_add(1, Ordering::SeqCst);
+        if self.word(SLEEPERS_OFFSET).load(Ordering::SeqCst) > 0 {
+            futex::wake_all(self.word(WAKE_OFFSET));
+        }
+    }
+
+    /// The publication counter, read before checking a condition that `sleep_unless` then
+    /// sleeps on.
+    pub fn publications(&self) -> u32 {
+        self.word(WAKE_OFFSET).load(Ordering::SeqCst)
+    }
+
+    /// Sleeps until a publication after `seen` (or `timeout`).
+    pub fn sleep_unless(&self, seen: u32, timeout: std::time::Duration) {
+        let sleepers = self.word(SLEEPERS_OFFSET);
+        sleepers.fetch_add(1, Ordering::SeqCst);
+        futex::wait(self.word(WAKE_OFFSET), seen, timeout);
+        sleepers.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    fn word(&self, offset: usize) -> &AtomicU32 {
+        // SAFETY: inside the header page, 64-byte aligned, only ever accessed atomically.
+        unsafe { &*(self.map.as_ptr().add(offset) as *const AtomicU32) }
     }
 }
 

@@ -1,11 +1,11 @@
 //! Waiting for the other members' counters.
 //!
 //! Members on one host finish a phase microseconds apart when they run in step, so a
-//! waiter first spins; a member that is busy elsewhere (still computing its backward pass)
-//! should not have a waiter burning the core it needs, so the waiter then yields, and
-//! after a while sleeps in short naps. Every millisecond it also asks the gRPC side
-//! whether the group is still whole: a killed peer never advances its counter, but its
-//! broken connection says so at once.
+//! waiter first spins briefly; after that it sleeps on the segment's futex word until some
+//! member publishes (no CPU taken from the training threads, which on a small machine share
+//! the cores with it). It wakes at least every millisecond to ask the gRPC side whether the
+//! group is still whole: a killed peer never advances its counter, but its broken
+//! connection says so at once.
 
 use super::super::operation::Op;
 use super::segment::Segment;
@@ -13,30 +13,26 @@ use crate::Result;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-const SPINS: u32 = 200;
-const YIELD_FOR: Duration = Duration::from_micros(500);
-const NAP: Duration = Duration::from_micros(20);
+const SPINS: u32 = 100;
 const CHECK_EVERY: Duration = Duration::from_millis(1);
 
 /// Returns once every member has published `phase`, or fails naming those that have not.
 pub(super) fn wait_for_phase(op: &Op, segment: &Segment, phase: u64) -> Result<()> {
     let behind = |k: usize| segment.control(k).published.load(Ordering::Acquire) < phase;
     let members = segment.members();
-    let mut spins = 0;
-    let started = Instant::now();
-    let mut next_check = started + CHECK_EVERY;
-    while (0..members).any(behind) {
-        if spins < SPINS {
-            spins += 1;
-            std::hint::spin_loop();
-            continue;
+    for _ in 0..SPINS {
+        if !(0..members).any(behind) {
+            return Ok(());
+        }
+        std::hint::spin_loop();
+    }
+    let mut next_check = Instant::now() + CHECK_EVERY;
+    loop {
+        let seen = segment.publications();
+        if !(0..members).any(behind) {
+            return Ok(());
         }
         let now = Instant::now();
-        if now - started < YIELD_FOR {
-            std::thread::yield_now();
-        } else {
-            std::thread::sleep(NAP);
-        }
         if now >= next_check {
             op.check_peers()?;
             if now >= op.deadline {
@@ -54,6 +50,6 @@ pub(super) fn wait_for_phase(op: &Op, segment: &Segment, phase: u64) -> Result<(
             }
             next_check = now + CHECK_EVERY;
         }
+        segment.sleep_unless(seen, next_check.saturating_duration_since(now));
     }
-    Ok(())
 }
