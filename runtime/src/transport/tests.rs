@@ -265,7 +265,16 @@ fn a_missing_member_is_named_with_its_address_after_the_connect_timeout() {
 
 #[test]
 fn a_member_that_dies_mid_collective_is_named_promptly() {
-    let mut groups = group_of(3);
+    let groups = a_member_dies_during_an_all_reduce(Communication::Ring);
+    // Later calls fail at once too.
+    let error = groups[0].barrier().expect_err("the group is broken").to_string();
+    assert!(error.contains("worker:1 at 127.0.0.1:"), "{error}");
+}
+
+/// Crashes the last of three members while the others all-reduce; they must fail within
+/// half the collective timeout, naming it. Returns the survivors.
+fn a_member_dies_during_an_all_reduce(communication: Communication) -> Vec<Arc<NetworkGroup>> {
+    let mut groups = group_with(3, communication);
     let dead = groups.pop().expect("three members");
     let start = Instant::now();
     let results = thread::scope(|s| {
@@ -286,11 +295,9 @@ fn a_member_that_dies_mid_collective_is_named_promptly() {
     assert!(elapsed < Duration::from_secs(10), "took {elapsed:?}, the timeout is 20 s");
     for result in results {
         let error = result.expect_err("the collective fails").to_string();
-        assert!(error.contains("worker:1 at 127.0.0.1:"), "{error}");
+        assert!(error.contains("worker:1 at 127.0.0.1:"), "{communication}: {error}");
     }
-    // Later calls fail at once too.
-    let error = groups[0].barrier().expect_err("the group is broken").to_string();
-    assert!(error.contains("worker:1 at 127.0.0.1:"), "{error}");
+    groups
 }
 
 #[test]
@@ -458,29 +465,7 @@ fn shared_memory_all_reduce_equals_the_in_process_group_bit_for_bit() {
 
 #[test]
 fn a_member_that_dies_during_a_shared_memory_all_reduce_is_named_promptly() {
-    let mut groups = group_with(3, Communication::SharedMemory);
-    let dead = groups.pop().expect("three members");
-    let start = Instant::now();
-    let results = thread::scope(|s| {
-        let waiting: Vec<_> = groups
-            .iter()
-            .map(|g| {
-                s.spawn(|| {
-                    let mut data = vec![1.0f32; 200_000];
-                    g.all_reduce(&mut data, ReduceOp::Sum)
-                })
-            })
-            .collect();
-        thread::sleep(Duration::from_millis(200));
-        dead.crash();
-        waiting.into_iter().map(|j| j.join().expect("no panic")).collect::<Vec<_>>()
-    });
-    let elapsed = start.elapsed();
-    assert!(elapsed < Duration::from_secs(10), "took {elapsed:?}, the timeout is 20 s");
-    for result in results {
-        let error = result.expect_err("the collective fails").to_string();
-        assert!(error.contains("worker:1 at 127.0.0.1:"), "{error}");
-    }
+    a_member_dies_during_an_all_reduce(Communication::SharedMemory);
 }
 
 #[test]
