@@ -328,17 +328,22 @@ fn a_member_that_never_calls_is_named_after_the_collective_timeout() {
     assert!(error.contains("aborted") && error.contains("chief:0"), "{error}");
 }
 
-#[test]
-fn members_calling_different_collectives_or_sizes_fail_naming_the_other() {
-    let groups = group_of(2);
+/// Two members all-reduce tensors of 10 and 11 elements: both fail, naming the sizes.
+fn different_sizes_fail_naming_the_other(communication: Communication) {
+    let groups = group_with(2, communication);
     let results = on_all(&groups, |g| {
         let mut data = vec![1.0f32; 10 + g.rank()];
         g.all_reduce(&mut data, ReduceOp::Sum)
     });
     for result in results {
         let error = result.expect_err("sizes differ").to_string();
-        assert!(error.contains("passes 11 elements") || error.contains("passes 10 elements"), "{error}");
+        assert!(error.contains("passes 11 elements") || error.contains("passes 10 elements"), "{communication}: {error}");
     }
+}
+
+#[test]
+fn members_calling_different_collectives_or_sizes_fail_naming_the_other() {
+    different_sizes_fail_naming_the_other(Communication::Ring);
     let groups = group_of(2);
     let results = on_all(&groups, |g| if g.rank() == 0 { g.barrier() } else { g.all_gather(&[1.0]).map(|_| ()) });
     // Whichever member notices first aborts the group, so both errors carry the same cause.
@@ -470,15 +475,7 @@ fn a_member_that_dies_during_a_shared_memory_all_reduce_is_named_promptly() {
 
 #[test]
 fn shared_memory_members_passing_different_sizes_or_never_arriving_fail_by_name() {
-    let groups = group_with(2, Communication::SharedMemory);
-    let results = on_all(&groups, |g| {
-        let mut data = vec![1.0f32; 10 + g.rank()];
-        g.all_reduce(&mut data, ReduceOp::Sum)
-    });
-    for result in results {
-        let error = result.expect_err("sizes differ").to_string();
-        assert!(error.contains("passes 11 elements") || error.contains("passes 10 elements"), "{error}");
-    }
+    different_sizes_fail_naming_the_other(Communication::SharedMemory);
     let spec = spec(&free_ports(2));
     let configs = (0..2)
         .map(|r| NetworkConfig {
