@@ -79,12 +79,10 @@ impl Value {
         Value::Float(B::float_from_data(data, device))
     }
 
-    /// Uploads f32 data: the all-reduce kernel's way back, without widening to f64.
-    pub(crate) fn from_f32(shape: &[usize], data: Vec<f32>, device: &DispatchDevice, precision: Precision) -> Value {
-        match precision {
-            Precision::F32 => Value::Float(B::float_from_data(TensorData::new(data, BurnShape::from(shape.to_vec())), device)),
-            Precision::F64 => Value::from_f64(shape, data.into_iter().map(f64::from).collect(), device, precision),
-        }
+    /// Uploads f32 data computed in f32: the all-reduce kernel's way back, without
+    /// widening to f64.
+    pub(crate) fn from_f32(shape: &[usize], data: Vec<f32>, device: &DispatchDevice) -> Value {
+        Value::Float(B::float_from_data(TensorData::new(data, BurnShape::from(shape.to_vec())), device))
     }
 
     /// The elements of a float value as f32 (a copy; no f64 detour for f32 tensors).

@@ -34,7 +34,7 @@ pub(crate) fn all_reduce(a: &AllReduce, inputs: Vec<Value>, ctx: &KernelCtx<'_>)
             }
             drop(inputs);
             group.all_reduce(&mut packed, a.reduce)?;
-            Ok(unpack(&shapes, &packed, |shape, part| Value::from_f32(shape, part.to_vec(), ctx.device, ctx.precision)))
+            Ok(unpack(&shapes, &packed, |shape, part| Value::from_f32(shape, part.to_vec(), ctx.device)))
         }
     }
 }

@@ -48,6 +48,11 @@ fn directory() -> PathBuf {
     if shm.is_dir() { shm } else { std::env::temp_dir() }
 }
 
+/// The segment's file: the nonce makes it this job's, and unguessable to other users.
+fn segment_path(nonce: u64) -> PathBuf {
+    directory().join(format!("engine-collective-{nonce:016x}"))
+}
+
 /// How many f32 values carry the creator's answer: a flag and the nonce in 16-bit pieces
 /// (each exact in an f32).
 const ANNOUNCEMENT: usize = 5;
@@ -74,7 +79,7 @@ pub(super) fn establish(group: &dyn Collective, wanted: Communication) -> Result
     let mut local: std::result::Result<Option<Segment>, String> = Ok(None);
     if me == 0 {
         let nonce: u64 = rand::random();
-        let path = directory().join(format!("engine-collective-{nonce:016x}"));
+        let path = segment_path(nonce);
         match Segment::create(&path, nonce, n, region) {
             Ok(segment) => {
                 announcement[0] = 1.0;
@@ -107,7 +112,7 @@ fn decide(
     if me != 0 {
         local = if announcement[0] == 1.0 {
             let nonce = (0..4).fold(0u64, |acc, i| acc | ((announcement[1 + i] as u64) << (16 * i)));
-            let path = directory().join(format!("engine-collective-{nonce:016x}"));
+            let path = segment_path(nonce);
             Segment::open(&path, nonce, n, region).map(Some)
         } else {
             Err(format!("{} could not create the segment", group.describe(0)))
