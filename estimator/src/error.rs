@@ -34,6 +34,11 @@ pub enum EstimatorError {
     #[error("NaN loss during training at step {step}")]
     NanLoss { step: u64 },
 
+    /// A step produced a NaN or an infinity in a gradient or an update; it changed no
+    /// variable. `value` names the first one; `cause` says what the input batch held.
+    #[error("step {step} was not applied: {value}; {cause}")]
+    NonFinite { step: u64, value: String, cause: String },
+
     #[error("hook {hook}: {reason}")]
     Hook { hook: String, reason: String },
 

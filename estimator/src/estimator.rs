@@ -249,6 +249,8 @@ impl Estimator {
             summary,
             is_chief,
             global_batch_size: global_batch,
+            non_finite: self.config.non_finite,
+            in_cluster: strategy.cluster().is_some(),
         };
         let outcome = session.run(&mut all_hooks)?;
         // Every task of a cluster ends the same step; the chief arrives after its final

@@ -30,7 +30,7 @@ pub use estimator::{EvalResult, Estimator, Evaluator, StepLimit};
 pub use estimator_spec::{EstimatorSpec, TrainOp};
 pub use mode::Mode;
 pub use model_fn::{Features, InputFn, ModelFn, Params};
-pub use run_config::{CheckpointTrigger, ClusterToken, RunConfig};
+pub use run_config::{CheckpointTrigger, ClusterToken, NonFinitePolicy, RunConfig};
 pub use session::{Predictions, TrainOutcome, compile_plan};
 pub use train_and_evaluate::{EvalSpec, Exporter, TrainSpec, train_and_evaluate};
 pub use warm_start::WarmStartSettings;

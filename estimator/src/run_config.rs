@@ -62,6 +62,28 @@ pub struct RunConfig {
     /// How `multi_worker` tasks all-reduce: TensorFlow's `CommunicationOptions`, with shared
     /// memory for tasks on one host where TensorFlow has NCCL for GPUs.
     pub communication: Communication,
+    /// What training does with a step whose gradients or updates are NaN or infinite
+    /// (the step itself never changes a variable then).
+    pub non_finite: NonFinitePolicy,
+}
+
+/// What training does with a step that produced a NaN or an infinity in a gradient or an
+/// update. Either way the step commits nothing: the variables stay as they were.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum NonFinitePolicy {
+    /// Fail the run, naming the step, the first variable whose gradient (or update) is not
+    /// finite and, when the input batch holds a NaN or an infinity, the example and file.
+    #[default]
+    Stop,
+    /// Log a warning, leave the global step where it is and go on with the next batch;
+    /// the summaries count skipped batches (`non_finite_batches_skipped`). More than
+    /// `max_consecutive` skips in a row fail the run as `Stop` would: the model diverged.
+    Skip { max_consecutive: u64 },
+}
+
+impl NonFinitePolicy {
+    /// What `Skip` allows in a row unless told otherwise.
+    pub const DEFAULT_MAX_CONSECUTIVE: u64 = 100;
 }
 
 impl Default for RunConfig {
@@ -88,6 +110,7 @@ impl Default for RunConfig {
             cluster_token: None,
             connect_timeout: Duration::from_secs(120),
             communication: Communication::Auto,
+            non_finite: NonFinitePolicy::Stop,
         }
     }
 }

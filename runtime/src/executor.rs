@@ -5,7 +5,8 @@
 //! last reader by value, so a backend that can compute in place (flex does when a buffer is
 //! uniquely owned) reuses the memory; every other value is dropped right after its last
 //! use. Variables are read at the start of a step and assignments commit at its end, which
-//! makes the order of updates irrelevant to the result.
+//! makes the order of updates irrelevant to the result, and lets a step that produced a
+//! NaN or an infinity (seen by a `CheckNumerics` node) commit nothing at all.
 
 use crate::{
     Collective, Device, Exchange, Precision, Result, RuntimeError, Value, VariableStore,
@@ -54,6 +55,35 @@ pub struct StepOutput {
     pub timings: Vec<OpTiming>,
     /// Every collective of the step (always recorded: a handful per step).
     pub collectives: Vec<CollectiveTiming>,
+    /// The `CheckNumerics` nodes that saw NaN or infinity, by their order. When there is
+    /// any, the step committed none of its assignments: the variables are as before it.
+    pub non_finite: Vec<NonFinite>,
+}
+
+/// A value that a `CheckNumerics` node found not finite.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NonFinite {
+    /// What the value is (`gradient of dense/kernel`).
+    pub message: String,
+    pub node: String,
+    /// The check's rank in its graph (gradients in model order, then updates).
+    pub order: usize,
+    pub nan: usize,
+    pub infinite: usize,
+    pub elements: usize,
+}
+
+impl std::fmt::Display for NonFinite {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut parts = Vec::new();
+        if self.nan > 0 {
+            parts.push(format!("{} NaN", self.nan));
+        }
+        if self.infinite > 0 {
+            parts.push(format!("{} infinite", self.infinite));
+        }
+        write!(f, "the {} has {} of its {} values", self.message, parts.join(" and "), self.elements)
+    }
 }
 
 struct CommJob {
@@ -297,6 +327,7 @@ impl Executor {
         let keep: HashSet<usize> = fetches.iter().filter_map(|o| self.slot_of.get(o).copied()).collect();
         let mut slots: Vec<Option<Value>> = vec![None; self.slots];
         let mut assignments: Vec<(String, Value)> = Vec::new();
+        let mut non_finite: Vec<NonFinite> = Vec::new();
         let mut timings = Vec::new();
         let mut collectives = Vec::new();
         // Launched collectives by step index, and which of their output slots are still
@@ -366,7 +397,24 @@ impl Executor {
                         native: self.native_kernels,
                         collective: self.collective.as_deref(),
                     };
-                    kernels::run(op, inputs, &ctx)?
+                    match op {
+                        Op::CheckNumerics(check) => {
+                            let value = inputs.pop().ok_or_else(|| ctx.err("missing input"))?;
+                            let (nan, infinite) = kernels::non_finite(&value, &ctx)?;
+                            if nan + infinite > 0 {
+                                non_finite.push(NonFinite {
+                                    message: check.message.clone(),
+                                    node: node.name.clone(),
+                                    order: check.order,
+                                    nan,
+                                    infinite,
+                                    elements: value.shape().iter().product(),
+                                });
+                            }
+                            vec![value]
+                        }
+                        op => kernels::run(op, inputs, &ctx)?,
+                    }
                 }
             };
             self.store(index, outputs, &mut slots, batch)?;
@@ -386,14 +434,19 @@ impl Executor {
         for index in rest {
             self.land(index, &mut launched, &mut waiting, &mut slots, &mut collectives, batch)?;
         }
-        for (name, value) in assignments {
-            vars.set(&name, value);
+        // The step commits all of its assignments or, when a check saw a value that is not
+        // finite, none: a NaN never reaches the variables.
+        if non_finite.is_empty() {
+            for (name, value) in assignments {
+                vars.set(&name, value);
+            }
         }
+        non_finite.sort_by_key(|n| n.order);
         let fetched = fetches
             .iter()
             .map(|o| self.slot_of.get(o).and_then(|&s| slots[s].clone()).unwrap_or(Value::Unit))
             .collect();
-        Ok(StepOutput { fetched, timings, collectives })
+        Ok(StepOutput { fetched, timings, collectives, non_finite })
     }
 
     /// Stores a step's outputs (checked against their facts) and sends what other

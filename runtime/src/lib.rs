@@ -23,6 +23,6 @@ pub use collective::{Collective, CrossDeviceOps, InProcessGroup};
 pub use device::{Device, DeviceKind};
 pub use error::{Result, RuntimeError};
 pub use exchange::Exchange;
-pub use executor::{CollectiveTiming, Executor, OpTiming, RunOptions, StepOutput};
+pub use executor::{CollectiveTiming, Executor, NonFinite, OpTiming, RunOptions, StepOutput};
 pub use value::{Precision, Value};
 pub use variables::VariableStore;

@@ -55,6 +55,10 @@ pub fn run_config(spec: &Spec, overrides: &RunOverrides) -> RunConfig {
         collective_timeout: overrides.collective_timeout.unwrap_or(RunConfig::default().collective_timeout),
         connect_timeout: overrides.connect_timeout.unwrap_or(RunConfig::default().connect_timeout),
         communication: overrides.communication.unwrap_or(rc.communication),
+        non_finite: match rc.non_finite {
+            crate::spec::NonFinite::Stop => engine_estimator::NonFinitePolicy::Stop,
+            crate::spec::NonFinite::Skip { max_consecutive } => engine_estimator::NonFinitePolicy::Skip { max_consecutive },
+        },
         ..RunConfig::default()
     }
 }

@@ -37,6 +37,23 @@ pub struct RunConfig {
     /// host, else the gRPC ring), `Ring`, or `SharedMemory` (fail if it is not possible).
     #[serde(default)]
     pub communication: engine_runtime::transport::Communication,
+    /// A step whose gradients or updates hold a NaN or an infinity is never applied;
+    /// `Stop` (the default) then fails the run naming the value and, when the input is to
+    /// blame, the example; `Skip` (or `Skip(max_consecutive: N)`, 100 by default) skips
+    /// the batch with a warning, counted in the summaries.
+    #[serde(default)]
+    pub non_finite: NonFinite,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub enum NonFinite {
+    #[default]
+    Stop,
+    Skip {
+        #[serde(default = "hundred")]
+        max_consecutive: u64,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]

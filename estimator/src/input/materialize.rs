@@ -66,6 +66,21 @@ impl Materializer {
         Ok(row)
     }
 
+    /// The first value of example `id`, as batches hold it, that is NaN or infinite:
+    /// `(column, position in it, value)`. Decodes again: a batch is a pure function of
+    /// its ids, so nothing needs to be kept around for this rare question.
+    pub fn first_non_finite(&self, id: u64) -> Result<Option<(String, usize, f32)>> {
+        let row = self.row(id, self.steps.len())?;
+        for (info, value) in self.schema.columns().zip(&row.values) {
+            if let HostData::F32(v) = value
+                && let Some((at, x)) = v.iter().enumerate().find(|(_, x)| !x.is_finite())
+            {
+                return Ok(Some((info.name.clone(), at, *x)));
+            }
+        }
+        Ok(None)
+    }
+
     pub fn keep(&self, filter: usize, id: u64) -> Result<bool> {
         let f = self.filters.get(filter).ok_or_else(|| InputError::invalid(format!("no filter {filter}")))?;
         let row = self.row(id, f.prefix)?;

@@ -15,7 +15,7 @@ use engine_graph::{
     autodiff::Autodiff,
     ops::ReduceOp,
     optimizer::{ApplyOptimizer, OptimizerConfig},
-    passes::{PassManager, optimization_passes},
+    passes::{CheckNumericsPass, PassManager, optimization_passes},
 };
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -191,6 +191,7 @@ pub(crate) fn run_passes(graph: &mut Graph, optimizer: Option<OptimizerConfig>, 
         passes.push(Box::new(Autodiff));
         strategy.passes(Stage::Gradients, true).into_iter().for_each(|p| passes.push(p));
         passes.push(Box::new(ApplyOptimizer { config }));
+        passes.push(Box::new(CheckNumericsPass));
     }
     strategy.passes(Stage::AfterOptimizer, training).into_iter().for_each(|p| passes.push(p));
     for p in optimization_passes() {

@@ -218,6 +218,21 @@ impl Replicas {
         if let Some(e) = first_err {
             return Err(e.into());
         }
+        // A step commits everywhere or nowhere: every copy of the variables checked the same
+        // reduced values. Copies that disagree would train apart from here on.
+        let committed: Vec<bool> = self
+            .workers
+            .iter()
+            .zip(&outs)
+            .filter(|(w, _)| w.exec.has_variables())
+            .filter_map(|(_, o)| o.as_ref().map(|o| o.non_finite.is_empty()))
+            .collect();
+        if committed.iter().any(|c| *c) && committed.iter().any(|c| !*c) {
+            return Err(EstimatorError::Other(
+                "the replicas disagree on whether this step's values are finite, so their variables would differ".into(),
+            ));
+        }
+        let non_finite = outs.iter().flatten().map(|o| &o.non_finite).find(|n| !n.is_empty()).cloned().unwrap_or_default();
         let host = self.workers.iter().position(|w| w.replica.is_none());
         let mut per_replica = Vec::with_capacity(self.replicas);
         for i in 0..self.replicas {
@@ -234,7 +249,7 @@ impl Replicas {
                 timings = o.timings.clone();
             }
             let collectives = outs[i].as_ref().map(|o| o.collectives.clone()).unwrap_or_default();
-            per_replica.push(StepOutput { fetched, timings, collectives });
+            per_replica.push(StepOutput { fetched, timings, collectives, non_finite: non_finite.clone() });
         }
         Ok(per_replica)
     }

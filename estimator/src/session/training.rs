@@ -1,7 +1,7 @@
 //! The training loop: TensorFlow's MonitoredTrainingSession, with hooks.
 
 use crate::{
-    EstimatorError, Result,
+    EstimatorError, NonFinitePolicy, Result,
     checkpoint::CheckpointManager,
     hooks::{HookContext, RunArgs, RunValues, SessionRunHook, SessionState, SharedSummaryWriter},
     input::{Batch, DatasetIter},
@@ -9,7 +9,7 @@ use crate::{
     session::{Compiled, Replicas},
 };
 use engine_graph::{HostTensor, Outlet};
-use engine_runtime::RunOptions;
+use engine_runtime::{NonFinite, RunOptions};
 use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -24,6 +24,9 @@ pub(crate) struct TrainingSession<'a> {
     pub summary: Option<SharedSummaryWriter>,
     pub is_chief: bool,
     pub global_batch_size: usize,
+    pub non_finite: NonFinitePolicy,
+    /// Whether other processes train too (a NaN may then sit in another task's batch).
+    pub in_cluster: bool,
 }
 
 /// How a training run ended.
@@ -53,6 +56,44 @@ impl SessionState for State<'_> {
 }
 
 impl TrainingSession<'_> {
+    /// The error for a step whose values were not finite: the first such value, and what
+    /// the input batches (re-decoded from their ids) say about the cause.
+    fn non_finite_error(&self, values: &[NonFinite], ids: &[Vec<u64>]) -> Result<EstimatorError> {
+        let mut value = values.first().map(ToString::to_string).unwrap_or_default();
+        if let Some(rest) = values.get(1..).filter(|r| !r.is_empty()) {
+            let named: Vec<&str> = rest.iter().take(3).map(|v| v.message.as_str()).collect();
+            let more = if rest.len() > 3 { format!(" and {} more", rest.len() - 3) } else { String::new() };
+            value.push_str(&format!(" (also not finite: the {}{more})", named.join(", the ")));
+        }
+        let mut culprit = None;
+        for batch in ids {
+            if let Some(found) = self.input.find_non_finite(batch)? {
+                culprit = Some(found);
+                break;
+            }
+        }
+        let cause = match culprit {
+            Some(found) => format!("the input is to blame: {found}"),
+            None if self.in_cluster => "this task's input batch holds no NaN or infinity: another task's may, else the model \
+                 diverged (lower the learning rate, or clip gradients with clip_global_norm)"
+                .to_string(),
+            None => "the input batch holds no NaN or infinity, so the model diverged (lower the learning rate, or clip \
+                 gradients with clip_global_norm)"
+                .to_string(),
+        };
+        Ok(EstimatorError::NonFinite { step: self.global_step, value, cause })
+    }
+
+    /// Counts skipped batches in the summaries, at the step they would have been.
+    fn record_skipped(&self, skipped: u64) -> Result<()> {
+        if let Some(writer) = &self.summary {
+            let mut w = writer.lock().map_err(|_| EstimatorError::Other("the summary writer is poisoned".into()))?;
+            w.scalar("non_finite_batches_skipped", self.global_step, skipped as f64)?;
+            w.flush()?;
+        }
+        Ok(())
+    }
+
     fn with_ctx<T>(&self, stop: &Cell<bool>, f: impl FnOnce(&HookContext<'_>) -> T) -> T {
         let state = State { replicas: &self.replicas, input: &self.input, fingerprint: &self.compiled.fingerprint };
         let ctx = HookContext {
@@ -77,6 +118,7 @@ impl TrainingSession<'_> {
         let loss = self.compiled.loss.ok_or_else(|| EstimatorError::Other("training graph has no loss".into()))?;
         let train_op = self.compiled.train_op.ok_or_else(|| EstimatorError::Other("training graph has no train op".into()))?;
         let mut last_loss = None;
+        let (mut skipped, mut skipped_in_a_row) = (0u64, 0u64);
         let result = (|| -> Result<()> {
             while !stop.get() {
                 let mut args = RunArgs::default();
@@ -113,8 +155,23 @@ impl TrainingSession<'_> {
                 let input_wait = waited.elapsed();
                 let started = Instant::now();
                 let options = RunOptions { step: self.global_step as i64, replica: 0, profile: args.profile };
+                let ids: Vec<Vec<u64>> = batches.iter().map(|b| b.ids.clone()).collect();
                 let outs = self.replicas.run(batches, &fetches, options)?;
                 let step_time = started.elapsed();
+                if let Some(values) = outs.first().map(|o| &o.non_finite).filter(|v| !v.is_empty()) {
+                    let error = self.non_finite_error(values, &ids)?;
+                    let NonFinitePolicy::Skip { max_consecutive } = self.non_finite else { return Err(error) };
+                    skipped += 1;
+                    skipped_in_a_row += 1;
+                    if skipped_in_a_row > max_consecutive {
+                        log::error!("{skipped_in_a_row} batches in a row were not finite (at most {max_consecutive} may be skipped)");
+                        return Err(error);
+                    }
+                    log::warn!("Skipping a batch: {error} ({skipped} skipped so far)");
+                    self.record_skipped(skipped)?;
+                    continue;
+                }
+                skipped_in_a_row = 0;
                 self.global_step += 1;
                 let first = outs.first().ok_or_else(|| EstimatorError::Other("no replica ran".into()))?;
                 // The logged loss is the global batch's: all-reduced in the graph by the

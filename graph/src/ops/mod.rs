@@ -8,6 +8,7 @@
 
 pub mod activation;
 pub mod collective;
+pub mod debug;
 pub mod fused;
 pub mod logic;
 pub mod loss;
@@ -23,6 +24,7 @@ use std::fmt;
 
 pub use activation::*;
 pub use collective::*;
+pub use debug::*;
 pub use fused::*;
 pub use logic::*;
 pub use loss::*;
@@ -136,6 +138,8 @@ op_set! {
     FusedConv2d, FusedMatMul,
     // inserted by strategies
     AllReduce, Transfer,
+    // inserted by the check-numerics pass
+    CheckNumerics,
 }
 
 impl Op {

@@ -4,6 +4,7 @@
 //! runs them in order and checks the graph's invariants after each one, so a broken
 //! rewrite is reported with the pass's name rather than as a wrong number later.
 
+mod check_numerics;
 mod cse;
 mod dce;
 mod fuse_bias_activation;
@@ -13,6 +14,7 @@ mod liveness;
 mod schedule;
 pub mod strategy;
 
+pub use check_numerics::CheckNumericsPass;
 pub use cse::CommonSubexpressionElimination;
 pub use dce::DeadCodeElimination;
 pub use fuse_bias_activation::FuseBiasActivation;

@@ -153,10 +153,28 @@ pub(crate) fn generic(op: &Op, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Resul
         AllReduce(a) => collective::all_reduce(a, inputs, ctx),
         // Partitions share one host, so a transfer hands the value over as is.
         Transfer(_) => Ok(inputs),
-        Placeholder(_) | Variable(_) | Constant(_) | Assign(_) => {
+        Placeholder(_) | Variable(_) | Constant(_) | Assign(_) | CheckNumerics(_) => {
             Err(ctx.err("executed by the executor itself, not by a kernel"))
         }
     }
+}
+
+/// NaN and infinity counts of a float value: `(0, 0)` when every element is finite.
+/// Native CPU buffers are read in place; other devices reduce `x - x` (0 for a finite `x`,
+/// NaN otherwise) to one scalar, read back, and count only when it is not 0.
+pub(crate) fn non_finite(v: &Value, ctx: &KernelCtx<'_>) -> Result<(usize, usize)> {
+    let Value::Float(t) = v else { return Ok((0, 0)) };
+    if ctx.native
+        && let Some(counts) = cpu::non_finite(v, ctx)
+    {
+        return Ok(counts);
+    }
+    let probe = Value::Float(B::float_sum(B::float_sub(t.clone(), t.clone())));
+    if probe.to_f64_vec()?.first().is_some_and(|x| *x == 0.0) {
+        return Ok((0, 0));
+    }
+    let values = v.to_f64_vec()?;
+    Ok((values.iter().filter(|x| x.is_nan()).count(), values.iter().filter(|x| x.is_infinite()).count()))
 }
 
 fn first(inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Result<Value> {

@@ -136,3 +136,11 @@ fn cast_between_floats_is_identity_for_gradients() -> Result<()> {
         b.cast(y, DType::F32)
     })
 }
+
+#[test]
+fn check_numerics_passes_values_and_gradients_through() -> Result<()> {
+    check(&[input(&[2, 3])], |b, x| {
+        let y = b.square(x[0])?;
+        b.check_numerics(y, "y", 0)
+    })
+}

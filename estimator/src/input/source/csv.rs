@@ -138,6 +138,8 @@ pub(crate) struct CsvSource {
     /// One vector per schema column, one value per example.
     columns: Vec<HostData>,
     files: Vec<FileSpan>,
+    /// The line each example starts on in its file (1-based), for `locate`.
+    lines: Vec<usize>,
     description: String,
 }
 
@@ -161,6 +163,7 @@ impl CsvSource {
         let mut feature_values: Vec<Vec<f64>> = Vec::new();
         let mut label_raw: Vec<(PathBuf, usize, String)> = Vec::new();
         let mut plan: Option<ColumnPlan> = None;
+        let mut lines = Vec::new();
 
         for path in &paths {
             let bytes = std::fs::read(path).map_err(|e| InputError::io(path, e))?;
@@ -168,7 +171,10 @@ impl CsvSource {
                 let line = 1 + e.as_bytes()[..e.utf8_error().valid_up_to()].iter().filter(|&&b| b == b'\n').count();
                 InputError::Csv { path: path.clone(), line, detail: "not valid UTF-8".into() }
             })?;
-            let records = parse_records(path, &text, options.delimiter)?;
+            // Spreadsheet programs start UTF-8 files with a byte-order mark; it is not part
+            // of the first column's name.
+            let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
+            let records = parse_records(path, text, options.delimiter)?;
             let Some((head, body)) = records.split_first() else {
                 return Err(InputError::Csv {
                     path: path.clone(),
@@ -212,6 +218,7 @@ impl CsvSource {
                 if let Some(at) = label_at {
                     label_raw.push((path.clone(), record.line, record.fields[*at].trim().to_string()));
                 }
+                lines.push(record.line);
             }
             counts.push((body.len()) as u64);
         }
@@ -240,7 +247,7 @@ impl CsvSource {
         };
         let schema = Schema::new(infos, label)?;
         let description = format!("csv({}, files={}, n={})", options.path, paths.len(), counts.iter().sum::<u64>());
-        Ok(CsvSource { schema, columns, files: file_spans(&paths, &counts), description })
+        Ok(CsvSource { schema, columns, files: file_spans(&paths, &counts), lines, description })
     }
 
     fn plan(path: &Path, names: &[String], options: &CsvOptions) -> Result<ColumnPlan> {
@@ -333,6 +340,14 @@ impl Source for CsvSource {
             .collect::<Result<_>>()?;
         Ok(Row { values })
     }
+
+    fn locate(&self, index: u64) -> String {
+        let file = self.files.iter().find(|f| (f.start..f.start + f.count).contains(&index));
+        match (file, self.lines.get(index as usize)) {
+            (Some(f), Some(line)) => format!("{}:{line}", f.path.display()),
+            _ => format!("example {} of {}", index + 1, self.description),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -374,6 +389,15 @@ mod tests {
         let records = parse_records(Path::new("t"), "a,b\n\"x,\"\"y\"\"\nz\",2\n3,4", ',').unwrap();
         assert_eq!(records[1].fields, ["x,\"y\"\nz", "2"]);
         assert_eq!(records[2].line, 4);
+    }
+
+    #[test]
+    fn a_byte_order_mark_is_not_part_of_the_header_and_examples_are_located_by_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = write(dir.path(), "bom.csv", "\u{feff}a,y\n1,0\n\n2,1\n");
+        let src = CsvSource::open(&CsvOptions::new(&path).label("y")).unwrap();
+        assert_eq!(src.schema().features[0].name, "a");
+        assert_eq!(src.locate(1), format!("{path}:4"));
     }
 
     #[test]

@@ -40,6 +40,15 @@ pub(crate) trait Source: Send + Sync + std::fmt::Debug {
 
     /// Decodes example `index` (< `len`).
     fn read(&self, index: u64) -> Result<Row>;
+
+    /// Where example `index` comes from, for a person to find it: the file and its
+    /// position there (`data/train.csv line 18`, `train-images-idx3-ubyte.gz example 7`).
+    fn locate(&self, index: u64) -> String {
+        match self.files().iter().find(|f| (f.start..f.start + f.count).contains(&index)) {
+            Some(f) => format!("{} example {}", f.path.display(), index - f.start + 1),
+            None => format!("example {} of {}", index + 1, self.describe()),
+        }
+    }
 }
 
 /// Spans for files holding `counts[k]` examples each, in order.

@@ -13,6 +13,7 @@ mod conv;
 mod elementwise;
 mod gemm;
 mod matmul;
+mod numerics;
 mod pool;
 mod reduce;
 mod simd;
@@ -34,6 +35,18 @@ pub(super) fn try_run(op: &Op, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Outco
         Precision::F32 => dispatch::<f32>(op, inputs, ctx),
         Precision::F64 => dispatch::<f64>(op, inputs, ctx),
     }
+}
+
+/// NaN and infinity counts of a float value read in place, if it is a native buffer.
+pub(super) fn non_finite(v: &Value, ctx: &KernelCtx<'_>) -> Option<(usize, usize)> {
+    let Value::Float(t) = v else { return None };
+    if !matches!(ctx.device, DispatchDevice::Flex(_)) || !buffer::is_native(v, ctx.precision) {
+        return None;
+    }
+    Some(match ctx.precision {
+        Precision::F32 => numerics::non_finite::<f32>(t),
+        Precision::F64 => numerics::non_finite::<f64>(t),
+    })
 }
 
 fn dispatch<E: buffer::Elem>(op: &Op, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Outcome {
