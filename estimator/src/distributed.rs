@@ -49,23 +49,37 @@ pub(crate) fn run(estimator: &Estimator, mut train_spec: TrainSpec, mut eval_spe
 fn continuous_evaluation(estimator: &Estimator, mut eval_spec: EvalSpec, max_steps: Option<u64>, cluster: &Cluster) -> Result<EvalResult> {
     // Lease holders name files: `evaluator-0`, not `evaluator:0`.
     let holder = format!("{}-{}", cluster.task().task_type, cluster.task().index);
+    let is_final = |step: u64| max_steps.is_some_and(|m| step >= m);
     if eval_spec.start_delay_secs > 0 {
         log::info!("{holder}: waiting {} s before the first evaluation", eval_spec.start_delay_secs);
-        std::thread::sleep(Duration::from_secs(eval_spec.start_delay_secs));
+        // The delay gives training a head start; once the final checkpoint exists there is
+        // nothing to wait for.
+        let until = Instant::now() + Duration::from_secs(eval_spec.start_delay_secs);
+        while Instant::now() < until {
+            stop_if_asked()?;
+            if estimator.checkpoints().latest()?.is_some_and(|c| is_final(c.step)) {
+                log::info!("{holder}: the final checkpoint exists; evaluating now");
+                break;
+            }
+            std::thread::sleep(POLL.min(until.saturating_duration_since(Instant::now())));
+        }
     }
     let hooks = std::mem::take(&mut eval_spec.hooks);
     let mut evaluator = estimator.evaluator(eval_spec.input_fn.as_ref(), eval_spec.steps, hooks, eval_spec.name.as_deref())?;
     let throttle = Duration::from_secs(eval_spec.throttle_secs);
     let mut last: Option<(u64, Instant, EvalResult)> = None;
+    // Checkpoints that could not be read: not retried, the next one is awaited instead.
+    let mut unreadable = std::collections::BTreeSet::new();
     loop {
+        stop_if_asked()?;
         let latest = estimator.checkpoints().latest()?;
-        let Some(info) = latest.filter(|c| last.as_ref().is_none_or(|(step, _, _)| c.step > *step)) else {
+        let newer = |c: &crate::checkpoint::CheckpointInfo| last.as_ref().is_none_or(|(step, _, _)| c.step > *step);
+        let Some(info) = latest.filter(|c| newer(c) && !unreadable.contains(&c.path)) else {
             std::thread::sleep(POLL);
             continue;
         };
         if let Some((_, at, _)) = &last {
-            let final_one = max_steps.is_some_and(|m| info.step >= m);
-            if !final_one && at.elapsed() < throttle {
+            if !is_final(info.step) && at.elapsed() < throttle {
                 std::thread::sleep(POLL.min(throttle - at.elapsed()));
                 continue;
             }
@@ -86,18 +100,27 @@ fn continuous_evaluation(estimator: &Estimator, mut eval_spec: EvalSpec, max_ste
             Err(e) => {
                 log::warn!("{holder}: skipping {} ({e})", info.path);
                 lease.release()?;
+                unreadable.insert(info.path.clone());
                 continue;
             }
         };
         let started = Instant::now();
         let result = evaluator.evaluate(&checkpoint)?;
         lease.release()?;
-        let is_final = max_steps.is_some_and(|m| info.step >= m);
-        run_exporters(&mut eval_spec.exporters, estimator, &info.path, &result, is_final)?;
-        if is_final {
+        let final_one = is_final(info.step);
+        run_exporters(&mut eval_spec.exporters, estimator, &info.path, &result, final_one)?;
+        if final_one {
             log::info!("{holder}: evaluated the final checkpoint {} (step {})", info.path, info.step);
             return Ok(result);
         }
         last = Some((info.step, started, result));
+    }
+}
+
+/// A preempted evaluator has nothing to save: it stops at once.
+fn stop_if_asked() -> Result<()> {
+    match crate::preemption::requested() {
+        Some(signal) => Err(crate::EstimatorError::Preempted { signal: Some(signal), step: None }),
+        None => Ok(()),
     }
 }

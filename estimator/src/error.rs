@@ -34,6 +34,22 @@ pub enum EstimatorError {
     #[error("NaN loss during training at step {step}")]
     NanLoss { step: u64 },
 
+    /// A stop was asked for (SIGTERM, SIGINT) and training ended cleanly after the step
+    /// in flight, with a checkpoint at `step`. `signal` is `None` on a task that stopped
+    /// because another task of its cluster was asked to.
+    #[error("{}; {}", match signal {
+        Some(s) => format!("received {s}"),
+        None => "another task of the cluster was asked to stop".to_string(),
+    }, match step {
+        Some(step) => format!("stopped at global step {step}, which is checkpointed: run again to resume"),
+        None => "stopped evaluating".to_string(),
+    })]
+    Preempted { signal: Option<crate::preemption::Signal>, step: Option<u64> },
+
+    /// An evaluation read no example: its metrics would be NaN, not a result.
+    #[error("evaluation read no examples: {reason}")]
+    EmptyEvaluation { reason: String },
+
     /// A step produced a NaN or an infinity in a gradient or an update; it changed no
     /// variable. `value` names the first one; `cause` says what the input batch held.
     #[error("step {step} was not applied: {value}; {cause}")]
@@ -63,4 +79,20 @@ pub enum EstimatorError {
 
     #[error("{0}")]
     Other(String),
+}
+
+impl EstimatorError {
+    /// Whether running again unchanged may succeed (an orchestrator should restart the
+    /// task): a lost or slow peer, an unreachable store, a preemption. A spec, data or
+    /// configuration error would fail the same way again.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            EstimatorError::Runtime(e) => e.is_retryable(),
+            EstimatorError::ModelDir(e) => e.is_retryable(),
+            EstimatorError::Checkpoint(crate::checkpoint::CheckpointError::ModelDir(e)) => e.is_retryable(),
+            EstimatorError::Checkpoint(crate::checkpoint::CheckpointError::ConcurrentUpdate { .. }) => true,
+            EstimatorError::Preempted { .. } => true,
+            _ => false,
+        }
+    }
 }

@@ -251,12 +251,16 @@ impl Estimator {
             global_batch_size: global_batch,
             non_finite: self.config.non_finite,
             in_cluster: strategy.cluster().is_some(),
+            preempted: None,
         };
         let outcome = session.run(&mut all_hooks)?;
         // Every task of a cluster ends the same step; the chief arrives after its final
         // checkpoint, so no task exits while another still needs it.
         if strategy.cluster().is_some() {
             session.replicas.barrier()?;
+        }
+        if let Some(signal) = session.preempted {
+            return Err(EstimatorError::Preempted { signal, step: Some(outcome.global_step) });
         }
         if let Some(loss) = outcome.loss {
             log::info!("Loss for final step: {loss:.7}.");

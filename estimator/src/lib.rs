@@ -18,6 +18,7 @@ pub mod metrics;
 mod mode;
 mod model_fn;
 pub mod model_dir;
+pub mod preemption;
 mod run_config;
 mod session;
 pub mod strategy;

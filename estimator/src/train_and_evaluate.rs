@@ -67,6 +67,10 @@ struct EvaluateAfterSave<'e> {
 
 impl EvaluateAfterSave<'_> {
     fn due(&self, step: u64) -> bool {
+        // A preempted run saves its final step and leaves: evaluating it is the next run's.
+        if crate::preemption::requested().is_some() {
+            return false;
+        }
         match (self.every_n_steps, self.last_step) {
             (_, Some(last)) if last == step => false,
             // Multiples of n, so that a resumed run evaluates at the same steps as an

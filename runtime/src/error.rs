@@ -41,3 +41,15 @@ pub enum RuntimeError {
     #[error("joining the collective group failed: {0}")]
     Connect(#[from] ConnectError),
 }
+
+impl RuntimeError {
+    /// Whether running again unchanged may succeed: a lost or slow peer, a timeout. A
+    /// shape, a feed or a configuration will fail the same way.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            RuntimeError::Collective { retryable, .. } => *retryable,
+            RuntimeError::Connect(e) => e.is_retryable(),
+            _ => false,
+        }
+    }
+}

@@ -27,7 +27,7 @@ pub fn checkpoints(args: &CheckpointsArgs) -> Result<(), CliError> {
     let listed = manager.list().map_err(EstimatorError::from)?;
     let latest = manager.latest().map_err(EstimatorError::from)?;
     let leases = manager.leases().map_err(EstimatorError::from)?;
-    print!("{}", table(&model_dir, &listed, latest.as_ref(), &leases, SystemTime::now()));
+    super::output(&table(&model_dir, &listed, latest.as_ref(), &leases, SystemTime::now()));
     Ok(())
 }
 

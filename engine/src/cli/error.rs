@@ -27,6 +27,37 @@ pub enum CliError {
     #[error("{0}")]
     Usage(String),
 
-    #[error("{0}")]
-    Launch(String),
+    /// A task of a local cluster failed; `code` is its exit status (what the launcher
+    /// exits with, so that a restart policy reads it as it would the task's).
+    #[error("{message}")]
+    Launch { message: String, code: Option<u8> },
+}
+
+/// The exit statuses of `engine`, as the README documents them. Kubeflow's
+/// `restartPolicy: ExitCode` restarts a task on 128-255 and gives up on 1-127.
+pub mod exit {
+    /// A permanent error: the spec, the model, the data (a NaN included), a checkpoint of
+    /// another job, a cluster whose tasks disagree. Running again changes nothing.
+    pub const FAILURE: u8 = 1;
+    /// A usage error on the command line (clap's status too).
+    pub const USAGE: u8 = 2;
+    /// A failure that running again may not have: a lost or unreachable peer, a collective
+    /// or connection timeout, an object store that did not answer.
+    pub const RETRYABLE: u8 = 200;
+}
+
+impl CliError {
+    /// The process's exit status for this error: 128 + the signal after a preemption
+    /// (143 for SIGTERM, 130 for SIGINT), [`exit::RETRYABLE`], [`exit::USAGE`] or
+    /// [`exit::FAILURE`].
+    pub fn exit_code(&self) -> u8 {
+        use engine_estimator::{EstimatorError, preemption::Signal};
+        match self {
+            CliError::Estimator(EstimatorError::Preempted { signal, .. }) => signal.unwrap_or(Signal::TERM).exit_code(),
+            CliError::Estimator(e) if e.is_retryable() => exit::RETRYABLE,
+            CliError::Usage(_) => exit::USAGE,
+            CliError::Launch { code: Some(code), .. } => *code,
+            _ => exit::FAILURE,
+        }
+    }
 }

@@ -35,7 +35,7 @@ pub fn eval(args: &EvalArgs) -> Result<(), CliError> {
     let es = &spec.job.eval_spec;
     let hooks = job::hooks_of(&spec, &es.hooks)?;
     let result = estimator.evaluate(eval_input.as_ref(), es.steps, hooks, Some(&checkpoint), es.name.as_deref())?;
-    println!("{}", python_dict(&result));
+    super::output(&format!("{}\n", python_dict(&result)));
     Ok(())
 }
 

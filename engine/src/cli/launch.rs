@@ -8,11 +8,21 @@
 //!
 //! To see a restart happen, `ENGINE_FAULT_EXIT_AT_STEP=worker:1@12` makes that task exit
 //! at step 12 of the first start (`engine_estimator::hooks::FaultInjectionHook`).
+//!
+//! The tasks live and die with the launcher. Each runs in a process group of its own, so a
+//! Ctrl-C in the terminal reaches the launcher alone, which forwards it (and SIGTERM) to
+//! every task: they agree on a final step, the chief saves it, all exit, and the launcher
+//! exits with the signal's status. A second signal ends the launcher at once; whatever ends
+//! it, its tasks see their lifeline pipe close and stop the same way: no task is left
+//! training on its own.
 
-use super::{CliError, SpecArgs, run::TOKEN_ENV};
-use engine_estimator::hooks::RESTART_COUNT_ENV;
+use super::{CliError, SpecArgs, run::{LAUNCHER_FD_ENV, TOKEN_ENV}};
+use engine_estimator::{
+    hooks::RESTART_COUNT_ENV,
+    preemption::{self, Signal},
+};
 use engine_runtime::cluster::{Cluster, ClusterSource, ClusterSpec, TaskId};
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::Duration;
@@ -44,43 +54,60 @@ pub fn launch(args: &LaunchArgs) -> Result<(), CliError> {
     if strategy != "multi_worker" {
         return Err(CliError::Usage(format!("engine launch runs multi_worker clusters, not '{strategy}'")));
     }
-    let exe = std::env::current_exe().map_err(|e| CliError::Launch(format!("cannot find the engine executable: {e}")))?;
+    let fail = |message: String| CliError::Launch { message, code: None };
+    let exe = std::env::current_exe().map_err(|e| fail(format!("cannot find the engine executable: {e}")))?;
     // One token per launch: tasks of another cluster on this machine cannot join this one.
-    let token = format!("{:016x}{:016x}", rand_u64(), rand_u64());
+    let token = random_token().map_err(|e| fail(format!("cannot read the OS's random source: {e}")))?;
     let mut attempt = 0;
     loop {
         let cluster = local_cluster(args.workers as usize, args.evaluator)?;
         log::info!("Launching {} on 127.0.0.1 (attempt {})", cluster, attempt + 1);
         match run_cluster(args, &exe, &cluster, &token, &strategy, attempt)? {
-            None => return Ok(()),
-            Some(failure) if attempt < args.restart_on_failure => {
-                attempt += 1;
-                log::warn!("{failure}; restarting the cluster ({attempt} of {})", args.restart_on_failure);
+            Ending::Succeeded => return Ok(()),
+            Ending::Preempted(signal) => {
+                return Err(CliError::Launch {
+                    message: format!("received {signal}: every task stopped (the chief saved its final step); run again to resume"),
+                    code: Some(signal.exit_code()),
+                });
             }
-            Some(failure) => return Err(CliError::Launch(failure)),
+            Ending::Failed { message, .. } if attempt < args.restart_on_failure => {
+                attempt += 1;
+                log::warn!("{message}; restarting the cluster ({attempt} of {})", args.restart_on_failure);
+            }
+            Ending::Failed { message, code } => return Err(CliError::Launch { message, code }),
         }
     }
+}
+
+/// How one start of the cluster ended.
+enum Ending {
+    Succeeded,
+    /// The launcher was asked to stop; every task has stopped.
+    Preempted(Signal),
+    /// A task failed; `code` is its exit status (128 + the signal when one killed it).
+    Failed { message: String, code: Option<u8> },
 }
 
 /// A cluster of `workers` workers (and an evaluator) on free loopback ports. The ports are
 /// held until every one is chosen, so no two tasks get the same.
 fn local_cluster(workers: usize, evaluator: bool) -> Result<ClusterSpec, CliError> {
+    let fail = |message: String| CliError::Launch { message, code: None };
     let listeners: Vec<TcpListener> = (0..workers + usize::from(evaluator))
         .map(|_| TcpListener::bind("127.0.0.1:0"))
         .collect::<std::io::Result<_>>()
-        .map_err(|e| CliError::Launch(format!("cannot find free ports on 127.0.0.1: {e}")))?;
+        .map_err(|e| fail(format!("cannot find free ports on 127.0.0.1: {e}")))?;
     let mut addresses = listeners
         .iter()
         .map(|l| l.local_addr().map(|a| a.to_string()))
         .collect::<std::io::Result<Vec<_>>>()
-        .map_err(|e| CliError::Launch(format!("cannot read a bound port: {e}")))?;
+        .map_err(|e| fail(format!("cannot read a bound port: {e}")))?;
     let evaluator = if evaluator { addresses.pop().into_iter().collect() } else { Vec::new() };
     Ok(ClusterSpec { chief: Vec::new(), worker: addresses, ps: Vec::new(), evaluator })
 }
 
-/// Runs every task to its end. `None` when all succeeded, else what failed first: every
-/// task found failed when the first failure is noticed (a task that fails because a peer
-/// died often exits within milliseconds of it, so which came first cannot be told).
+/// Runs every task to its end. Fails on the first failure noticed, naming every task found
+/// failed then (a task that fails because a peer died often exits within milliseconds of
+/// it, so which came first cannot be told), after stopping the others.
 fn run_cluster(
     args: &LaunchArgs,
     exe: &std::path::Path,
@@ -88,7 +115,8 @@ fn run_cluster(
     token: &str,
     strategy: &str,
     restarts: u32,
-) -> Result<Option<String>, CliError> {
+) -> Result<Ending, CliError> {
+    let lifeline = Lifeline::new().map_err(|e| CliError::Launch { message: format!("cannot create a pipe: {e}"), code: None })?;
     let mut tasks: Vec<(TaskId, Child)> = Vec::new();
     for id in spec.task_ids().collect::<Vec<_>>() {
         let cluster = Cluster::new(spec.clone(), id, ClusterSource::Flags, None)?;
@@ -108,34 +136,54 @@ fn run_cluster(
             .env(RESTART_COUNT_ENV, restarts.to_string())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
-        let mut child = cmd.spawn().map_err(|e| CliError::Launch(format!("cannot start {id}: {e}")))?;
-        forward(&id, child.stdout.take());
-        forward(&id, child.stderr.take());
+        tie_to_launcher(&mut cmd, &lifeline);
+        let mut child = cmd.spawn().map_err(|e| CliError::Launch { message: format!("cannot start {id}: {e}"), code: None })?;
+        forward(&id, child.stdout.take(), Stream::Out);
+        forward(&id, child.stderr.take(), Stream::Err);
         tasks.push((id, child));
     }
-    let failure = loop {
+    let mut stopping: Option<Signal> = None;
+    let ending = loop {
+        if let (Some(signal), None) = (preemption::requested(), stopping) {
+            stopping = Some(signal);
+            log::info!("Received {signal}: asking every task to stop after its step in flight");
+            for (_, child) in tasks.iter_mut() {
+                if matches!(child.try_wait(), Ok(None)) {
+                    signal_task(child, signal.0);
+                }
+            }
+        }
         let mut running = 0;
         let mut failed = Vec::new();
+        let mut code = None;
         for (id, child) in tasks.iter_mut() {
             match child.try_wait() {
                 Ok(None) => running += 1,
                 Ok(Some(status)) if status.success() => {}
-                Ok(Some(status)) => failed.push(format!("{id} failed ({})", describe(status))),
+                // Tasks asked to stop exit with the signal's status: expected, not a failure.
+                Ok(Some(status)) if stopping.is_some_and(|s| status_code(status) == Some(s.exit_code())) => {}
+                Ok(Some(status)) => {
+                    code = code.or(status_code(status));
+                    failed.push(format!("{id} failed ({})", describe(status)));
+                }
                 Err(e) => failed.push(format!("cannot watch {id}: {e}")),
             }
         }
         if !failed.is_empty() {
-            break Some(failed.join(", "));
+            break Ending::Failed { message: failed.join(", "), code };
         }
         if running == 0 {
-            break None;
+            break match stopping {
+                Some(signal) => Ending::Preempted(signal),
+                None => Ending::Succeeded,
+            };
         }
         std::thread::sleep(Duration::from_millis(100));
     };
-    if let Some(f) = &failure {
+    if let Ending::Failed { message, .. } = &ending {
         for (id, child) in tasks.iter_mut() {
             if matches!(child.try_wait(), Ok(None)) {
-                log::warn!("{f}: stopping {id}");
+                log::warn!("{message}: stopping {id}");
                 let _ = child.kill();
             }
         }
@@ -143,32 +191,106 @@ fn run_cluster(
     for (_, child) in tasks.iter_mut() {
         let _ = child.wait();
     }
-    Ok(failure)
+    Ok(ending)
 }
 
-/// Copies a task's output to ours, line by line, prefixed with the task.
-fn forward(id: &TaskId, stream: Option<impl Read + Send + 'static>) {
+/// The read end of a pipe whose write end only the launcher holds. The kernel closes the
+/// write end when the launcher dies, however it dies; every task watches its read end
+/// (`ENGINE_LAUNCHER_FD`, see `run`), and the end of file is its stop request. Unlike a
+/// parent-death signal, which Linux sends again each time the child is passed to another
+/// thread of the dying parent (a second signal would end the task without its checkpoint),
+/// an end of file comes once.
+struct Lifeline {
+    read: libc::c_int,
+    write: libc::c_int,
+}
+
+impl Lifeline {
+    fn new() -> std::io::Result<Lifeline> {
+        let mut fds = [0 as libc::c_int; 2];
+        // SAFETY: `fds` has room for the two descriptors pipe2 writes. Both ends are
+        // close-on-exec: each task gets the read end by `tie_to_launcher`, none the write end.
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(Lifeline { read: fds[0], write: fds[1] })
+    }
+}
+
+impl Drop for Lifeline {
+    fn drop(&mut self) {
+        // SAFETY: both descriptors are ours and closed once.
+        unsafe {
+            libc::close(self.read);
+            libc::close(self.write);
+        }
+    }
+}
+
+/// Puts the task in a process group of its own (a terminal's Ctrl-C goes to the launcher,
+/// which forwards it once) and hands it the lifeline's read end, so that it stops when the
+/// launcher dies: a task never outlives its launcher.
+fn tie_to_launcher(cmd: &mut Command, lifeline: &Lifeline) {
+    use std::os::unix::process::CommandExt;
+    let fd = lifeline.read;
+    cmd.env(LAUNCHER_FD_ENV, fd.to_string());
+    // SAFETY: between fork and exec the closure calls only async-signal-safe functions
+    // (setpgid, fcntl) and allocates nothing.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::setpgid(0, 0) != 0 || libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
+fn signal_task(child: &Child, signal: i32) {
+    if let Ok(pid) = libc::pid_t::try_from(child.id()) {
+        // SAFETY: kill with a valid pid and signal has no memory effects.
+        unsafe { libc::kill(pid, signal) };
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Stream {
+    Out,
+    Err,
+}
+
+/// Copies a task's output to ours, line by line, prefixed with the task. Each line goes out
+/// in one write, so lines of different tasks never interleave.
+fn forward(id: &TaskId, stream: Option<impl Read + Send + 'static>, to: Stream) {
     let Some(stream) = stream else { return };
     let prefix = format!("[{id}]");
     std::thread::spawn(move || {
         for line in BufReader::new(stream).lines().map_while(|l| l.ok()) {
-            // Results (the final dicts `engine run` prints) go to stdout, logs to stderr.
-            if line.starts_with('{') {
-                println!("{prefix} {line}");
-            } else {
-                eprintln!("{prefix} {line}");
-            }
+            let text = format!("{prefix} {line}\n");
+            // Results (the final dicts `engine run` prints) go to stdout, logs to stderr. A
+            // closed stream (the launcher's reader went away) is not worth dying for.
+            let _ = match to {
+                Stream::Out => std::io::stdout().lock().write_all(text.as_bytes()),
+                Stream::Err => std::io::stderr().lock().write_all(text.as_bytes()),
+            };
         }
     });
 }
 
+/// The exit status as a shell reports it: the code, or 128 + the signal that killed it.
+fn status_code(status: ExitStatus) -> Option<u8> {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => u8::try_from(code).ok(),
+        (None, Some(signal)) => u8::try_from(128 + signal).ok(),
+        (None, None) => None,
+    }
+}
+
 fn describe(status: ExitStatus) -> String {
-    #[cfg(unix)]
-    {
-        use std::os::unix::process::ExitStatusExt;
-        if let Some(signal) = status.signal() {
-            return format!("killed by signal {signal}");
-        }
+    use std::os::unix::process::ExitStatusExt;
+    if let Some(signal) = status.signal() {
+        return format!("killed by signal {signal}");
     }
     match status.code() {
         Some(code) => format!("exit code {code}"),
@@ -176,10 +298,9 @@ fn describe(status: ExitStatus) -> String {
     }
 }
 
-/// A random u64 from the OS's hasher keys (no extra dependency for a launch token).
-fn rand_u64() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0));
-    h.finish()
+/// 128 bits from the OS's random source, in hex.
+fn random_token() -> std::io::Result<String> {
+    let mut bytes = [0u8; 16];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }

@@ -26,16 +26,17 @@ impl Log for Logger {
             Level::Debug | Level::Trace => 'D',
         };
         let prefix = std::env::var("ENGINE_LOG_PREFIX").unwrap_or_default();
-        let mut err = std::io::stderr().lock();
-        let _ = writeln!(
-            err,
-            "{prefix}{letter} {:02}:{:02}:{:02}.{:03} engine] {}",
+        // One write per line: stderr is unbuffered, and a line written in pieces can be cut
+        // by another thread's (or, through a launcher's pipe, another task's) output.
+        let line = format!(
+            "{prefix}{letter} {:02}:{:02}:{:02}.{:03} engine] {}\n",
             secs / 3600,
             secs / 60 % 60,
             secs % 60,
             t.subsec_millis(),
             record.args()
         );
+        let _ = std::io::stderr().lock().write_all(line.as_bytes());
     }
 
     fn flush(&self) {}

@@ -13,7 +13,7 @@ mod run;
 
 pub use checkpoints::CheckpointsArgs;
 pub use device::Device;
-pub use error::CliError;
+pub use error::{CliError, exit};
 pub use eval::EvalArgs;
 pub use launch::LaunchArgs;
 pub use predict::PredictArgs;
@@ -176,6 +176,14 @@ impl RunArgs {
     }
 }
 
+/// Writes a command's result to stdout. A reader that went away (`engine plan | head`, a
+/// launcher that was killed) is no reason to fail after the work is done.
+pub(crate) fn output(text: &str) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(text.as_bytes()).and_then(|()| out.flush());
+}
+
 /// Runs a parsed command line.
 pub fn execute(cli: Cli) -> Result<(), CliError> {
     match cli.command {
@@ -189,14 +197,20 @@ pub fn execute(cli: Cli) -> Result<(), CliError> {
 }
 
 /// The binary's entry point: parse arguments (clap exits with status 2 on usage errors),
-/// execute, print any error on stderr with status 1.
+/// execute, print any error on stderr with the status [`CliError::exit_code`] gives.
 pub fn main() -> ExitCode {
     logging::init();
+    // SIGTERM and SIGINT stop training after the step in flight, with a checkpoint.
+    if let Err(e) = engine_estimator::preemption::install() {
+        log::warn!("cannot handle SIGTERM and SIGINT ({e}): a signal will end the process without a checkpoint");
+    }
     match execute(Cli::parse()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::FAILURE
+            // Not eprintln!: it panics when stderr is gone (a launcher that was killed).
+            use std::io::Write;
+            let _ = std::io::stderr().lock().write_all(format!("error: {e}\n").as_bytes());
+            ExitCode::from(e.exit_code())
         }
     }
 }

@@ -16,7 +16,7 @@ pub fn plan(args: &PlanArgs) -> Result<(), CliError> {
     let strategy = args.common.strategy(&spec, args.mode);
     let plan = lower::compile(&spec, args.mode, strategy)?;
     if args.dot.as_deref().is_some_and(|p| p.as_os_str() == "-") {
-        print!("{}", plan.graph.to_dot());
+        super::output(&plan.graph.to_dot());
         return Ok(());
     }
     let batch = args.batch.unwrap_or_else(|| default_batch(&spec, args.mode));
@@ -30,7 +30,7 @@ pub fn plan(args: &PlanArgs) -> Result<(), CliError> {
             .map_err(|source| CliError::Write { path: path.display().to_string(), source })?;
         let _ = writeln!(out, "graph written to {}", path.display());
     }
-    print!("{out}");
+    super::output(&out);
     Ok(())
 }
 

@@ -7,6 +7,7 @@ use engine_estimator::{EvalResult, EvalSpec, StepLimit, TrainSpec, train_and_eva
 use std::sync::Arc;
 
 pub fn run(args: &RunArgs) -> Result<(), CliError> {
+    watch_launcher();
     let spec = Arc::new(args.common.load(args.overrides())?);
     let strategy = args.common.strategy.map(|s| s.name().to_string());
     let devices = (!args.devices.is_empty()).then(|| args.devices.clone());
@@ -42,12 +43,16 @@ pub fn run(args: &RunArgs) -> Result<(), CliError> {
             };
             let train_spec = TrainSpec { input_fn: train_input, max_steps, hooks: train_hooks };
             let result = train_and_evaluate(&estimator, train_spec, eval_spec)?;
-            println!("{}", python_dict(&result));
+            super::output(&format!("{}\n", python_dict(&result)));
         }
         None => {
             let limit = max_steps.map(StepLimit::MaxSteps).unwrap_or(StepLimit::UntilInputEnds);
             let outcome = estimator.train(train_input.as_ref(), train_hooks, limit, Vec::new())?;
-            println!("{{'global_step': {}, 'loss': {}}}", outcome.global_step, outcome.loss.map(|l| format!("{l:.7}")).unwrap_or("None".into()));
+            super::output(&format!(
+                "{{'global_step': {}, 'loss': {}}}\n",
+                outcome.global_step,
+                outcome.loss.map(|l| format!("{l:.7}")).unwrap_or("None".into())
+            ));
         }
     }
     Ok(())
@@ -55,6 +60,30 @@ pub fn run(args: &RunArgs) -> Result<(), CliError> {
 
 /// The environment variable holding the cluster's shared token.
 pub const TOKEN_ENV: &str = "ENGINE_CLUSTER_TOKEN";
+
+/// Set by `engine launch`: the descriptor of a pipe only the launcher writes to. Its end of
+/// file means the launcher is gone, and this task stops as on SIGTERM.
+pub const LAUNCHER_FD_ENV: &str = "ENGINE_LAUNCHER_FD";
+
+/// Watches the launcher's lifeline (see `launch`), if this task has one.
+fn watch_launcher() {
+    let Some(fd) = std::env::var(LAUNCHER_FD_ENV).ok().and_then(|v| v.parse::<libc::c_int>().ok()) else { return };
+    std::thread::spawn(move || {
+        let mut byte = 0u8;
+        loop {
+            // SAFETY: reads at most one byte into `byte`; the descriptor was inherited for this.
+            let n = unsafe { libc::read(fd, (&raw mut byte).cast(), 1) };
+            if n < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            if n <= 0 {
+                break;
+            }
+        }
+        log::warn!("the launcher is gone: stopping after the step in flight");
+        engine_estimator::preemption::request(engine_estimator::preemption::Signal::TERM);
+    });
+}
 
 /// This process's cluster (flags, else `TF_CONFIG`, else Slurm) and token, for the
 /// strategies that span processes. Cluster flags with a single-process strategy are a

@@ -6,6 +6,7 @@ use crate::{
     hooks::RunValues,
     input::Batch,
     metrics::MetricState,
+    preemption,
     session::{Compiled, Replicas},
 };
 use engine_graph::{HostTensor, Outlet};
@@ -53,6 +54,10 @@ pub(crate) fn evaluate_dataset(
     while batches.peek().is_some() {
         if steps.is_some_and(|s| out.batches >= s) {
             break;
+        }
+        // The checkpoint under evaluation is saved already: nothing to lose by stopping.
+        if let Some(signal) = preemption::requested() {
+            return Err(EstimatorError::Preempted { signal: Some(signal), step: None });
         }
         let extra = observer.before_batch()?;
         let mut fetches = base.clone();
@@ -118,7 +123,15 @@ pub(crate) fn evaluate_dataset(
             break;
         }
     }
-    out.loss = if out.examples > 0 { out.loss_sum / out.examples as f64 } else { f64::NAN };
+    if out.examples == 0 {
+        return Err(EstimatorError::EmptyEvaluation {
+            reason: match steps {
+                Some(0) => "eval_spec.steps is 0".into(),
+                _ => "the evaluation input has no examples (check its files, and its skip, take and filters)".into(),
+            },
+        });
+    }
+    out.loss = out.loss_sum / out.examples as f64;
     for ((name, metric, _), state) in compiled.metrics.iter().zip(states) {
         out.metrics.insert(name.clone(), metric.result(&state));
         out.states.insert(name.clone(), state);

@@ -6,9 +6,10 @@ use crate::{
     hooks::{HookContext, RunArgs, RunValues, SessionRunHook, SessionState, SharedSummaryWriter},
     input::{Batch, DatasetIter},
     model_dir::ModelDir,
+    preemption::{self, Signal},
     session::{Compiled, Replicas},
 };
-use engine_graph::{HostTensor, Outlet};
+use engine_graph::{HostTensor, Outlet, passes::strategy::STOP_REQUEST};
 use engine_runtime::{NonFinite, RunOptions};
 use std::cell::Cell;
 use std::collections::BTreeMap;
@@ -27,6 +28,9 @@ pub(crate) struct TrainingSession<'a> {
     pub non_finite: NonFinitePolicy,
     /// Whether other processes train too (a NaN may then sit in another task's batch).
     pub in_cluster: bool,
+    /// Set when training stopped because a stop was asked for: the signal this process
+    /// received, or `None` when another task of the cluster received it.
+    pub preempted: Option<Option<Signal>>,
 }
 
 /// How a training run ended.
@@ -119,8 +123,25 @@ impl TrainingSession<'_> {
         let train_op = self.compiled.train_op.ok_or_else(|| EstimatorError::Other("training graph has no train op".into()))?;
         let mut last_loss = None;
         let (mut skipped, mut skipped_in_a_row) = (0u64, 0u64);
+        // In a cluster, tasks agree on the step to stop at (see `AgreeOnStop`).
+        let stop_request = self.compiled.named.get(STOP_REQUEST).copied();
+        let mut announced = false;
         let result = (|| -> Result<()> {
             while !stop.get() {
+                let asked = preemption::requested();
+                if let Some(signal) = asked
+                    && !announced
+                {
+                    announced = true;
+                    match stop_request {
+                        Some(_) => log::info!("Received {signal}: the cluster stops after the next step, then the chief saves a checkpoint"),
+                        None => log::info!("Received {signal}: stopping at step {}; saving a checkpoint", self.global_step),
+                    }
+                }
+                if asked.is_some() && stop_request.is_none() {
+                    self.preempted = Some(asked);
+                    break;
+                }
                 let mut args = RunArgs::default();
                 for h in hooks.iter_mut() {
                     let a = self.with_ctx(&stop, |ctx| h.before_run(ctx))?;
@@ -137,6 +158,7 @@ impl TrainingSession<'_> {
                     })?;
                     fetches.push(o);
                 }
+                fetches.extend(stop_request);
                 let waited = Instant::now();
                 let mut batches: Vec<Batch> = Vec::with_capacity(self.replicas.len());
                 for _ in 0..self.replicas.len() {
@@ -151,6 +173,13 @@ impl TrainingSession<'_> {
                 }
                 if batches.len() < self.replicas.len() {
                     break;
+                }
+                if stop_request.is_some() {
+                    let flag = HostTensor::scalar_f32(if asked.is_some() { 1.0 } else { 0.0 });
+                    // Fed like a feature: batches are the step's feeds.
+                    batches.iter_mut().for_each(|b| {
+                        b.features.insert(STOP_REQUEST.into(), flag.clone());
+                    });
                 }
                 let input_wait = waited.elapsed();
                 let started = Instant::now();
@@ -187,8 +216,17 @@ impl TrainingSession<'_> {
                     }
                 }
                 let values = RunValues { results, timings: first.timings.clone(), step_time, input_wait, collectives: first.collectives.clone() };
+                let agreed = match stop_request {
+                    Some(_) => first.fetched.last().map(|v| v.to_host()).transpose()?.and_then(|t| t.scalar_value()).unwrap_or(0.0),
+                    None => 0.0,
+                };
                 for h in hooks.iter_mut() {
                     self.with_ctx(&stop, |ctx| h.after_run(ctx, &values))?;
+                }
+                if agreed > 0.0 {
+                    log::info!("Stopping at step {}: {agreed} task(s) of the cluster were asked to stop", self.global_step);
+                    self.preempted = Some(asked);
+                    stop.set(true);
                 }
             }
             Ok(())

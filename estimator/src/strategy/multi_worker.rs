@@ -10,7 +10,7 @@
 
 use super::{Stage, Strategy, StrategyOptions, mirrored::all_reduce_passes};
 use crate::{EstimatorError, Result, input::InputContext};
-use engine_graph::passes::Pass;
+use engine_graph::passes::{Pass, strategy::AgreeOnStop};
 use engine_runtime::{
     Collective, Device,
     cluster::{Cluster, TaskType},
@@ -74,8 +74,15 @@ impl Strategy for MultiWorkerStrategy {
             num_replicas_in_sync: self.replicas(),
         }
     }
+    /// Mirrored's, and tasks agree on a final step when one of them is asked to stop.
     fn passes(&self, stage: Stage, training: bool) -> Vec<Box<dyn Pass>> {
-        all_reduce_passes(stage, training, self.replicas(), self.bucket_bytes)
+        let mut passes = all_reduce_passes(stage, training, self.replicas(), self.bucket_bytes);
+        if stage == Stage::Gradients && training {
+            // Before fusion, which packs the request into the last bucket.
+            let at = passes.iter().position(|p| p.name() == "all-reduce-fusion").unwrap_or(passes.len());
+            passes.insert(at, Box::new(AgreeOnStop));
+        }
+        passes
     }
     fn collectives(&self, local: usize, fingerprint: &str) -> Result<Option<Vec<Arc<dyn Collective>>>> {
         let task = self.cluster.task();

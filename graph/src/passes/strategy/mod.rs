@@ -2,6 +2,7 @@
 //! estimator) is a list of these: where nodes run, how gradients are combined across
 //! replicas, how those combinations are grouped into messages.
 
+mod agree_on_stop;
 mod all_reduce_fusion;
 mod all_reduce_gradients;
 mod all_reduce_loss;
@@ -9,6 +10,7 @@ mod central_storage;
 mod placement;
 mod scale_loss;
 
+pub use agree_on_stop::{AgreeOnStop, STOP_REQUEST};
 pub use all_reduce_fusion::{AllReduceFusion, Bucket, buckets};
 pub use all_reduce_gradients::AllReduceGradients;
 pub use all_reduce_loss::AllReduceLoss;
