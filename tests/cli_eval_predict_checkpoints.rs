@@ -127,7 +127,7 @@ fn predict_writes_one_json_object_per_example_consistent_with_eval() -> Result<(
 }
 
 #[test]
-fn checkpoints_lists_steps_times_sizes_the_latest_and_leases() -> Result<()> {
+fn checkpoints_lists_steps_times_sizes_status_the_latest_and_leases() -> Result<()> {
     let (_tmp, dir, _) = trained()?;
     let manager = CheckpointManager::new(ModelDir::open(&dir)?, 0, None);
     let lease = manager.acquire_lease("model.ckpt-10", "evaluator-0", Duration::from_secs(3600))?;
@@ -143,12 +143,12 @@ fn checkpoints_lists_steps_times_sizes_the_latest_and_leases() -> Result<()> {
     for (row, (step, info)) in rows.iter().zip([0u64, 10, 20].iter().zip(&sizes)) {
         ensure!(row[0] == format!("model.ckpt-{step}") && row[1] == step.to_string(), "{row:?}");
         // Date and time, then the size in MiB (a CNN of ~100k parameters with no slots).
-        ensure!(row[2].len() == 10 && row[3].len() == 8 && row[5] == "MiB", "{row:?}");
+        ensure!(row[2].len() == 10 && row[3].len() == 8 && row[5] == "MiB" && row[6] == "ok", "{row:?}");
         let mib: f64 = row[4].parse()?;
         ensure!((mib - info.size_bytes as f64 / 1048576.0).abs() <= 0.05, "{row:?} vs {} bytes", info.size_bytes);
     }
-    ensure!(rows[2].last() == Some(&"latest") && rows[0].len() == 6, "{}", listed.stdout);
-    ensure!(rows[1][6..].join(" ").starts_with("leased by evaluator-0 until "), "{}", listed.stdout);
+    ensure!(rows[2].last() == Some(&"latest") && rows[0].len() == 7, "{}", listed.stdout);
+    ensure!(rows[1][7..].join(" ").starts_with("leased by evaluator-0 until "), "{}", listed.stdout);
     lease.release()?;
 
     let missing = engine(&["checkpoints", &format!("{dir}-typo")])?;

@@ -146,11 +146,17 @@ impl Estimator {
         saving_listeners: Vec<Box<dyn CheckpointSaverListener + 'l>>,
         trigger: crate::CheckpointTrigger,
     ) -> Result<TrainOutcome> {
-        let restored = self.checkpoints.restore_latest_valid()?;
-        if let Some(r) = &restored {
-            for skipped in &r.skipped {
-                log::warn!("Skipping an unreadable checkpoint: {skipped}");
+        if self.train_strategy.is_chief() {
+            for path in self.checkpoints.remove_interrupted_saves()? {
+                log::info!("Removed {}, left by a save that was interrupted", path.display());
             }
+        }
+        let restored = self.checkpoints.restore_latest_valid()?;
+        if let Some(r) = restored.as_ref().filter(|r| !r.skipped.is_empty()) {
+            for skipped in &r.skipped {
+                log::warn!("Damage in the model dir: {skipped}");
+            }
+            log::warn!("Resuming from {}, the newest checkpoint that loads; the next save repairs the state file", r.checkpoint.path);
         }
         let start = restored.as_ref().map(|r| r.checkpoint.step).unwrap_or(0);
         let last_step = match limit {
@@ -183,19 +189,7 @@ impl Estimator {
                         compiled.fingerprint
                     );
                 }
-                let context = strategy.input_context();
-                match IteratorState::from_json(&r.checkpoint.meta.input_state) {
-                    Ok(state) if state.shard_index == context.input_pipeline_id && state.num_shards == context.num_input_pipelines => {
-                        dataset.iter_from(&state)?
-                    }
-                    // The chief records its own pipeline's position; another worker's shard
-                    // is at the same step, which a replay from its start reaches exactly.
-                    Ok(_) => dataset.iter_after(start * replicas.len() as u64)?,
-                    Err(e) => {
-                        log::warn!("input position not restorable ({e}); replaying {} batches", start * replicas.len() as u64);
-                        dataset.iter_after(start * replicas.len() as u64)?
-                    }
-                }
+                resume_input(&dataset, &r.checkpoint, strategy.as_ref(), replicas.len() as u64)?
             }
             None => {
                 replicas.initialize(self.seed)?;
@@ -210,10 +204,14 @@ impl Estimator {
         if strategy.cluster().is_some() {
             replicas.sync_from_chief(start, self.seed)?;
         }
+        let global_batch = schema_batch(&dataset) * strategy.num_replicas_in_sync();
+        let examples_seen = match &restored {
+            Some(r) => r.checkpoint.meta.examples_seen.unwrap_or(start * global_batch as u64),
+            None => 0,
+        };
         let is_chief = strategy.is_chief();
         let summary: Option<SharedSummaryWriter> =
             if is_chief && self.config.save_summary_steps > 0 { Some(Arc::new(Mutex::new(SummaryWriter::new(&self.model_dir, "")?))) } else { None };
-        let global_batch = schema_batch(&dataset) * strategy.num_replicas_in_sync();
         let mut all_hooks: Vec<Box<dyn SessionRunHook + 'l>> = vec![
             Box::new(NanTensorHook::default()),
             Box::new(LoggingTensorHook::new(&["loss", "global_step"], self.config.log_step_count_steps)),
@@ -252,6 +250,7 @@ impl Estimator {
             non_finite: self.config.non_finite,
             in_cluster: strategy.cluster().is_some(),
             preempted: None,
+            examples_seen,
         };
         let outcome = session.run(&mut all_hooks)?;
         // Every task of a cluster ends the same step; the chief arrives after its final
@@ -405,6 +404,41 @@ impl Evaluator<'_> {
             None => "eval".into(),
         }
     }
+}
+
+/// Where this process's input pipeline resumes after `checkpoint`: exactly where it was, when
+/// the checkpoint recorded this pipeline's position for this very dataset; else (another
+/// worker's shard, or a pipeline that changed since: its batch size, shuffle buffer, files
+/// or the strategy's replica count) after as many examples as the job had read, replayed in
+/// the new pipeline's order. TensorFlow restarts its input in the second case; the warning
+/// says what happened.
+fn resume_input(dataset: &Dataset, checkpoint: &Checkpoint, strategy: &dyn Strategy, local_replicas: u64) -> Result<crate::input::DatasetIter> {
+    let context = strategy.input_context();
+    let global_batch = (schema_batch(dataset) * strategy.num_replicas_in_sync()).max(1) as u64;
+    let examples = checkpoint.meta.examples_seen.unwrap_or(checkpoint.step * global_batch);
+    let replay = || dataset.iter_after(examples / global_batch * local_replicas);
+    let why = match IteratorState::from_json(&checkpoint.meta.input_state) {
+        Ok(state) if state.shard_index == context.input_pipeline_id && state.num_shards == context.num_input_pipelines => {
+            match dataset.iter_from(&state) {
+                Ok(iter) => return Ok(iter),
+                Err(crate::input::InputError::State(_)) => {
+                    "its source, batch size, shuffle buffer, maps or filters changed".to_string()
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        // The chief records its own pipeline's position; another worker's shard is at the
+        // same step, which a replay from its start reaches exactly.
+        Ok(state) if state.num_shards == context.num_input_pipelines => return Ok(replay()?),
+        Ok(state) => format!("{} input pipelines then, {} now", state.num_shards, context.num_input_pipelines),
+        Err(e) => e.to_string(),
+    };
+    log::warn!(
+        "The input pipeline is not the one {} was saved with ({why}): continuing after example {examples}, \
+         in the new pipeline's order (TensorFlow would restart the input)",
+        checkpoint.path
+    );
+    Ok(replay()?)
 }
 
 /// The per-replica batch size of a training dataset (its first batch's rows).

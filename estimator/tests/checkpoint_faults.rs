@@ -163,7 +163,7 @@ fn variables(step: u64) -> Result<BTreeMap<String, HostTensor>> {
 }
 
 fn meta() -> CheckpointMeta {
-    CheckpointMeta { fingerprint: "fp".into(), input_state: "{}".into() }
+    CheckpointMeta { fingerprint: "fp".into(), input_state: "{}".into(), examples_seen: None }
 }
 
 /// A store holding checkpoints 1, 2, 3 (2 and 3 kept), plus a clean manager on it.

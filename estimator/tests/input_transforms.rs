@@ -118,6 +118,18 @@ fn filter_by_label() -> Result<()> {
 }
 
 #[test]
+fn filter_out_examples_that_are_not_finite() -> Result<()> {
+    let mut x: Vec<f32> = (0..12).map(|i| i as f32).collect();
+    x[4] = f32::NAN;
+    x[9] = f32::NEG_INFINITY;
+    let features = std::collections::BTreeMap::from([("x".to_string(), engine_graph::HostTensor::f32(vec![6, 2], x)?)]);
+    let labels = engine_graph::HostTensor::i64(vec![6], (0..6).collect())?;
+    let kept = ids(&collect(&Dataset::from_tensors(features, Some(labels))?.filter(Predicate::AllFinite).batch(10))?);
+    assert_eq!(kept, [0, 1, 3, 5]);
+    Ok(())
+}
+
+#[test]
 fn cache_returns_the_same_batches() -> Result<()> {
     let plain = tensors(50)?.map(Map::Scale(3.0)).shuffle(10, 2).batch(8).repeat(Some(2));
     let cached = tensors(50)?.map(Map::Scale(3.0)).cache().shuffle(10, 2).batch(8).repeat(Some(2));

@@ -1,11 +1,12 @@
-//! `engine checkpoints MODEL_DIR`: the checkpoints the state file keeps, with step, save
-//! time (UTC) and size, which one is the latest, and the leases evaluators hold on them.
+//! `engine checkpoints MODEL_DIR`: every checkpoint the model dir lists or holds, with step,
+//! save time (UTC), size and whether it loads (`ok`, `DAMAGED`, `MISSING`), which one a run
+//! resumes from, the leases evaluators hold, a damaged state file and interrupted saves.
 
 use super::CliError;
 use clap::Args;
 use engine_estimator::{
     EstimatorError,
-    checkpoint::{CheckpointInfo, CheckpointManager, LeaseInfo},
+    checkpoint::{CheckpointManager, CheckpointStatus, Inventory, LeaseInfo},
     model_dir::ModelDir,
 };
 use std::fmt::Write;
@@ -24,10 +25,9 @@ pub fn checkpoints(args: &CheckpointsArgs) -> Result<(), CliError> {
     let model_dir = ModelDir::open(location).map_err(EstimatorError::from)?;
     // A manager that never saves, so its retention policy never applies.
     let manager = CheckpointManager::new(model_dir.clone(), 0, None);
-    let listed = manager.list().map_err(EstimatorError::from)?;
-    let latest = manager.latest().map_err(EstimatorError::from)?;
+    let inventory = manager.inventory().map_err(EstimatorError::from)?;
     let leases = manager.leases().map_err(EstimatorError::from)?;
-    super::output(&table(&model_dir, &listed, latest.as_ref(), &leases, SystemTime::now()));
+    super::output(&table(&model_dir, &inventory, &leases, SystemTime::now()));
     Ok(())
 }
 
@@ -43,44 +43,59 @@ pub(super) fn require_existing(location: &str) -> Result<(), CliError> {
     Ok(())
 }
 
-fn table(
-    model_dir: &ModelDir,
-    listed: &[CheckpointInfo],
-    latest: Option<&CheckpointInfo>,
-    leases: &[LeaseInfo],
-    now: SystemTime,
-) -> String {
+fn table(model_dir: &ModelDir, inventory: &Inventory, leases: &[LeaseInfo], now: SystemTime) -> String {
     let mut out = String::new();
-    if listed.is_empty() {
+    if inventory.entries.is_empty() && inventory.state_damage.is_none() && inventory.interrupted_saves.is_empty() {
         let _ = writeln!(out, "no checkpoints in {model_dir}");
         return out;
     }
     let _ = writeln!(out, "checkpoints in {model_dir}:");
-    let width = listed.iter().map(|c| c.path.len()).max().unwrap_or(0).max("PATH".len());
-    let _ = writeln!(out, "{:<width$}  {:>10}  {:<19}  {:>10}  NOTE", "PATH", "STEP", "CREATED (UTC)", "SIZE");
-    for c in listed {
+    let entries = &inventory.entries;
+    let width = entries.iter().map(|c| c.path.len()).max().unwrap_or(0).max("PATH".len());
+    let _ = writeln!(out, "{:<width$}  {:>10}  {:<19}  {:>10}  {:<7}  NOTE", "PATH", "STEP", "CREATED (UTC)", "SIZE", "STATUS");
+    let resumable = inventory.resumable().map(|e| e.step);
+    for c in entries {
         let mut notes = Vec::new();
-        if latest.is_some_and(|l| l.path == c.path) {
-            notes.push("latest".to_string());
+        let status = match &c.status {
+            CheckpointStatus::Loadable => "ok",
+            CheckpointStatus::Damaged(why) => {
+                notes.push(why.clone());
+                "DAMAGED"
+            }
+            CheckpointStatus::Missing => {
+                notes.push("the state file lists it, its data is gone".to_string());
+                "MISSING"
+            }
+        };
+        if resumable == Some(c.step) {
+            notes.insert(0, "latest".to_string());
+        }
+        if !c.listed && c.info.is_some() {
+            notes.push("not listed".to_string());
         }
         for lease in leases.iter().filter(|l| l.checkpoint == c.path) {
             notes.push(lease_note(lease, now));
         }
-        let _ = write!(
-            out,
-            "{:<width$}  {:>10}  {:<19}  {:>10}  {}",
-            c.path,
-            c.step,
-            utc(c.created),
-            size(c.size_bytes),
-            notes.join(", ")
-        );
+        let (created, bytes) = match &c.info {
+            Some(info) => (utc(info.created), size(info.size_bytes)),
+            None => ("-".to_string(), "-".to_string()),
+        };
+        let _ = write!(out, "{:<width$}  {:>10}  {:<19}  {:>10}  {:<7}  {}", c.path, c.step, created, bytes, status, notes.join(", "));
         out.truncate(out.trim_end_matches(' ').len());
         out.push('\n');
     }
-    // Leases on checkpoints the state file no longer lists (garbage waiting for them).
-    for lease in leases.iter().filter(|l| !listed.iter().any(|c| c.path == l.checkpoint)) {
+    // Leases on checkpoints no longer there (garbage waiting for them).
+    for lease in leases.iter().filter(|l| !entries.iter().any(|c| c.path == l.checkpoint)) {
         let _ = writeln!(out, "{} (not listed): {}", lease.checkpoint, lease_note(lease, now));
+    }
+    if let Some(why) = &inventory.state_damage {
+        let _ = writeln!(out, "the state file is damaged ({why}): the list above is rebuilt from the files, and the next run's first save rewrites it");
+    }
+    for name in &inventory.interrupted_saves {
+        let _ = writeln!(out, "{name}: an interrupted save (the next training run removes it)");
+    }
+    if resumable.is_none() && !entries.is_empty() {
+        let _ = writeln!(out, "no checkpoint loads: a run would start from scratch only after these are moved away");
     }
     out
 }
@@ -137,17 +152,23 @@ mod tests {
     }
 
     #[test]
-    fn the_table_marks_the_latest_and_leases() -> Result<(), Box<dyn std::error::Error>> {
+    fn the_table_marks_the_latest_leases_and_damage() -> Result<(), Box<dyn std::error::Error>> {
+        use engine_estimator::checkpoint::{CheckpointInfo, InventoryEntry};
         let dir = ModelDir::open("memory://cli-checkpoints-table/run")?;
         let at = |s: u64| UNIX_EPOCH + Duration::from_secs(s);
-        let info = |step: u64| CheckpointInfo {
+        let entry = |step: u64, status: CheckpointStatus| InventoryEntry {
             path: format!("model.ckpt-{step}"),
             step,
-            created: at(1_700_000_000 + step),
-            size_bytes: 1536 * step,
-            url: String::new(),
+            info: (status != CheckpointStatus::Missing).then(|| CheckpointInfo {
+                path: format!("model.ckpt-{step}"),
+                step,
+                created: at(1_700_000_000 + step),
+                size_bytes: 1536 * step,
+                url: String::new(),
+            }),
+            listed: true,
+            status,
         };
-        let listed = [info(100), info(200)];
         let lease = |checkpoint: &str, expires: u64| LeaseInfo {
             checkpoint: checkpoint.into(),
             holder: "evaluator-0".into(),
@@ -155,15 +176,39 @@ mod tests {
             object: String::new(),
         };
         let leases = [lease("model.ckpt-100", 1_800_000_000), lease("model.ckpt-50", 1_600_000_000)];
-        let text = table(&dir, &listed, Some(&listed[1]), &leases, at(1_700_000_500));
+        let inventory = Inventory {
+            state_damage: None,
+            entries: vec![entry(100, CheckpointStatus::Loadable), entry(200, CheckpointStatus::Loadable)],
+            interrupted_saves: Vec::new(),
+        };
+        let text = table(&dir, &inventory, &leases, at(1_700_000_500));
         let want = "checkpoints in memory://cli-checkpoints-table/run:
-PATH                  STEP  CREATED (UTC)              SIZE  NOTE
-model.ckpt-100         100  2023-11-14 22:15:00   150.0 KiB  leased by evaluator-0 until 2027-01-15 08:00:00
-model.ckpt-200         200  2023-11-14 22:16:40   300.0 KiB  latest
+PATH                  STEP  CREATED (UTC)              SIZE  STATUS   NOTE
+model.ckpt-100         100  2023-11-14 22:15:00   150.0 KiB  ok       leased by evaluator-0 until 2027-01-15 08:00:00
+model.ckpt-200         200  2023-11-14 22:16:40   300.0 KiB  ok       latest
 model.ckpt-50 (not listed): leased by evaluator-0 expired 2020-09-13 12:26:40
 ";
         assert_eq!(text, want);
-        assert_eq!(table(&dir, &[], None, &[], at(0)), "no checkpoints in memory://cli-checkpoints-table/run\n");
+        let damaged = Inventory {
+            state_damage: Some("line 1: garbage".into()),
+            entries: vec![
+                entry(100, CheckpointStatus::Loadable),
+                entry(200, CheckpointStatus::Damaged("cut short".into())),
+                entry(300, CheckpointStatus::Missing),
+            ],
+            interrupted_saves: vec!["model.ckpt-400.safetensors#123000001".into()],
+        };
+        let text = table(&dir, &damaged, &[], at(1_700_000_500));
+        let want = "checkpoints in memory://cli-checkpoints-table/run:
+PATH                  STEP  CREATED (UTC)              SIZE  STATUS   NOTE
+model.ckpt-100         100  2023-11-14 22:15:00   150.0 KiB  ok       latest
+model.ckpt-200         200  2023-11-14 22:16:40   300.0 KiB  DAMAGED  cut short
+model.ckpt-300         300  -                             -  MISSING  the state file lists it, its data is gone
+the state file is damaged (line 1: garbage): the list above is rebuilt from the files, and the next run's first save rewrites it
+model.ckpt-400.safetensors#123000001: an interrupted save (the next training run removes it)
+";
+        assert_eq!(text, want);
+        assert_eq!(table(&dir, &Inventory::default(), &[], at(0)), "no checkpoints in memory://cli-checkpoints-table/run\n");
         Ok(())
     }
 

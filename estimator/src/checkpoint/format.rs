@@ -19,6 +19,10 @@ pub struct CheckpointMeta {
     pub fingerprint: String,
     /// Opaque JSON from the input pipeline (its position), restored with the variables.
     pub input_state: String,
+    /// Examples the whole job had read when the checkpoint was saved (every replica, skipped
+    /// batches included), when known: a run whose input pipeline changed (another batch size,
+    /// shuffle buffer or strategy) continues from there.
+    pub examples_seen: Option<u64>,
 }
 
 /// A checkpoint read back: its tensors and everything recorded with them.
@@ -37,6 +41,7 @@ pub(crate) const KEY_GLOBAL_STEP: &str = "global_step";
 pub(crate) const KEY_FINGERPRINT: &str = "fingerprint";
 pub(crate) const KEY_INPUT_STATE: &str = "input_state";
 pub(crate) const KEY_CREATED: &str = "created_unix";
+pub(crate) const KEY_EXAMPLES_SEEN: &str = "examples_seen";
 pub(crate) const KEY_FORMAT: &str = "format";
 pub(crate) const KEY_CHECKSUM: &str = "checksum";
 const FORMAT_VERSION: &str = "engine-checkpoint-1";
@@ -143,6 +148,9 @@ pub(crate) fn encode(
     metadata.insert(KEY_FINGERPRINT.to_string(), meta.fingerprint.clone());
     metadata.insert(KEY_INPUT_STATE.to_string(), meta.input_state.clone());
     metadata.insert(KEY_CREATED.to_string(), format!("{created_unix:.6}"));
+    if let Some(n) = meta.examples_seen {
+        metadata.insert(KEY_EXAMPLES_SEEN.to_string(), n.to_string());
+    }
 
     let views: Vec<(&str, TensorBytes)> =
         tensors.iter().map(|(n, t)| (n.as_str(), TensorBytes { tensor: t })).collect();
@@ -191,7 +199,11 @@ pub(crate) fn decode(bytes: &[u8], url: &str, path: &str) -> Result<Checkpoint> 
     let created_unix = field(KEY_CREATED)?
         .parse::<f64>()
         .map_err(|e| corrupt(format!("metadata `{KEY_CREATED}` is not a time: {e}")))?;
-    let meta = CheckpointMeta { fingerprint: field(KEY_FINGERPRINT)?, input_state: field(KEY_INPUT_STATE)? };
+    let examples_seen = match metadata.get(KEY_EXAMPLES_SEEN) {
+        Some(n) => Some(n.parse::<u64>().map_err(|e| corrupt(format!("metadata `{KEY_EXAMPLES_SEEN}` is not a count: {e}")))?),
+        None => None,
+    };
+    let meta = CheckpointMeta { fingerprint: field(KEY_FINGERPRINT)?, input_state: field(KEY_INPUT_STATE)?, examples_seen };
 
     let mut tensors = BTreeMap::new();
     for (name, view) in views {
@@ -244,7 +256,7 @@ mod tests {
     #[test]
     fn round_trips_tensors_and_metadata() -> anyhow::Result<()> {
         let tensors = sample()?;
-        let meta = CheckpointMeta { fingerprint: "fp-1".into(), input_state: r#"{"offset":7}"#.into() };
+        let meta = CheckpointMeta { fingerprint: "fp-1".into(), input_state: r#"{"offset":7}"#.into(), examples_seen: Some(2688) };
         let bytes = encode(42, &tensors, &meta, 1_700_000_000.25)?;
         let back = decode(&bytes, "mem://x/model.ckpt-42.safetensors", "model.ckpt-42")?;
         assert_eq!(back.tensors, tensors);

@@ -105,6 +105,12 @@ impl CheckpointManager {
         Ok(report)
     }
 
+    /// Removes what saves interrupted by a crash left behind: staging files whose writer is
+    /// gone, or older than an hour. A training run's chief calls this when it starts.
+    pub fn remove_interrupted_saves(&self) -> Result<Vec<std::path::PathBuf>> {
+        Ok(self.model_dir.remove_stale_staging_files("", STALE_STAGING_AGE)?)
+    }
+
     fn remove_staging_debris(&self, report: &mut GcReport) {
         if let Err(e) = self.model_dir.remove_stale_staging_files("", STALE_STAGING_AGE) {
             report.problems.push(e.to_string());

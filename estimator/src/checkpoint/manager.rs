@@ -144,6 +144,22 @@ impl CheckpointManager {
                     (Some(state), Some(object.version))
                 }
             };
+            // Entries whose data is gone (deleted, never written) or that lie past this step (a
+            // restart went back to an older checkpoint: that timeline was abandoned) are dropped,
+            // so the list names only checkpoints a restart could resume from.
+            let previous = match previous {
+                Some(mut state) => {
+                    let objects = self.data_objects()?;
+                    let step = parse_step(name).unwrap_or(u64::MAX);
+                    state.retain(|path| {
+                        split_checkpoint_path(path).is_ok_and(|(_, listed)| {
+                            parse_step(&listed).is_some_and(|s| s <= step) && objects.contains_key(&data_object_name(&listed))
+                        })
+                    });
+                    Some(state)
+                }
+                None => None,
+            };
             let next = next_state(previous.as_ref(), name, created, &self.policy, self.created_unix);
             // Markers first: a crash after them but before the publish leaves checkpoints that are both
             // listed and preserved, which is harmless.
@@ -181,6 +197,21 @@ impl CheckpointManager {
         Ok(self.read_state()?.map(|(state, _)| state))
     }
 
+    /// The state file, or when it cannot be read (garbage, empty, cut short) the state
+    /// rebuilt from the checkpoints present, with the reason: damage to that small file
+    /// must never strand the checkpoints beside it.
+    pub fn recovered_state(&self) -> Result<(Option<CheckpointState>, Option<CheckpointError>)> {
+        match self.read_state() {
+            Ok(state) => Ok((state.map(|(s, _)| s), None)),
+            Err(e @ CheckpointError::StateFile { .. }) => {
+                let rebuilt = self.state_from_listing()?;
+                let state = (!rebuilt.all_model_checkpoint_paths.is_empty()).then_some(rebuilt);
+                Ok((state, Some(e)))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
     /// Every `model.ckpt-<step>.safetensors` at the top of the model dir, by name.
     pub(crate) fn data_objects(&self) -> Result<HashMap<String, ObjectInfo>> {
         Ok(self
@@ -213,7 +244,7 @@ impl CheckpointManager {
         })
     }
 
-    fn info(&self, state: &CheckpointState, path: &str, object: &ObjectInfo) -> Option<CheckpointInfo> {
+    pub(crate) fn info(&self, state: &CheckpointState, path: &str, object: &ObjectInfo) -> Option<CheckpointInfo> {
         let (_, name) = split_checkpoint_path(path).ok()?;
         let step = parse_step(&name)?;
         let created = state.timestamp_of(path).map(from_unix).unwrap_or(object.last_modified);
@@ -226,9 +257,10 @@ impl CheckpointManager {
         })
     }
 
-    /// The checkpoints the state file lists and whose data exists, oldest first.
+    /// The checkpoints the state file lists (or, when it is damaged, the ones present) and
+    /// whose data exists, oldest first.
     pub fn list(&self) -> Result<Vec<CheckpointInfo>> {
-        let Some((state, _)) = self.read_state()? else { return Ok(Vec::new()) };
+        let (Some(state), _) = self.recovered_state()? else { return Ok(Vec::new()) };
         let objects = self.data_objects()?;
         Ok(state
             .all_model_checkpoint_paths
@@ -240,17 +272,19 @@ impl CheckpointManager {
             .collect())
     }
 
-    /// The checkpoint the state file names as latest (`None` before the first save). Its data object
-    /// must exist; whether it loads is `restore`'s business.
+    /// The newest checkpoint whose data exists: the one the state file names as latest, else
+    /// the newest other it lists, else (state file damaged) the newest present. `None` before
+    /// the first save. Whether it loads is `restore_latest_valid`'s business.
     pub fn latest(&self) -> Result<Option<CheckpointInfo>> {
-        let Some((state, _)) = self.read_state()? else { return Ok(None) };
-        let (_, name) = split_checkpoint_path(&state.model_checkpoint_path)?;
-        let data_name = data_object_name(&name);
-        let object = self
-            .model_dir
-            .head(&data_name)?
-            .ok_or_else(|| CheckpointError::NotFound { url: self.model_dir.url_of(&data_name) })?;
-        Ok(self.info(&state, &state.model_checkpoint_path, &object))
+        let (Some(state), damaged) = self.recovered_state()? else { return Ok(None) };
+        // The common case costs one HEAD: the named latest is there.
+        if damaged.is_none()
+            && let Ok((_, name)) = split_checkpoint_path(&state.model_checkpoint_path)
+            && let Some(object) = self.model_dir.head(&data_object_name(&name))?
+        {
+            return Ok(self.info(&state, &state.model_checkpoint_path, &object));
+        }
+        Ok(self.list()?.into_iter().max_by_key(|c| c.step))
     }
 
     /// Leases `checkpoint` (`model.ckpt-<step>`) for `holder` (e.g. `evaluator-0`) for `ttl`: the

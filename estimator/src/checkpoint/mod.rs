@@ -20,7 +20,7 @@
 //! let mut variables = BTreeMap::new();
 //! variables.insert("dense/kernel".to_string(), HostTensor::f32(vec![2], vec![0.5, -1.0])?);
 //! variables.insert("global_step".to_string(), HostTensor::scalar_i64(100));
-//! manager.save(100, &variables, &CheckpointMeta { fingerprint: "job-1".into(), input_state: "{}".into() })?;
+//! manager.save(100, &variables, &CheckpointMeta { fingerprint: "job-1".into(), input_state: "{}".into(), examples_seen: None })?;
 //! let restored = manager.restore_latest_valid()?.ok_or("no checkpoint")?;
 //! assert_eq!(restored.checkpoint.step, 100);
 //! assert_eq!(restored.checkpoint.tensors, variables);
@@ -30,6 +30,7 @@
 mod error;
 mod format;
 mod gc;
+mod inventory;
 mod lease;
 mod manager;
 mod name;
@@ -39,6 +40,7 @@ mod state_file;
 
 pub use error::{CheckpointError, Result};
 pub use format::{Checkpoint, CheckpointMeta};
+pub use inventory::{CheckpointStatus, Inventory, InventoryEntry};
 pub use lease::{Lease, LeaseInfo};
 pub use manager::{CheckpointInfo, CheckpointManager, GcReport};
 pub use name::{CHECKPOINT_BASENAME, DATA_SUFFIX, STATE_FILE, checkpoint_name, data_object_name, parse_step};

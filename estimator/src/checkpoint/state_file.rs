@@ -38,6 +38,24 @@ impl CheckpointState {
         self.all_model_checkpoint_timestamps.get(index).copied()
     }
 
+    /// Keeps the listed checkpoints `keep` accepts (their timestamps with them); the latest
+    /// becomes the newest kept one.
+    pub(crate) fn retain(&mut self, mut keep: impl FnMut(&str) -> bool) {
+        let timed = self.all_model_checkpoint_timestamps.len() == self.all_model_checkpoint_paths.len();
+        let mut timestamps = std::mem::take(&mut self.all_model_checkpoint_timestamps).into_iter();
+        let mut kept_timestamps = Vec::new();
+        self.all_model_checkpoint_paths.retain(|path| {
+            let timestamp = if timed { timestamps.next() } else { None };
+            let kept = keep(path);
+            if kept {
+                kept_timestamps.extend(timestamp);
+            }
+            kept
+        });
+        self.all_model_checkpoint_timestamps = kept_timestamps;
+        self.model_checkpoint_path = self.all_model_checkpoint_paths.last().cloned().unwrap_or_default();
+    }
+
     pub fn to_text(&self) -> String {
         let mut text = format!("model_checkpoint_path: \"{}\"\n", escape(&self.model_checkpoint_path));
         for path in &self.all_model_checkpoint_paths {

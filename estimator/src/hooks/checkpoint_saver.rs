@@ -48,7 +48,11 @@ impl<'l> CheckpointSaverHook<'l> {
         }
         log::info!("Saving checkpoints for {step} into {}", ctx.model_dir.url_of("model.ckpt"));
         let variables = ctx.session.export_variables()?;
-        let meta = CheckpointMeta { fingerprint: ctx.session.fingerprint(), input_state: ctx.session.input_state() };
+        let meta = CheckpointMeta {
+            fingerprint: ctx.session.fingerprint(),
+            input_state: ctx.session.input_state(),
+            examples_seen: Some(ctx.session.examples_seen()),
+        };
         let info = ctx.checkpoints.save(step, &variables, &meta)?;
         let gc = ctx.checkpoints.last_gc_report();
         for problem in &gc.problems {

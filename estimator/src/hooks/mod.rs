@@ -49,6 +49,8 @@ pub trait SessionState {
     fn input_state(&self) -> String;
     /// The job fingerprint recorded in checkpoints.
     fn fingerprint(&self) -> String;
+    /// Examples the whole job has read so far (every replica, skipped batches included).
+    fn examples_seen(&self) -> u64;
 }
 
 /// The view every hook callback gets.

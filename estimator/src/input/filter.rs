@@ -1,4 +1,4 @@
-//! Keeping only some examples: by label (from a spec) or by any Rust predicate.
+//! Keeping only some examples: by label or finiteness (from a spec) or by any Rust predicate.
 //!
 //! Filters decide on index streams like every other stage, but their decision needs the
 //! example's values, so they decode it (through the maps before them). A predicate must be a
@@ -19,6 +19,10 @@ pub enum Predicate {
     LabelIn(Vec<i64>),
     /// Drops examples whose (scalar i64) label is one of these.
     LabelNotIn(Vec<i64>),
+    /// Drops examples with a NaN or an infinity in any float feature or label: TensorFlow
+    /// users' `filter(lambda x, y: tf.reduce_all(tf.math.is_finite(x)))`, for data known to
+    /// have holes (training refuses them otherwise; see `run_config.non_finite`).
+    AllFinite,
 }
 
 pub type FilterFn = Arc<dyn Fn(&ExampleRef<'_>) -> bool + Send + Sync>;
@@ -61,6 +65,10 @@ impl Filter {
         match self {
             Filter::Predicate(Predicate::LabelIn(set)) => label(example).is_some_and(|l| set.contains(&l)),
             Filter::Predicate(Predicate::LabelNotIn(set)) => label(example).is_some_and(|l| !set.contains(&l)),
+            Filter::Predicate(Predicate::AllFinite) => example.row.values.iter().all(|v| match v {
+                engine_graph::HostData::F32(values) => values.iter().all(|x| x.is_finite()),
+                _ => true,
+            }),
             Filter::Closure { keep, .. } => keep(example),
         }
     }

@@ -335,10 +335,38 @@ impl ModelDir {
         write_atomic(local, &data, LocalPutMode::Overwrite).map(|_| ())
     }
 
-    /// Removes `<name>#<digits>` staging files older than `min_age` left in a local model dir by writers
-    /// that crashed between staging and publishing. Returns the files removed; a no-op for object stores,
-    /// whose puts leave no debris.
+    /// Removes `<name>#<digits>` staging files left in a local model dir by writers that crashed
+    /// between staging and publishing: those older than `min_age`, and at once those whose
+    /// writer process is gone. Returns the files removed; a no-op for object stores, whose
+    /// puts leave no debris.
     pub fn remove_stale_staging_files(&self, dir: &str, min_age: Duration) -> Result<Vec<PathBuf>> {
+        let now = SystemTime::now();
+        let mut removed = Vec::new();
+        for entry in self.staging_entries(dir)? {
+            let file_name = entry.file_name().to_string_lossy().into_owned();
+            let age = entry
+                .metadata()
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|modified| now.duration_since(modified).ok())
+                .unwrap_or_default();
+            let debris = age >= min_age || super::local_write::writer_is_gone(&file_name);
+            if debris && std::fs::remove_file(entry.path()).is_ok() {
+                removed.push(entry.path());
+            }
+        }
+        Ok(removed)
+    }
+
+    /// The names of the staging files in `dir` of a local model dir (saves in progress or
+    /// interrupted); none for object stores.
+    pub fn staging_files(&self, dir: &str) -> Result<Vec<String>> {
+        let mut names: Vec<String> = self.staging_entries(dir)?.iter().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+        names.sort();
+        Ok(names)
+    }
+
+    fn staging_entries(&self, dir: &str) -> Result<Vec<std::fs::DirEntry>> {
         let Some(root) = self.local_root() else { return Ok(Vec::new()) };
         let dir_path = if dir.is_empty() { root.to_path_buf() } else { root.join(dir) };
         let entries = match std::fs::read_dir(&dir_path) {
@@ -346,24 +374,7 @@ impl ModelDir {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
             Err(source) => return Err(ModelDirError::LocalIo { op: "list", path: dir_path, source }),
         };
-        let now = SystemTime::now();
-        let mut removed = Vec::new();
-        for entry in entries.flatten() {
-            let file_name = entry.file_name().to_string_lossy().into_owned();
-            if !super::local_write::is_staging_file(&file_name) {
-                continue;
-            }
-            let age = entry
-                .metadata()
-                .and_then(|m| m.modified())
-                .ok()
-                .and_then(|modified| now.duration_since(modified).ok())
-                .unwrap_or_default();
-            if age >= min_age && std::fs::remove_file(entry.path()).is_ok() {
-                removed.push(entry.path());
-            }
-        }
-        Ok(removed)
+        Ok(entries.flatten().filter(|e| super::local_write::is_staging_file(&e.file_name().to_string_lossy())).collect())
     }
 
     fn object_path(&self, name: &str) -> Result<StorePath> {

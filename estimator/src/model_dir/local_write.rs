@@ -89,6 +89,23 @@ pub(crate) fn is_staging_file(file_name: &str) -> bool {
     }
 }
 
+/// Whether the process that staged `file_name` (ours: `#<pid><6-digit counter>`) is known to
+/// be gone, which makes the file debris of an interrupted save whatever its age. `false`
+/// when the name carries no pid, or the pid is alive (a save in progress, or a reused pid:
+/// the age rule removes those later).
+pub(crate) fn writer_is_gone(file_name: &str) -> bool {
+    let Some((_, suffix)) = file_name.rsplit_once('#') else { return false };
+    let Some(pid) = suffix.get(..suffix.len().saturating_sub(6)).and_then(|p| p.parse::<libc::pid_t>().ok()) else {
+        return false;
+    };
+    if pid <= 0 || pid == std::process::id() as libc::pid_t {
+        return false;
+    }
+    // SAFETY: signal 0 only asks whether the process exists.
+    let alive = unsafe { libc::kill(pid, 0) } == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM);
+    !alive
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -111,6 +128,19 @@ mod tests {
         assert!(
             !std::fs::read_dir(dir.path())?.any(|e| e.is_ok_and(|e| is_staging_file(&e.file_name().to_string_lossy())))
         );
+        Ok(())
+    }
+
+    #[test]
+    fn a_staging_file_of_a_dead_writer_is_recognised() -> anyhow::Result<()> {
+        let mut child = std::process::Command::new("true").spawn()?;
+        let dead = child.id();
+        child.wait()?;
+        assert!(writer_is_gone(&format!("model.ckpt-5.safetensors#{dead}000003")));
+        // This process is alive; names without a pid say nothing.
+        assert!(!writer_is_gone(&staging_path(Path::new("x")).to_string_lossy()));
+        assert!(!writer_is_gone("checkpoint#12"));
+        assert!(!writer_is_gone("checkpoint"));
         Ok(())
     }
 

@@ -34,7 +34,11 @@ pub(crate) struct Compiled {
     pub named: BTreeMap<String, Outlet>,
     pub spec_hooks: Vec<Box<dyn SessionRunHook>>,
     pub spec_chief_hooks: Vec<Box<dyn SessionRunHook>>,
+    /// The model and the strategy's layout: what checkpoints record and compare.
     pub fingerprint: String,
+    /// The model and the whole strategy, the cluster's addresses included: what tasks of one
+    /// job compare in their handshake.
+    pub handshake_fingerprint: String,
     /// How the losses the local replicas fetch make the loss of the global batch.
     pub replica_losses: ReplicaLosses,
 }
@@ -151,7 +155,9 @@ pub(crate) fn compile(
     for (k, v) in &graph.roles.predictions {
         named.entry(format!("predictions/{k}")).or_insert(*v);
     }
-    let fingerprint = format!("{}-{}", graph.fingerprint()?, engine_graph::derive_seed(0, &strategy.describe()) & 0xffff);
+    let graph_fingerprint = graph.fingerprint()?;
+    let fingerprint = format!("{graph_fingerprint}-{}", engine_graph::derive_seed(0, &strategy.layout()) & 0xffff);
+    let handshake_fingerprint = format!("{graph_fingerprint}-{}", engine_graph::derive_seed(0, &strategy.describe()) & 0xffff);
     let loss_scaled = passes.iter().any(|(name, changed)| name == "scale-loss" && *changed);
     let replica_losses = ReplicaLosses::of(&graph, loss_scaled, strategy.num_replicas_in_sync())?;
     let plan = Arc::new(Plan::new(graph, passes)?);
@@ -175,6 +181,7 @@ pub(crate) fn compile(
         }),
         spec_chief_hooks: std::mem::take(&mut spec.training_chief_hooks),
         fingerprint,
+        handshake_fingerprint,
         replica_losses,
         plan: plan.clone(),
     })

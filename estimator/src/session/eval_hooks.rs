@@ -31,6 +31,9 @@ impl SessionState for EvalState<'_> {
     fn fingerprint(&self) -> String {
         self.fingerprint.to_string()
     }
+    fn examples_seen(&self) -> u64 {
+        self.checkpoint.meta.examples_seen.unwrap_or(0)
+    }
 }
 
 /// Runs a list of hooks around one evaluation of `checkpoint`; `global_step` in their

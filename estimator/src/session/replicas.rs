@@ -37,7 +37,7 @@ impl Replicas {
         let exchange = partitioned.then(|| Arc::new(Exchange::new(Duration::from_secs(300))));
         let has_collectives = plan.graph.nodes().any(|(_, n)| n.op.is_collective());
         let collectives = match (has_collectives, devices.len() > 1) {
-            (true, _) | (false, true) => strategy.collectives(devices.len(), &compiled.fingerprint)?.unwrap_or_default(),
+            (true, _) | (false, true) => strategy.collectives(devices.len(), &compiled.handshake_fingerprint)?.unwrap_or_default(),
             _ => Vec::new(),
         };
         let threads = strategy.threads_per_replica();

@@ -31,6 +31,8 @@ pub(crate) struct TrainingSession<'a> {
     /// Set when training stopped because a stop was asked for: the signal this process
     /// received, or `None` when another task of the cluster received it.
     pub preempted: Option<Option<Signal>>,
+    /// Examples the whole job has read, skipped batches included (saved in checkpoints).
+    pub examples_seen: u64,
 }
 
 /// How a training run ended.
@@ -45,6 +47,7 @@ struct State<'s> {
     replicas: &'s Replicas,
     input: &'s DatasetIter,
     fingerprint: &'s str,
+    examples_seen: u64,
 }
 
 impl SessionState for State<'_> {
@@ -56,6 +59,9 @@ impl SessionState for State<'_> {
     }
     fn fingerprint(&self) -> String {
         self.fingerprint.to_string()
+    }
+    fn examples_seen(&self) -> u64 {
+        self.examples_seen
     }
 }
 
@@ -99,7 +105,12 @@ impl TrainingSession<'_> {
     }
 
     fn with_ctx<T>(&self, stop: &Cell<bool>, f: impl FnOnce(&HookContext<'_>) -> T) -> T {
-        let state = State { replicas: &self.replicas, input: &self.input, fingerprint: &self.compiled.fingerprint };
+        let state = State {
+            replicas: &self.replicas,
+            input: &self.input,
+            fingerprint: &self.compiled.fingerprint,
+            examples_seen: self.examples_seen,
+        };
         let ctx = HookContext {
             global_step: self.global_step,
             is_chief: self.is_chief,
@@ -186,6 +197,7 @@ impl TrainingSession<'_> {
                 let options = RunOptions { step: self.global_step as i64, replica: 0, profile: args.profile };
                 let ids: Vec<Vec<u64>> = batches.iter().map(|b| b.ids.clone()).collect();
                 let outs = self.replicas.run(batches, &fetches, options)?;
+                self.examples_seen += self.global_batch_size as u64;
                 let step_time = started.elapsed();
                 if let Some(values) = outs.first().map(|o| &o.non_finite).filter(|v| !v.is_empty()) {
                     let error = self.non_finite_error(values, &ids)?;

@@ -65,6 +65,12 @@ pub trait Strategy: Send + Sync {
     fn is_chief(&self) -> bool {
         true
     }
+    /// What about the strategy shapes the trained model, for the fingerprint checkpoints
+    /// record: a restarted job with new addresses (a launcher picks free ports) is the same
+    /// job. By default `describe()`.
+    fn layout(&self) -> String {
+        self.describe()
+    }
     /// Identifies the strategy and its devices in the job fingerprint.
     fn describe(&self) -> String {
         format!("{}({})", self.name(), self.local_devices().iter().map(|d| d.to_string()).collect::<Vec<_>>().join(","))

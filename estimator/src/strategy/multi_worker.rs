@@ -131,6 +131,10 @@ impl Strategy for MultiWorkerStrategy {
     fn describe(&self) -> String {
         format!("multi_worker({}; {})", self.device, self.cluster.spec())
     }
+    /// The replica count and device, not the addresses.
+    fn layout(&self) -> String {
+        format!("multi_worker({}; {} replicas)", self.device, self.replicas())
+    }
 }
 
 /// Whether a task trains (chief, worker) or only evaluates.

@@ -1,0 +1,98 @@
+//! A NaN in the training data never reaches the weights. By default the run stops at the
+//! first step it would have poisoned, naming the step, the variable whose gradient is not
+//! finite and the CSV line that holds the NaN; `run_config.non_finite: Skip` skips those
+//! batches instead (counted in TensorBoard's summaries) and the model trains as if the
+//! bad line were not there, in one process and with mirrored replicas.
+
+mod common;
+
+use anyhow::{Context, Result, ensure};
+use common::{engine, printed_dict, python_json};
+use engine::estimator::checkpoint::read_checkpoint;
+use std::path::Path;
+
+/// A separable 4-feature table with one NaN cell (the data line on file line 18).
+fn write_data(dir: &Path) -> Result<()> {
+    let mut text = String::from("a,b,c,d,label\n");
+    let mut state = 7u64;
+    let mut next = || {
+        state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        ((state >> 33) as f64 / (1u64 << 31) as f64) * 2.0 - 1.0
+    };
+    for row in 0..400 {
+        let x: Vec<f64> = (0..4).map(|_| next()).collect();
+        let label = u8::from(x[0] + x[1] - x[2] > 0.0);
+        let c = if row == 16 { "NaN".to_string() } else { format!("{:.4}", x[2]) };
+        text.push_str(&format!("{:.4},{:.4},{c},{:.4},{label}\n", x[0], x[1], x[3]));
+    }
+    std::fs::write(dir.join("train.csv"), text)?;
+    let spec = r#"Job(
+    model: Functional(
+        inputs: {"a": [1], "b": [1], "c": [1], "d": [1]},
+        nodes: [
+            ("all", Concatenate(axis: -1), ["a", "b", "c", "d"]),
+            ("h", Dense(units: 16, activation: Relu), ["all"]),
+            ("logits", Dense(units: 2), ["h"]),
+        ],
+        outputs: ["logits"],
+    ),
+    loss: SparseSoftmaxCrossEntropy,
+    optimizer: Sgd(learning_rate: 0.1),
+    metrics: [Accuracy],
+    train_input: Csv(path: "DIR/train.csv", label: "label", batch_size: 16, shuffle_buffer: 100, seed: 1,
+        maps: [Reshape(feature: "a", shape: [1]), Reshape(feature: "b", shape: [1]),
+               Reshape(feature: "c", shape: [1]), Reshape(feature: "d", shape: [1])]),
+    eval_input: Csv(path: "DIR/train.csv", label: "label", batch_size: 100,
+        filters: [AllFinite],
+        maps: [Reshape(feature: "a", shape: [1]), Reshape(feature: "b", shape: [1]),
+               Reshape(feature: "c", shape: [1]), Reshape(feature: "d", shape: [1])]),
+    run_config: (model_dir: "DIR/run", random_seed: 1, save_summary_steps: 10),
+    train_spec: (max_steps: 200),
+)"#;
+    std::fs::write(dir.join("spec.ron"), spec.replace("DIR", &dir.to_string_lossy()))?;
+    Ok(())
+}
+
+fn all_finite(model_dir: &Path, step: u64) -> Result<bool> {
+    let checkpoint = read_checkpoint(&model_dir.join(format!("model.ckpt-{step}")).to_string_lossy(), None)?;
+    Ok(checkpoint.tensors.values().all(|t| t.to_f64_vec().iter().all(|x| x.is_finite())))
+}
+
+#[test]
+fn a_nan_in_the_data_stops_the_run_naming_the_line_and_no_weight_is_touched() -> Result<()> {
+    let tmp = tempfile::tempdir()?;
+    write_data(tmp.path())?;
+    let spec = tmp.path().join("spec.ron").to_string_lossy().into_owned();
+    let run = engine(&["run", &spec])?;
+    ensure!(run.code == Some(1), "a NaN in the data is a permanent error (status 1), got {:?}:\n{}", run.code, run.stderr);
+    let error = run.stderr.lines().find(|l| l.starts_with("error: ")).context("no error line")?;
+    ensure!(error.contains("was not applied: the gradient of h/kernel has"), "{error}");
+    ensure!(error.contains("the input is to blame: feature `c` is NaN (value 1 of 1) in "), "{error}");
+    ensure!(error.contains("train.csv:18"), "{error}");
+    let run_dir = tmp.path().join("run");
+    let step = common::latest_step(&run_dir).context("no checkpoint")?;
+    ensure!(all_finite(&run_dir, step)?, "a weight is not finite");
+    Ok(())
+}
+
+#[test]
+fn skip_leaves_out_the_bad_batches_and_counts_them_in_one_process_and_mirrored() -> Result<()> {
+    for strategy in [&["--strategy", "default"][..], &["--strategy", "mirrored", "--devices", "cpu:0,cpu:1"]] {
+        let tmp = tempfile::tempdir()?;
+        write_data(tmp.path())?;
+        let spec = tmp.path().join("spec.ron").to_string_lossy().into_owned();
+        let mut args = vec!["run", &spec, "--set", "run_config.non_finite=Skip(max_consecutive: 5)"];
+        args.extend(strategy);
+        let run = engine(&args)?.ok()?;
+        let skipped = run.stderr.matches("Skipping a batch: ").count();
+        ensure!(skipped >= 1, "{strategy:?}: nothing was skipped:\n{}", run.stderr);
+        ensure!(run.stderr.contains("train.csv:18"), "{}", run.stderr);
+        let result = printed_dict(&run.stdout)?;
+        ensure!(result["global_step"] == 200.0 && result["accuracy"] >= 0.9, "{strategy:?}: {result:?}");
+        ensure!(all_finite(&tmp.path().join("run"), 200)?, "{strategy:?}: a weight is not finite");
+        let view = python_json("read_events.py", &tmp.path().join("run"))?;
+        let counted = view["scalars"]["non_finite_batches_skipped"].as_array().map(Vec::len).unwrap_or(0);
+        ensure!(counted == skipped, "{strategy:?}: {skipped} skips logged, {counted} in the summaries");
+    }
+    Ok(())
+}
