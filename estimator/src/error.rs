@@ -30,6 +30,10 @@ pub enum EstimatorError {
     #[error("invalid RunConfig: {0}")]
     Config(String),
 
+    /// The job would not fit in this machine (memory), said before it starts.
+    #[error("{0}")]
+    Resources(String),
+
     /// NanTensorHook: training diverged.
     #[error("NaN loss during training at step {step}")]
     NanLoss { step: u64 },

@@ -176,6 +176,7 @@ impl Estimator {
         let mut user_hooks = hooks;
         let required: Vec<String> = user_hooks.iter().flat_map(|h| h.required_tensors()).collect();
         let mut compiled = compile(self.model_fn.as_ref(), &self.params, Mode::Train, &schema, strategy.as_ref(), &required)?;
+        self.check_memory(&compiled, &dataset, strategy.as_ref())?;
         let mut replicas = Replicas::new(&compiled, strategy.as_ref(), self.config.precision)?;
         let input = match &restored {
             Some(r) => {
@@ -298,6 +299,7 @@ impl Estimator {
         let schema = dataset.schema()?;
         let required: Vec<String> = hooks.iter().flat_map(|h| h.required_tensors()).collect();
         let mut compiled = compile(self.model_fn.as_ref(), &self.params, Mode::Eval, &schema, strategy.as_ref(), &required)?;
+        self.check_memory(&compiled, &dataset, strategy.as_ref())?;
         let replicas = Replicas::new(&compiled, strategy.as_ref(), self.config.precision)?;
         // The model_fn's evaluation_hooks run first, then the caller's (TensorFlow's order).
         let mut all_hooks = std::mem::take(&mut compiled.spec_hooks);
@@ -305,6 +307,11 @@ impl Estimator {
         let global_batch_size = schema_batch(&dataset) * strategy.num_replicas_in_sync();
         let is_chief = strategy.is_chief();
         Ok(Evaluator { estimator: self, compiled, replicas, dataset, steps, name: name.map(str::to_string), hooks: all_hooks, global_batch_size, is_chief })
+    }
+
+    /// Refuses a graph whose batches would not fit in this machine's memory.
+    fn check_memory(&self, compiled: &crate::session::Compiled, dataset: &Dataset, strategy: &dyn Strategy) -> Result<()> {
+        crate::check_model_memory(&compiled.plan, schema_batch(dataset), strategy.local_devices().len(), &crate::Resources::of_this_machine())
     }
 
     /// Logs, writes summaries for, and returns an evaluation outcome.
@@ -341,6 +348,7 @@ impl Estimator {
         let dataset = self.dataset(input_fn, Mode::Predict, strategy.as_ref())?;
         let schema = dataset.schema()?;
         let compiled = compile(self.model_fn.as_ref(), &self.params, Mode::Predict, &schema, strategy.as_ref(), &[])?;
+        self.check_memory(&compiled, &dataset, strategy.as_ref())?;
         let mut replicas = Replicas::new(&compiled, strategy.as_ref(), self.config.precision)?;
         replicas.restore(&checkpoint.tensors, self.seed)?;
         let keys = match predict_keys {

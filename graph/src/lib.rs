@@ -43,7 +43,7 @@ pub use graph::Graph;
 pub use init::{Initializer, derive_seed};
 pub use node::{Edge, Node, NodeId, Outlet};
 pub use ops::Op;
-pub use plan::{Plan, PlanStats};
+pub use plan::{Plan, PlanStats, human_bytes};
 pub use roles::Roles;
 pub use shape::{Dim, Shape};
 pub use tensor::{HostData, HostTensor};

@@ -13,6 +13,10 @@ const FALLBACK_BATCH: usize = 32;
 
 pub fn plan(args: &PlanArgs) -> Result<(), CliError> {
     let spec = args.common.load(Vec::new())?;
+    // A dry run of `engine run`: the input sections are opened and checked as training
+    // would, so a missing file or an impossible size fails here, at its line.
+    crate::job::train_input_fn(&spec)?;
+    crate::job::eval_input_fn(&spec)?;
     let strategy = args.common.strategy(&spec, args.mode);
     let plan = lower::compile(&spec, args.mode, strategy)?;
     if args.dot.as_deref().is_some_and(|p| p.as_os_str() == "-") {
@@ -20,6 +24,10 @@ pub fn plan(args: &PlanArgs) -> Result<(), CliError> {
         return Ok(());
     }
     let batch = args.batch.unwrap_or_else(|| default_batch(&spec, args.mode));
+    let replicas = engine_estimator::strategy::strategy_by_name(strategy.name(), &Default::default())
+        .map(|s| s.local_devices().len())
+        .unwrap_or(1);
+    engine_estimator::check_model_memory(&plan, batch, replicas, &engine_estimator::Resources::of_this_machine())?;
     let mut out = String::new();
     let _ = writeln!(out, "spec: {}", spec.file());
     let _ = writeln!(out, "mode: {}  strategy: {strategy}  batch: {batch}", args.mode);

@@ -11,7 +11,10 @@ pub use input_fn::SpecInputFn;
 pub use model_fn::SpecModelFn;
 
 use crate::spec::{FieldPath, Spec, SpecError};
-use engine_estimator::{Estimator, RunConfig, input::InputSpec};
+use engine_estimator::{
+    Estimator, RunConfig,
+    input::{InputError, InputSpec},
+};
 use std::sync::Arc;
 
 /// What `engine run` may change on top of the spec.
@@ -80,13 +83,35 @@ pub fn input_spec(spec: &Spec, field: &str) -> Result<Option<InputSpec>, SpecErr
     section.map(|s| spec.decode::<InputSpec>(&s.path)).transpose()
 }
 
-/// `train_input` as an input function.
+/// `train_input` as an input function, its source opened and checked.
 pub fn train_input_fn(spec: &Spec) -> Result<Arc<SpecInputFn>, SpecError> {
     let s = input_spec(spec, "train_input")?.ok_or_else(|| spec.error(FieldPath::root().field("train_input"), crate::spec::ErrorKind::Invalid("missing".into())))?;
-    Ok(Arc::new(SpecInputFn::new(s)))
+    open_input(spec, &spec.job.train_input.path, s, engine_estimator::Mode::Train)
 }
 
-/// `eval_input` as an input function, if the spec has one.
+/// `eval_input` as an input function, if the spec has one, its source opened and checked.
 pub fn eval_input_fn(spec: &Spec) -> Result<Option<Arc<SpecInputFn>>, SpecError> {
-    Ok(input_spec(spec, "eval_input")?.map(|s| Arc::new(SpecInputFn::new(s))))
+    let Some(section) = &spec.job.eval_input else { return Ok(None) };
+    let Some(s) = input_spec(spec, "eval_input")? else { return Ok(None) };
+    Ok(Some(open_input(spec, &section.path, s, engine_estimator::Mode::Eval)?))
+}
+
+/// Opens an input section's source and checks it against this machine; an error is located
+/// at the field it is about (`train_input.prefetch`, `eval_input.images`).
+fn open_input(spec: &Spec, section: &FieldPath, input: InputSpec, mode: engine_estimator::Mode) -> Result<Arc<SpecInputFn>, SpecError> {
+    SpecInputFn::open(input, mode, &engine_estimator::Resources::of_this_machine()).map(Arc::new).map_err(|e| input_error(spec, section, e))
+}
+
+/// An input error as a spec error at `section` (and its field, when the error names one).
+pub fn input_error(spec: &Spec, section: &FieldPath, error: InputError) -> SpecError {
+    match error {
+        InputError::Field { field, source } => {
+            let mut path = section.field(field.name);
+            if let Some(i) = field.index {
+                path = path.index(i);
+            }
+            spec.error(path, crate::spec::ErrorKind::Invalid(source.to_string()))
+        }
+        other => spec.error(section.clone(), crate::spec::ErrorKind::Invalid(other.to_string())),
+    }
 }

@@ -420,6 +420,22 @@ impl Dataset {
         if !batched {
             ops.push(StreamOp::Batch { size: 1, drop_remainder: false });
         }
+        // Ceilings whatever the machine (a spec's input is held to tighter, memory-derived
+        // bounds by `InputSpec::check`): past them, channel and buffer allocations abort.
+        if self.prefetch > super::limits::MAX_PREFETCH || self.threads > super::limits::MAX_PARALLEL_CALLS {
+            return Err(InputError::invalid(format!(
+                "prefetch {} and num_parallel_calls {} must stay within {} and {}",
+                self.prefetch,
+                self.threads,
+                super::limits::MAX_PREFETCH,
+                super::limits::MAX_PARALLEL_CALLS
+            )));
+        }
+        if let Some(StreamOp::Batch { size, .. } | StreamOp::PaddedBatch { size, .. }) = ops.iter().find(|op| matches!(op, StreamOp::Batch { .. } | StreamOp::PaddedBatch { .. }))
+            && *size > super::limits::MAX_BATCH_SIZE
+        {
+            return Err(InputError::invalid(format!("batch size {size} is more than {}", super::limits::MAX_BATCH_SIZE)));
+        }
         if padded && schema.columns().any(|c| c.name == MASK_FEATURE) {
             return Err(InputError::invalid(format!(
                 "padded batches add a `{MASK_FEATURE}` feature; the dataset already has one"

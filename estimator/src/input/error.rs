@@ -61,11 +61,24 @@ pub enum InputError {
     #[error("invalid dataset: {0}")]
     Invalid(String),
 
+    /// A size outside what is allowed (the message says the bound and why).
+    #[error("{0}")]
+    OutOfBounds(String),
+
     #[error("sharding: {0}")]
     Sharding(String),
 
     #[error("iterator state does not fit this dataset: {0}")]
     State(String),
+
+    /// What is wrong is the value of one field of an input section (out of bounds, a file
+    /// that does not open, a map that does not fit): a spec reports it at that field.
+    #[error("{field}: {source}")]
+    Field {
+        field: super::limits::InputField,
+        #[source]
+        source: Box<InputError>,
+    },
 
     /// A background decoding thread died; the pipeline cannot continue.
     #[error("input pipeline thread: {0}")]

@@ -22,6 +22,7 @@ use super::error::{InputError, Result};
 use super::feature_spec::{FeatureDef, FeatureSpec};
 use super::filter::Predicate;
 use super::lenient;
+use super::limits::{InputField, MAX_BATCH_SIZE, MAX_PREFETCH, bytes, check_range};
 use super::map::Map;
 use super::source::csv::CsvOptions;
 use engine_graph::HostTensor;
@@ -296,33 +297,94 @@ impl InputSpec {
         self.batch_size() * ctx.num_replicas_in_sync
     }
 
-    /// The source, sharded for `ctx`, with skip/take, maps, filters and cache: everything
-    /// but shuffling and batching.
-    fn examples(&self, ctx: &InputContext) -> Result<Dataset> {
-        let p = self.pipeline();
-        if p.batch_size == 0 {
-            return Err(InputError::invalid("batch_size must be at least 1"));
-        }
-        let mut ds = match self {
-            InputSpec::Idx { images, labels, scale, .. } => {
-                let ds = Dataset::from_idx(images, labels)?;
-                match scale {
-                    Some(s) if *s != 1.0 => ds.map(Map::Scale(*s)),
-                    _ => ds,
-                }
-            }
+    /// Opens the source: reads (IDX, CSV) or indexes (TFRecord) its files once. Errors name
+    /// the field at fault (`images`, `path`, `label`, `features`), so a spec can report them
+    /// at their line.
+    pub fn open(&self) -> Result<Dataset> {
+        let at = |field: &'static str| move |e: InputError| InputError::Field { field: InputField::named(field), source: Box::new(e) };
+        match self {
+            InputSpec::Idx { images, labels, .. } => Dataset::from_idx(images, labels).map_err(|e| {
+                let field = match &e {
+                    InputError::Io { path, .. } | InputError::BadIdx { path, .. } | InputError::BadIdxMagic { path, .. }
+                        if path.as_path() == std::path::Path::new(labels) =>
+                    {
+                        "labels"
+                    }
+                    _ => "images",
+                };
+                at(field)(e)
+            }),
             InputSpec::Csv { path, label, columns, categorical, delimiter, .. } => Dataset::from_csv(CsvOptions {
                 path: path.clone(),
                 label: label.clone(),
                 columns: columns.clone(),
                 categorical: categorical.clone(),
                 delimiter: *delimiter,
-            })?,
+            })
+            .map_err(|e| {
+                let field = match &e {
+                    InputError::MissingColumn { column, .. } if label.as_deref() == Some(column) => "label",
+                    InputError::MissingColumn { column, .. } if categorical.contains_key(column) => "categorical",
+                    InputError::MissingColumn { .. } => "columns",
+                    _ => "path",
+                };
+                at(field)(e)
+            }),
             InputSpec::TfRecord { files, features, label, .. } => {
-                Dataset::from_tfrecord(files, FeatureSpec { features: features.clone(), label: label.clone() })?
+                Dataset::from_tfrecord(files, FeatureSpec { features: features.clone(), label: label.clone() }).map_err(at("files"))
             }
-            InputSpec::Tensors { features, labels, .. } => Dataset::from_tensors(features.clone(), labels.clone())?,
-        };
+            InputSpec::Tensors { features, labels, .. } => Dataset::from_tensors(features.clone(), labels.clone()).map_err(at("features")),
+        }
+    }
+
+    /// Checks every size against what the machine can hold (see `Resources`) and every map
+    /// and filter against the source's schema, naming the field at fault: what `engine plan`
+    /// and `engine run` refuse before reading any data.
+    pub fn check(&self, source: &Dataset, limits: &crate::Resources) -> Result<()> {
+        let p = self.pipeline();
+        let mut schema = source.source_schema().clone();
+        for (i, map) in p.maps.iter().enumerate() {
+            schema = map.compile(&schema).map_err(|e| InputError::Field { field: InputField::at("maps", i), source: Box::new(e) })?.1;
+        }
+        for (i, predicate) in p.filters.iter().enumerate() {
+            super::filter::Filter::Predicate(predicate.clone())
+                .compile(&schema)
+                .map_err(|e| InputError::Field { field: InputField::at("filters", i), source: Box::new(e) })?;
+        }
+        let example: u64 = schema.columns().map(|c| (c.size() * c.dtype.size_bytes()) as u64).sum::<u64>().max(1);
+        let budget = limits.max_batches_bytes();
+        let memory = format!("(this machine has {} for batches in memory)", bytes(budget));
+        check_range("batch_size", p.batch_size as u64, 1, (budget / example).min(MAX_BATCH_SIZE as u64), &memory)?;
+        check_range("num_parallel_calls", p.num_parallel_calls as u64, 1, limits.max_parallel_calls() as u64, &format!("({} cores)", limits.cores))?;
+        // Batches in flight: read ahead, being decoded, and the one the step holds.
+        let batch = p.batch_size as u64 * example;
+        let room = (budget / batch).saturating_sub(p.num_parallel_calls as u64 + 1);
+        check_range("prefetch", p.prefetch as u64, 0, room.min(MAX_PREFETCH as u64), &format!("batches of {} {memory}", bytes(batch)))?;
+        // Shuffle buffers hold indices, 8 bytes each.
+        check_range("shuffle_buffer", p.shuffle_buffer as u64, 0, limits.memory_bytes / 4 / 8, "(indices in memory)")?;
+        if p.cache {
+            let all = source.source_len().saturating_mul(example);
+            if all > budget {
+                let detail = format!("the decoded data set would take {}, more than {} this machine has for it", bytes(all), bytes(budget));
+                return Err(InputError::Field { field: InputField::named("cache"), source: Box::new(InputError::OutOfBounds(detail)) });
+            }
+        }
+        Ok(())
+    }
+
+    /// The source, sharded for `ctx`, with skip/take, maps, filters and cache: everything
+    /// but shuffling and batching.
+    fn examples(&self, source: &Dataset, ctx: &InputContext) -> Result<Dataset> {
+        let p = self.pipeline();
+        if p.batch_size == 0 {
+            return Err(InputError::Field { field: InputField::named("batch_size"), source: Box::new(InputError::OutOfBounds("must be at least 1".into())) });
+        }
+        let mut ds = source.clone();
+        if let InputSpec::Idx { scale: Some(s), .. } = self
+            && *s != 1.0
+        {
+            ds = ds.map(Map::Scale(*s));
+        }
         ds = ds.shard_by(ctx, p.shard_policy)?;
         if p.skip > 0 {
             ds = ds.skip(p.skip);
@@ -348,8 +410,14 @@ impl InputSpec {
     /// evaluation has no per-step collective, so no padding is needed: each pipeline
     /// evaluates its own shard and the metric states are merged once at the end.
     pub fn build(&self, mode_is_training: bool, ctx: &InputContext) -> Result<Dataset> {
+        self.build_from(&self.open()?, mode_is_training, ctx)
+    }
+
+    /// As [`InputSpec::build`], on a source [`InputSpec::open`] returned (a source is read
+    /// once, however many datasets are built on it).
+    pub fn build_from(&self, source: &Dataset, mode_is_training: bool, ctx: &InputContext) -> Result<Dataset> {
         let p = self.pipeline();
-        let mut ds = self.examples(ctx)?;
+        let mut ds = self.examples(source, ctx)?;
         if mode_is_training {
             if p.shuffle_buffer > 0 {
                 ds = ds.shuffle_with(p.shuffle_buffer, p.seed, p.reshuffle_each_iteration);
@@ -363,11 +431,11 @@ impl InputSpec {
 
     /// Training steps per epoch, the same for every pipeline of `ctx`.
     pub fn steps_per_epoch(&self, ctx: &InputContext) -> Result<u64> {
-        self.examples(ctx)?.steps_per_epoch(self.batch_size())
+        self.examples(&self.open()?, ctx)?.steps_per_epoch(self.batch_size())
     }
 
     /// Evaluation steps for one pass, the same for every pipeline of `ctx`.
     pub fn eval_steps(&self, ctx: &InputContext) -> Result<u64> {
-        self.examples(ctx)?.eval_steps(self.batch_size())
+        self.examples(&self.open()?, ctx)?.eval_steps(self.batch_size())
     }
 }

@@ -3,12 +3,14 @@
 mod compile;
 mod eval_hooks;
 mod evaluation;
+mod memory;
 mod prediction;
 mod replicas;
 mod training;
 
 pub(crate) use compile::{Compiled, compile};
 pub use compile::compile_plan;
+pub use memory::check_model_memory;
 pub(crate) use eval_hooks::EvalHooks;
 pub(crate) use evaluation::{EvalObserver, EvalOutcome, evaluate_dataset};
 pub use prediction::Predictions;

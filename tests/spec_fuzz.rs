@@ -1,0 +1,287 @@
+//! Hostile specs never crash the engine: a few hundred seeded mutations of the specs in
+//! `specs/` (and a CSV spec) go through `engine plan`, and those that plan go through a
+//! few steps of `engine run`. Every one must end with an error message or success: no
+//! panic (status 101), no abort or other signal, no hang. A failure prints the seed and the
+//! mutant so it can be pinned as a test of its own.
+
+mod common;
+
+use anyhow::{Context, Result, bail};
+use common::{engine_binary, repo_root};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Mutants per run; `ENGINE_FUZZ_MUTANTS` and `ENGINE_FUZZ_SEED` change the count and the
+/// seed for a longer campaign by hand.
+const MUTANTS: usize = 600;
+const SEED: u64 = 0x5eed_1234_abcd_0042;
+/// Every how many planned mutants a short training run follows.
+const RUN_EVERY: usize = 2;
+
+/// xorshift64*: enough randomness for mutations, and the same sequence everywhere.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+    fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
+        &items[self.below(items.len())]
+    }
+}
+
+/// 256 IDX images (28x28) and labels, gzip-free: small enough that a run of any mutant is fast.
+fn write_idx(dir: &Path) -> Result<(PathBuf, PathBuf)> {
+    let n = 256u32;
+    let mut images = vec![0, 0, 8, 3];
+    for d in [n, 28, 28] {
+        images.extend(d.to_be_bytes());
+    }
+    images.extend((0..n * 784).map(|i| (i * 37 % 251) as u8));
+    let mut labels = vec![0, 0, 8, 1];
+    labels.extend(n.to_be_bytes());
+    labels.extend((0..n).map(|i| (i % 10) as u8));
+    let (ip, lp) = (dir.join("images-idx3-ubyte"), dir.join("labels-idx1-ubyte"));
+    std::fs::write(&ip, images)?;
+    std::fs::write(&lp, labels)?;
+    Ok((ip, lp))
+}
+
+/// The seed specs: every spec of `specs/` on the small IDX files, and a CSV spec.
+fn seeds(dir: &Path) -> Result<Vec<String>> {
+    let (images, labels) = write_idx(dir)?;
+    let mut specs = Vec::new();
+    for entry in std::fs::read_dir(repo_root().join("specs"))? {
+        let path = entry?.path();
+        if path.extension().is_some_and(|e| e == "ron") {
+            let text = std::fs::read_to_string(&path)?
+                .replace("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz", &images.to_string_lossy())
+                .replace("/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz", &images.to_string_lossy())
+                .replace("/usr/share/datasets/fashion-mnist/train-labels-idx1-ubyte.gz", &labels.to_string_lossy())
+                .replace("/usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz", &labels.to_string_lossy());
+            specs.push(text);
+        }
+    }
+    let csv = dir.join("table.csv");
+    let mut rows = String::from("a,b,label\n");
+    for i in 0..40 {
+        rows.push_str(&format!("{},{},{}\n", i as f32 / 10.0, (i * 7 % 13) as f32, i % 3));
+    }
+    std::fs::write(&csv, rows)?;
+    specs.push(format!(
+        r#"Job(
+    model: Functional(
+        inputs: {{"a": [1], "b": [1]}},
+        nodes: [
+            ("both", Concatenate(axis: -1), ["a", "b"]),
+            ("hidden", Dense(units: 8, activation: Relu), ["both"]),
+            ("logits", Dense(units: 3), ["hidden"]),
+        ],
+        outputs: ["logits"],
+    ),
+    loss: SparseSoftmaxCrossEntropy,
+    optimizer: Adam(learning_rate: 0.01),
+    metrics: [Accuracy],
+    train_input: Csv(path: "{csv}", label: "label", batch_size: 8, shuffle_buffer: 16, seed: 3, prefetch: 2,
+        num_parallel_calls: 1, maps: [Reshape(feature: "a", shape: [1]), Reshape(feature: "b", shape: [1])]),
+    eval_input: Csv(path: "{csv}", label: "label", batch_size: 10,
+        maps: [Reshape(feature: "a", shape: [1]), Reshape(feature: "b", shape: [1])]),
+    run_config: (model_dir: "runs/fuzz", random_seed: 1, save_checkpoints_steps: 2),
+    train_spec: (max_steps: 4),
+    eval_spec: (steps: 1),
+)"#,
+        csv = csv.to_string_lossy()
+    ));
+    Ok(specs)
+}
+
+const INTEGERS: [&str; 10] = ["0", "1", "-1", "3", "65536", "1000000000", "4294967296", "18446744073709551615", "-9223372036854775808", "99999999999999999999999"];
+const FLOATS: [&str; 8] = ["0.0", "-1.0", "1e308", "-1e308", "1e-45", "NaN", "inf", "0.5"];
+const WORDS: [&str; 12] = ["Relu", "Same", "Valid", "None", "Some(3)", "true", "Dense", "Flatten", "[]", "()", "\"\"", "Sgd"];
+const STRINGS: [&str; 5] = ["\"\"", "\"/nonexistent/file\"", "\"relu\"", "\"image\"", "\"x\""];
+
+/// Byte ranges of the tokens of `kind` in `text` (numbers, identifiers, strings), found by a
+/// small scanner (comments are tokens too: mutating them is harmless).
+fn tokens(text: &str, kind: char) -> Vec<(usize, usize)> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < bytes.len() {
+        let c = bytes[i];
+        let start = i;
+        if c == b'"' {
+            i += 1;
+            while i < bytes.len() && bytes[i] != b'"' {
+                i += 1;
+            }
+            i += 1;
+            if kind == 's' {
+                out.push((start, i.min(bytes.len())));
+            }
+        } else if c.is_ascii_digit() {
+            while i < bytes.len() && (bytes[i].is_ascii_alphanumeric() || bytes[i] == b'.') {
+                i += 1;
+            }
+            let is_float = text[start..i].contains('.') || text[start..i].contains('e');
+            if (kind == 'f' && is_float) || (kind == 'i' && !is_float) {
+                out.push((start, i));
+            }
+        } else if c.is_ascii_alphabetic() || c == b'_' {
+            while i < bytes.len() && (bytes[i].is_ascii_alphanumeric() || bytes[i] == b'_') {
+                i += 1;
+            }
+            if kind == 'w' {
+                out.push((start, i));
+            }
+        } else {
+            i += 1;
+        }
+    }
+    out
+}
+
+fn replace_token(rng: &mut Rng, text: &str, kind: char, choices: &[&str]) -> String {
+    let found = tokens(text, kind);
+    if found.is_empty() {
+        return text.to_string();
+    }
+    let (a, b) = *rng.pick(&found);
+    format!("{}{}{}", &text[..a], rng.pick(choices), &text[b..])
+}
+
+/// One to three mutations of `text`.
+fn mutate(rng: &mut Rng, text: &str) -> String {
+    let mut out = text.to_string();
+    for _ in 0..1 + rng.below(2) {
+        let lines: Vec<&str> = out.lines().collect();
+        // Mostly values (the spec still parses, so lowering, inputs and training see them),
+        // some structure (the parser's share).
+        out = match rng.below(20) {
+            0..=7 => replace_token(rng, &out, 'i', &INTEGERS),
+            8..=10 => replace_token(rng, &out, 'f', &FLOATS),
+            11..=13 => replace_token(rng, &out, 'w', &WORDS),
+            14 => replace_token(rng, &out, 's', &STRINGS),
+            15 => {
+                let k = rng.below(lines.len());
+                lines.iter().enumerate().filter(|(i, _)| *i != k).map(|(_, l)| *l).collect::<Vec<_>>().join("\n")
+            }
+            16 => {
+                let k = rng.below(lines.len());
+                let mut v = lines.clone();
+                v.insert(k, lines[k]);
+                v.join("\n")
+            }
+            17 => {
+                let mut at = rng.below(out.len());
+                while !out.is_char_boundary(at) {
+                    at -= 1;
+                }
+                out[..at].to_string()
+            }
+            _ => {
+                let mut at = rng.below(out.len());
+                while !out.is_char_boundary(at) {
+                    at -= 1;
+                }
+                format!("{}{}{}", &out[..at], rng.pick(&[",", ")", "(", ":", "[", "]", "\"", "{"]), &out[at..])
+            }
+        };
+    }
+    out
+}
+
+/// Runs the engine; a panic or a signal (an abort) is a failure. A legitimately slow job (a
+/// mutant with a layer of 65536 units) gets SIGTERM at `limit` and must then stop, with its
+/// checkpoint, within a grace period: only one that ignores it hangs.
+fn survives(args: &[&str], limit: Duration) -> Result<Option<i32>> {
+    let mut child = Command::new(engine_binary()?)
+        .args(args)
+        .current_dir(repo_root())
+        .env("RUST_BACKTRACE", "0")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let mut stderr = child.stderr.take().context("no stderr")?;
+    let reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = std::io::Read::read_to_string(&mut stderr, &mut text);
+        text
+    });
+    let deadline = Instant::now() + limit;
+    let grace = Duration::from_secs(180);
+    let mut terminated = None;
+    let status = loop {
+        if let Some(status) = child.try_wait()? {
+            break status;
+        }
+        match terminated {
+            None if Instant::now() > deadline => {
+                // SAFETY: kill has no memory effects.
+                unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+                terminated = Some(Instant::now());
+            }
+            Some(at) if at.elapsed() > grace => {
+                let _ = child.kill();
+                let _ = child.wait();
+                bail!("still running {grace:?} after SIGTERM (sent after {limit:?})");
+            }
+            _ => {}
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let stderr = reader.join().unwrap_or_default();
+    let tail: String = stderr.lines().rev().take(6).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join("\n");
+    if stderr.contains("panicked at") || status.code() == Some(101) {
+        bail!("it panicked ({status}):\n{tail}");
+    }
+    match status.code() {
+        Some(code) => Ok(Some(code)),
+        None => bail!("it was killed by a signal ({status}), an abort:\n{tail}"),
+    }
+}
+
+#[test]
+fn mutated_specs_get_errors_never_crashes() -> Result<()> {
+    let tmp = tempfile::tempdir()?;
+    let seeds = seeds(tmp.path())?;
+    engine_binary()?;
+    for (k, spec) in seeds.iter().enumerate() {
+        let path = tmp.path().join(format!("seed-{k}.ron"));
+        std::fs::write(&path, spec)?;
+        anyhow::ensure!(survives(&["plan", &path.to_string_lossy()], Duration::from_secs(60))? == Some(0), "seed spec {k} does not plan:\n{spec}");
+    }
+    let from_env = |name: &str| std::env::var(name).ok().and_then(|v| v.parse::<u64>().ok());
+    let mutants = from_env("ENGINE_FUZZ_MUTANTS").map_or(MUTANTS, |n| n as usize);
+    let mut rng = Rng(from_env("ENGINE_FUZZ_SEED").unwrap_or(SEED) | 1);
+    let (mut planned, mut ran) = (0, 0);
+    for index in 0..mutants {
+        let seed = rng.below(seeds.len());
+        let mutant = mutate(&mut rng, &seeds[seed]);
+        let path = tmp.path().join(format!("mutant-{index}.ron"));
+        std::fs::write(&path, &mutant)?;
+        let path_s = path.to_string_lossy().into_owned();
+        let fail = |what: &str, e: anyhow::Error| anyhow::anyhow!("mutant {index} (of seed spec {seed}) {what}: {e:#}\n--- mutant ---\n{mutant}");
+        let planned_ok = survives(&["plan", &path_s], Duration::from_secs(60)).map_err(|e| fail("under `engine plan`", e))? == Some(0);
+        if !planned_ok {
+            continue;
+        }
+        planned += 1;
+        if planned % RUN_EVERY != 0 {
+            continue;
+        }
+        let model_dir = tmp.path().join(format!("run-{index}")).to_string_lossy().into_owned();
+        survives(&["run", &path_s, "--max-steps", "3", "--model-dir", &model_dir, "--set", "eval_spec.steps=1"], Duration::from_secs(30))
+            .map_err(|e| fail("under `engine run`", e))?;
+        ran += 1;
+    }
+    eprintln!("{mutants} mutants: {planned} planned, {ran} also ran");
+    anyhow::ensure!(planned >= mutants / 10 && ran >= mutants / 40, "too few mutants got through the parser to test the rest ({planned}, {ran})");
+    Ok(())
+}
