@@ -68,6 +68,17 @@ fn kill(pid: libc::pid_t, signal: i32) -> Result<()> {
     Ok(())
 }
 
+/// Every line of a launcher's log is whole: a task's line with its prefix, or the
+/// launcher's own (a line cut by another's would start with neither).
+fn lines_are_whole(log: &str) -> Result<()> {
+    for line in log.lines() {
+        let task = line.starts_with("[worker:") || line.starts_with("[chief") || line.starts_with("[evaluator");
+        let own = ["I ", "W ", "E ", "error: "].iter().any(|p| line.starts_with(p));
+        ensure!(task || own, "a line of the launcher's log is cut or mixed: {line:?}");
+    }
+    Ok(())
+}
+
 /// The step every worker said it stopped at.
 fn agreed_stop(log: &str) -> Result<u64> {
     let steps: Vec<u64> = log
@@ -95,6 +106,7 @@ fn sigterm_to_the_launcher_stops_the_cluster_at_one_checkpointed_step_and_the_ne
     log.read_to_string(&mut seen)?;
     let status = launcher.wait()?;
     ensure!(status.code() == Some(143), "the launcher should exit with 143, got {status}:\n{seen}");
+    lines_are_whole(&seen)?;
     let step = agreed_stop(&seen)?;
     ensure!(seen.contains(&format!("[worker:0] I ")) && seen.contains(&format!("Saving checkpoints for {step} ")), "{seen}");
     ensure!(latest_step(&dir) == Some(step), "latest checkpoint {:?}, agreed step {step}", latest_step(&dir));
@@ -109,7 +121,25 @@ fn sigterm_to_the_launcher_stops_the_cluster_at_one_checkpointed_step_and_the_ne
     let status = again.wait()?;
     ensure!(status.success(), "the resumed cluster failed ({status}):\n{log}");
     ensure!(log.contains(&format!("Restoring parameters from model.ckpt-{step} ")), "{log}");
+    // The same job on new ports is the same job: no fingerprint warning.
+    ensure!(!log.contains("written by a graph with fingerprint"), "{log}");
     ensure!(latest_step(&dir) == Some(resume_to));
+    lines_are_whole(&log)
+}
+
+#[test]
+fn an_evaluator_does_not_wait_out_its_start_delay_once_the_final_checkpoint_exists() -> Result<()> {
+    let tmp = tempfile::tempdir()?;
+    let dir = tmp.path().join("run");
+    let spec = spec_path("fashion_mnist_cnn.ron");
+    let dir_s = dir.to_string_lossy().into_owned();
+    let args = ["launch", &spec, "--workers", "1", "--evaluator", "--model-dir", &dir_s, "--max-steps", "10"];
+    let started = Instant::now();
+    let out = engine_command(&args)?.args(["--set", "eval_spec.steps=1", "--set", "eval_spec.start_delay_secs=600"]).output()?;
+    let log = String::from_utf8_lossy(&out.stderr);
+    ensure!(out.status.success(), "{log}");
+    ensure!(started.elapsed() < Duration::from_secs(300), "the evaluator waited out its start delay");
+    ensure!(log.contains("the final checkpoint exists"), "{log}");
     Ok(())
 }
 

@@ -61,3 +61,28 @@ impl CliError {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use engine_estimator::{EstimatorError, preemption::Signal};
+    use engine_runtime::RuntimeError;
+
+    #[test]
+    fn permanent_errors_exit_below_128_and_retryable_ones_above() {
+        let preempted = |signal| CliError::Estimator(EstimatorError::Preempted { signal, step: Some(7) });
+        assert_eq!(preempted(Some(Signal::TERM)).exit_code(), 143);
+        assert_eq!(preempted(Some(Signal::INT)).exit_code(), 130);
+        // A task stopped because another task of its cluster was preempted.
+        assert_eq!(preempted(None).exit_code(), 143);
+        let lost = RuntimeError::Collective { op: "all_reduce".into(), reason: "worker:1 went away".into(), retryable: true };
+        assert_eq!(CliError::Estimator(EstimatorError::Runtime(lost)).exit_code(), exit::RETRYABLE);
+        let shape = RuntimeError::Kernel { node: "dense".into(), op: "MatMul", reason: "shapes".into() };
+        assert_eq!(CliError::Estimator(EstimatorError::Runtime(shape)).exit_code(), exit::FAILURE);
+        let nan = EstimatorError::NonFinite { step: 3, value: "the gradient of w".into(), cause: "input".into() };
+        assert_eq!(CliError::Estimator(nan).exit_code(), exit::FAILURE);
+        assert_eq!(CliError::Usage("no".into()).exit_code(), exit::USAGE);
+        assert_eq!(CliError::Launch { message: "worker:1 failed".into(), code: Some(200) }.exit_code(), 200);
+        assert!(exit::RETRYABLE >= 128 && exit::FAILURE < 128 && exit::USAGE < 128);
+    }
+}

@@ -155,7 +155,7 @@ fn run_cluster(
         }
         let mut running = 0;
         let mut failed = Vec::new();
-        let mut code = None;
+        let mut codes = Vec::new();
         for (id, child) in tasks.iter_mut() {
             match child.try_wait() {
                 Ok(None) => running += 1,
@@ -163,13 +163,16 @@ fn run_cluster(
                 // Tasks asked to stop exit with the signal's status: expected, not a failure.
                 Ok(Some(status)) if stopping.is_some_and(|s| status_code(status) == Some(s.exit_code())) => {}
                 Ok(Some(status)) => {
-                    code = code.or(status_code(status));
+                    codes.extend(status_code(status));
                     failed.push(format!("{id} failed ({})", describe(status)));
                 }
                 Err(e) => failed.push(format!("cannot watch {id}: {e}")),
             }
         }
         if !failed.is_empty() {
+            // A permanent failure (1-127) decides: restarting will not cure it, whatever
+            // retryable failures of peers it caused.
+            let code = codes.iter().copied().filter(|c| *c < 128).min().or_else(|| codes.first().copied());
             break Ending::Failed { message: failed.join(", "), code };
         }
         if running == 0 {
