@@ -11,7 +11,7 @@ fn plan_prints_the_cnn_schedule_shapes_variables_and_memory() -> Result<()> {
     ensure!(out.code == Some(0), "{}", out.stderr);
     for expected in [
         "mode: train  strategy: default  batch: 64",
-        "passes: autodiff -> apply-optimizer -> placement -> common-subexpression-elimination -> fuse-bias-activation -> fuse-relu-into-pool-grad -> fuse-bias-into-filter-grad -> dead-code-elimination",
+        "passes: autodiff -> apply-optimizer -> check-numerics -> placement -> common-subexpression-elimination -> fuse-bias-activation -> fuse-relu-into-pool-grad -> fuse-bias-into-filter-grad -> dead-code-elimination",
         "dense_1/kernel                                   f32[64, 10]            trainable  GlorotUniform",
         "conv2d/Conv2D/fused                              _FusedConv2D           f32[N, 26, 26, 32]",
         "f32[3, 3, 1, 32], f32[32]",

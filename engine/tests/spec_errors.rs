@@ -432,3 +432,41 @@ fn mangled_specs_never_panic() {
     }
     assert!(accepted > 0 && refused > 0, "{accepted} accepted, {refused} refused");
 }
+
+/// Input sections are opened and checked when a job is built from the spec (`engine plan`
+/// and `engine run` alike): a file that does not open, a size past what the machine holds,
+/// a wrong type in an optional field are each reported at their field, with `line:col`.
+#[test]
+fn input_sections_are_checked_at_their_fields() {
+    let input_error = |text: &str| -> Failure {
+        let spec = Spec::parse(text, "job.ron", &[]).unwrap_or_else(|e| panic!("should parse: {e}"));
+        match engine_cli::job::train_input_fn(&spec) {
+            Err(e) => failure(e),
+            Ok(_) => panic!("the input should be refused"),
+        }
+    };
+    let text = cnn_with("images: \"/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz\"", "images: \"/nonexistent.gz\"");
+    let f = input_error(&text);
+    assert_eq!(f.path, "train_input.images");
+    assert_eq!((f.line, f.col), position(&text, 1, "\"/nonexistent.gz\""));
+    assert!(f.message.contains("/nonexistent.gz"), "{}", f.message);
+
+    let text = cnn_with("batch_size: 64", "batch_size: 64, prefetch: 1000000000");
+    let f = input_error(&text);
+    assert_eq!(f.path, "train_input.prefetch");
+    assert_eq!((f.line, f.col), position(&text, 1, "1000000000"));
+    assert!(f.message.contains("at most") && !f.message.contains("invalid dataset"), "{}", f.message);
+
+    let text = cnn_with("batch_size: 64", "batch_size: 64, num_parallel_calls: 100000");
+    assert_eq!(input_error(&text).path, "train_input.num_parallel_calls");
+    let text = cnn_with("batch_size: 64", "batch_size: 100000");
+    let f = input_error(&text);
+    assert_eq!(f.path, "train_input.batch_size");
+    assert!(f.message.contains("fewer than one step"), "{}", f.message);
+
+    // A wrong type in a field written bare or as an option: located at the field, with
+    // no serde internals in the message.
+    let f = input_error(&cnn_with("batch_size: 64", "batch_size: 64, take: \"abc\""));
+    assert_eq!(f.path, "train_input.take");
+    assert!(!f.message.contains("untagged"), "{}", f.message);
+}

@@ -208,8 +208,12 @@ fn a_damaged_state_file_is_reported_and_recovered_from() -> Result<()> {
     manager.save(2, &variables(2)?, &meta(2))?;
     dir.put(STATE_FILE, b"model_checkpoint_path: \"model.ckpt-2\"\ngarbage here\n".to_vec())?;
 
-    let message = manager.latest().err().map(|e| e.to_string()).unwrap_or_default();
+    // The damage is reported, and the checkpoints beside the file still count: the latest is
+    // the newest present.
+    let (_, damage) = manager.recovered_state()?;
+    let message = damage.map(|e| e.to_string()).unwrap_or_default();
     assert!(message.contains("memory://ckpt-bad-state/run/checkpoint") && message.contains("line 2"), "{message}");
+    assert_eq!(manager.latest()?.map(|c| c.step), Some(2));
     // Nothing is deleted while the state is unreadable.
     assert!(!manager.collect_garbage()?.problems.is_empty());
 

@@ -294,8 +294,8 @@ impl Executor {
                         Op::AllReduce(a) => kernels::all_reduce(a, job.inputs, &ctx),
                         _ => Err(ctx.err("not a collective")),
                     };
-                    if result.is_err() {
-                        group.abort(&format!("{} failed", node.name));
+                    if let Err(e) = &result {
+                        group.abort(&format!("{} failed: {e}", node.name), e.is_retryable());
                     }
                     let _ = job.reply.send((result, start, t0.elapsed()));
                 }

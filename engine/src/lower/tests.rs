@@ -107,6 +107,7 @@ fn the_training_plan_differentiates_every_variable_but_not_the_input() -> TestRe
         [
             "autodiff",
             "apply-optimizer",
+            "check-numerics",
             "placement",
             "common-subexpression-elimination",
             "fuse-bias-activation",

@@ -185,7 +185,7 @@ impl Replicas {
                             if let Err(e) = &out {
                                 // Release the others at once instead of at their timeout.
                                 let why = e.to_string();
-                                collectives.iter().for_each(|c| c.abort(&why));
+                                collectives.iter().for_each(|c| c.abort(&why, e.is_retryable()));
                                 if let Some(x) = &exchange {
                                     x.abort(&why);
                                 }

@@ -198,8 +198,8 @@ impl Collective for Member {
     fn barrier(&self) -> Result<()> {
         self.meet("barrier")
     }
-    fn abort(&self, reason: &str) {
-        self.shared.meet.abort(&format!("{}: {reason}", self.describe(self.rank)));
+    fn abort(&self, reason: &str, retryable: bool) {
+        self.shared.meet.abort(&format!("{}: {reason}", self.describe(self.rank)), retryable);
     }
 }
 
@@ -272,7 +272,7 @@ mod tests {
         assert_eq!(d, Some(vec![1.0, 2.0, 3.0]));
         assert_eq!(g.and_then(|g| g.ok()), Some(vec![7.0, 8.0]));
         assert!(a.is_some());
-        h[0].abort("boom");
+        h[0].abort("boom", false);
         let err = format!("{:?}", h[1].barrier());
         assert!(err.contains("aborted") && err.contains("boom"), "{err}");
     }

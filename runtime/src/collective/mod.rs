@@ -38,8 +38,10 @@ pub trait Collective: Send + Sync {
     fn all_gather(&self, data: &[f32]) -> Result<Vec<f32>>;
     /// Returns when every participant has called it.
     fn barrier(&self) -> Result<()>;
-    /// Marks the group failed: every pending and future call returns an error.
-    fn abort(&self, reason: &str);
+    /// Marks the group failed: every pending and future call returns an error, retryable
+    /// when the failure behind the abort is (a lost peer), so that every member reports the
+    /// same kind of failure.
+    fn abort(&self, reason: &str, retryable: bool);
 }
 
 /// Sums `src` into `dst`.

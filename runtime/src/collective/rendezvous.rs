@@ -16,7 +16,7 @@ pub(crate) struct Rendezvous {
 struct State {
     generation: u64,
     arrived: Vec<bool>,
-    aborted: Option<String>,
+    aborted: Option<(String, bool)>,
 }
 
 impl Rendezvous {
@@ -36,8 +36,8 @@ impl Rendezvous {
     /// Waits until all ranks called `wait` for this round. `op` names the operation in errors.
     pub fn wait(&self, rank: usize, op: &str, describe: &dyn Fn(usize) -> String) -> Result<()> {
         let mut s = self.lock();
-        if let Some(reason) = &s.aborted {
-            return Err(aborted(op, reason));
+        if let Some((reason, retryable)) = &s.aborted {
+            return Err(aborted(op, reason, *retryable));
         }
         let generation = s.generation;
         s.arrived[rank] = true;
@@ -49,8 +49,8 @@ impl Rendezvous {
         }
         let deadline = Instant::now() + self.timeout;
         while s.generation == generation {
-            if let Some(reason) = &s.aborted {
-                return Err(aborted(op, reason));
+            if let Some((reason, retryable)) = &s.aborted {
+                return Err(aborted(op, reason, *retryable));
             }
             let now = Instant::now();
             if now >= deadline {
@@ -68,15 +68,15 @@ impl Rendezvous {
         Ok(())
     }
 
-    pub fn abort(&self, reason: &str) {
+    pub fn abort(&self, reason: &str, retryable: bool) {
         let mut s = self.lock();
         if s.aborted.is_none() {
-            s.aborted = Some(reason.to_string());
+            s.aborted = Some((reason.to_string(), retryable));
         }
         self.cv.notify_all();
     }
 }
 
-fn aborted(op: &str, reason: &str) -> RuntimeError {
-    RuntimeError::Collective { op: op.to_string(), reason: format!("the group was aborted: {reason}"), retryable: false }
+fn aborted(op: &str, reason: &str, retryable: bool) -> RuntimeError {
+    RuntimeError::Collective { op: op.to_string(), reason: format!("the group was aborted: {reason}"), retryable }
 }

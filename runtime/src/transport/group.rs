@@ -119,7 +119,7 @@ impl NetworkGroup {
             // with the cause rather than with a connection that closed, and keep serving a
             // moment so that a refusal this task just answered reaches its caller (stopping
             // at once can drop the reply, and the caller would wait out its timeout).
-            group.abort_group(error.to_string());
+            group.abort_group(error.to_string(), error.is_retryable());
             std::thread::sleep(FAILED_CONNECT_LINGER);
             return Err(error.into());
         }
@@ -178,7 +178,7 @@ impl NetworkGroup {
         let shared = self.shared.clone();
         self.handle.spawn(async move {
             if let Err(error) = server.serve_with_incoming(service, incoming).await {
-                shared.abort(format!("the server of {me} stopped: {}", link::error_chain(&error)));
+                shared.abort(format!("the server of {me} stopped: {}", link::error_chain(&error)), true);
             }
         });
         Ok(())
@@ -192,7 +192,7 @@ impl NetworkGroup {
             if let Some((peer, reason)) = &state.refused {
                 return Err(ConnectError::Refused { task: me, peer: peer.clone(), reason: reason.clone() });
             }
-            if let Some(reason) = &state.aborted {
+            if let Some((reason, _)) = &state.aborted {
                 return Err(ConnectError::Aborted { task: me, reason: reason.clone() });
             }
             if self.members.peers().all(|p| state.peers[p].outbound.is_some() && state.peers[p].inbound_opened) {
@@ -268,23 +268,23 @@ impl NetworkGroup {
             (result, _) => result,
         };
         if let Err(error) = &result {
-            self.abort_group(error.to_string());
+            self.abort_group(error.to_string(), error.is_retryable());
         }
         result
     }
 
     /// Marks the group failed and, if this is news, tells every peer why.
-    fn abort_group(&self, reason: String) {
+    fn abort_group(&self, reason: String, retryable: bool) {
         let mut state = self.shared.lock();
         if state.aborted.is_some() {
             return;
         }
         let me = self.members.describe(self.members.me);
-        state.aborted = Some(format!("{me}: {reason}"));
+        state.aborted = Some((format!("{me}: {reason}"), retryable));
         for peer in &state.peers {
             if let Some(out) = &peer.outbound {
                 // Best effort: a peer that cannot be told finds out by its own timeout.
-                let _ = out.send(Frame { body: Some(Body::Abort(Abort { reason: reason.clone() })) });
+                let _ = out.send(Frame { body: Some(Body::Abort(Abort { reason: reason.clone(), retryable })) });
             }
         }
         drop(state);
@@ -329,7 +329,7 @@ impl NetworkGroup {
     /// Stops like a killed process would: no clean close, so peers see a lost connection.
     #[cfg(test)]
     pub(super) fn crash(&self) {
-        self.shared.abort("this task crashed".to_string());
+        self.shared.abort("this task crashed".to_string(), false);
         self.shut_down(false);
     }
 }
@@ -407,7 +407,7 @@ impl Collective for NetworkGroup {
         self.run(Kind::Barrier, 0, true, barrier::barrier)
     }
 
-    fn abort(&self, reason: &str) {
-        self.abort_group(reason.to_string());
+    fn abort(&self, reason: &str, retryable: bool) {
+        self.abort_group(reason.to_string(), retryable);
     }
 }

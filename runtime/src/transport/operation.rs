@@ -49,13 +49,13 @@ impl Op<'_> {
     pub fn check_alive(&self) -> Result<()> {
         let state = self.shared.lock();
         match &state.aborted {
-            Some(reason) => Err(self.aborted(reason)),
+            Some((reason, retryable)) => Err(self.aborted(reason, *retryable)),
             None => Ok(()),
         }
     }
 
-    fn aborted(&self, reason: &str) -> RuntimeError {
-        self.error(format!("the group was aborted: {reason}"), false)
+    fn aborted(&self, reason: &str, retryable: bool) -> RuntimeError {
+        self.error(format!("the group was aborted: {reason}"), retryable)
     }
 
     /// Queues a segment for `to`; it does not wait for the network.
@@ -71,8 +71,8 @@ impl Op<'_> {
         };
         let frame = Frame { body: Some(Body::Segment(segment)) };
         let mut state = self.shared.lock();
-        if let Some(reason) = &state.aborted {
-            return Err(self.aborted(reason));
+        if let Some((reason, retryable)) = &state.aborted {
+            return Err(self.aborted(reason, *retryable));
         }
         let queued =
             state.peers.get(to).and_then(|peer| peer.outbound.as_ref()).is_some_and(|out| out.send(frame).is_ok());
@@ -106,8 +106,8 @@ impl Op<'_> {
         let mut found: Vec<Option<Arrived>> = vec![None; tags.len()];
         let mut state = self.shared.lock();
         loop {
-            if let Some(reason) = &state.aborted {
-                return Err(self.aborted(reason));
+            if let Some((reason, retryable)) = &state.aborted {
+                return Err(self.aborted(reason, *retryable));
             }
             for (slot, tag) in found.iter_mut().zip(&tags) {
                 if slot.is_none()
@@ -161,8 +161,8 @@ impl Op<'_> {
     /// runs another collective. For waits that do not go through the mailbox (shared memory).
     pub fn check_peers(&self) -> Result<()> {
         let state = self.shared.lock();
-        if let Some(reason) = &state.aborted {
-            return Err(self.aborted(reason));
+        if let Some((reason, retryable)) = &state.aborted {
+            return Err(self.aborted(reason, *retryable));
         }
         for peer in self.members.peers() {
             if let Some(header) = state.mailbox.header(self.operation, peer) {

@@ -101,7 +101,7 @@ impl CollectiveService for Service {
                 }
                 Ok(Some(Frame { body: Some(Body::Abort(abort)) })) => {
                     let reason: String = abort.reason.chars().take(MAX_REASON_CHARS).collect();
-                    self.shared.abort(format!("{peer} aborted the group: {reason}"));
+                    self.shared.abort(format!("{peer} aborted the group: {reason}"), abort.retryable);
                 }
                 Ok(Some(Frame { body: None })) => {
                     self.shared.lose(rank, format!("{peer} sent an empty frame"));

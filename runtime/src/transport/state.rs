@@ -42,8 +42,9 @@ pub(super) struct State {
     pub mailbox: Mailbox,
     /// Indexed by rank; this process's own entry stays default.
     pub peers: Vec<PeerState>,
-    /// Set by a local `abort`, a failed collective, or a peer's abort frame.
-    pub aborted: Option<String>,
+    /// Set by a local `abort`, a failed collective, or a peer's abort frame: why, and whether
+    /// the failure behind it is retryable.
+    pub aborted: Option<(String, bool)>,
     /// A handshake refused in either direction: (the peer as named, reason).
     pub refused: Option<(String, String)>,
     /// The group is being dropped: streams closing now are expected.
@@ -133,10 +134,10 @@ impl Shared {
     }
 
     /// Fails every pending and later collective with `reason` (the first reason wins).
-    pub fn abort(&self, reason: String) {
+    pub fn abort(&self, reason: String, retryable: bool) {
         let mut state = self.lock();
         if state.aborted.is_none() {
-            state.aborted = Some(reason);
+            state.aborted = Some((reason, retryable));
         }
         drop(state);
         self.notify();

@@ -373,7 +373,7 @@ fn members_disagreeing_on_the_broadcast_root_fail_instead_of_taking_each_others_
 #[test]
 fn abort_fails_the_peers_with_the_reason() {
     let groups = group_of(2);
-    groups[0].abort("boom");
+    groups[0].abort("boom", false);
     let error = groups[1].barrier().expect_err("aborted").to_string();
     assert!(error.contains("aborted") && error.contains("boom") && error.contains("chief:0 at"), "{error}");
     let error = groups[0].barrier().expect_err("aborted here too").to_string();

@@ -1,8 +1,9 @@
-//! A NaN in the training data never reaches the weights. By default the run stops at the
-//! first step it would have poisoned, naming the step, the variable whose gradient is not
-//! finite and the CSV line that holds the NaN; `run_config.non_finite: Skip` skips those
-//! batches instead (counted in TensorBoard's summaries) and the model trains as if the
-//! bad line were not there, in one process and with mirrored replicas.
+//! Bad data never passes silently. A NaN in the training data never reaches the weights: by
+//! default the run stops at the first step it would have poisoned, naming the step, the
+//! variable whose gradient is not finite and the CSV line that holds the NaN;
+//! `run_config.non_finite: Skip` skips those batches instead (counted in TensorBoard's
+//! summaries) and the model trains as if the bad line were not there, in one process and
+//! with mirrored replicas. An evaluation that reads no example is an error, not a NaN loss.
 
 mod common;
 
@@ -94,5 +95,18 @@ fn skip_leaves_out_the_bad_batches_and_counts_them_in_one_process_and_mirrored()
         let counted = view["scalars"]["non_finite_batches_skipped"].as_array().map(Vec::len).unwrap_or(0);
         ensure!(counted == skipped, "{strategy:?}: {skipped} skips logged, {counted} in the summaries");
     }
+    Ok(())
+}
+
+#[test]
+fn an_evaluation_of_no_examples_is_an_error_not_a_nan() -> Result<()> {
+    let tmp = tempfile::tempdir()?;
+    write_data(tmp.path())?;
+    let spec = tmp.path().join("spec.ron").to_string_lossy().into_owned();
+    engine(&["run", &spec, "--set", "run_config.non_finite=Skip", "--max-steps", "5"])?.ok()?;
+    let eval = engine(&["eval", &spec, "--set", "eval_input.take=0"])?;
+    ensure!(eval.code == Some(1), "{:?}:\n{}\n{}", eval.code, eval.stdout, eval.stderr);
+    ensure!(eval.stderr.contains("evaluation read no examples"), "{}", eval.stderr);
+    ensure!(!eval.stdout.contains("nan") && !eval.stdout.contains("NaN"), "{}", eval.stdout);
     Ok(())
 }
