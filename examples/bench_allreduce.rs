@@ -43,10 +43,14 @@ fn main() -> anyhow::Result<()> {
                         })
                     })
                     .collect();
-                joins.into_iter().map(|j| j.join().map_err(|_| anyhow::anyhow!("panic"))?).collect::<anyhow::Result<Vec<_>>>()
+                joins
+                    .into_iter()
+                    .map(|j| j.join().map_err(|_| anyhow::anyhow!("panic"))?)
+                    .collect::<anyhow::Result<Vec<_>>>()
             })?;
             // A collective is as slow as its slowest participant.
-            let per_op: Vec<Duration> = (0..iterations).map(|i| times.iter().map(|t| t[i]).max().unwrap_or_default()).collect();
+            let per_op: Vec<Duration> =
+                (0..iterations).map(|i| times.iter().map(|t| t[i]).max().unwrap_or_default()).collect();
             let t = median(per_op);
             let bus = 2.0 * (n as f64 - 1.0) / n as f64 * bytes as f64 / t.as_secs_f64() / 1e9;
             let size = if bytes >= 1 << 20 { format!("{} MiB", bytes >> 20) } else { format!("{} KiB", bytes >> 10) };

@@ -139,7 +139,11 @@ fn member(cluster: &str, rank: usize, communication: Communication) -> anyhow::R
         communication,
     })?;
     if rank == 0 {
-        println!("PATH {} ({})", group.communication(), group.ring_reason().unwrap_or("every member mapped the segment"));
+        println!(
+            "PATH {} ({})",
+            group.communication(),
+            group.ring_reason().unwrap_or("every member mapped the segment")
+        );
     }
     for (s, &bytes) in SIZES.iter().enumerate() {
         let mut data = vec![1.0f32; bytes / 4];

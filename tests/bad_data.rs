@@ -65,7 +65,12 @@ fn a_nan_in_the_data_stops_the_run_naming_the_line_and_no_weight_is_touched() ->
     write_data(tmp.path())?;
     let spec = tmp.path().join("spec.ron").to_string_lossy().into_owned();
     let run = engine(&["run", &spec])?;
-    ensure!(run.code == Some(1), "a NaN in the data is a permanent error (status 1), got {:?}:\n{}", run.code, run.stderr);
+    ensure!(
+        run.code == Some(1),
+        "a NaN in the data is a permanent error (status 1), got {:?}:\n{}",
+        run.code,
+        run.stderr
+    );
     let error = run.stderr.lines().find(|l| l.starts_with("error: ")).context("no error line")?;
     ensure!(error.contains("was not applied: the gradient of h/kernel has"), "{error}");
     ensure!(error.contains("the input is to blame: feature `c` is NaN (value 1 of 1) in "), "{error}");

@@ -51,7 +51,11 @@ fn variables(model_dir: &Path, step: u64) -> Result<BTreeMap<String, HostTensor>
     Ok(read_checkpoint(&path.to_string_lossy(), None).with_context(|| format!("reading {}", path.display()))?.tensors)
 }
 
-fn assert_same_variables(got: &BTreeMap<String, HostTensor>, want: &BTreeMap<String, HostTensor>, what: &str) -> Result<()> {
+fn assert_same_variables(
+    got: &BTreeMap<String, HostTensor>,
+    want: &BTreeMap<String, HostTensor>,
+    what: &str,
+) -> Result<()> {
     ensure!(got.keys().eq(want.keys()), "{what}: variables differ: {:?} vs {:?}", got.keys(), want.keys());
     for (name, w) in want {
         let (x, y) = (got[name].to_f64_vec(), w.to_f64_vec());
@@ -68,7 +72,11 @@ fn final_losses(stderr: &str) -> Result<BTreeMap<String, f64>> {
     const MARK: &str = "Loss for final step: ";
     let mut out = BTreeMap::new();
     for line in stderr.lines().filter(|l| l.contains(MARK)) {
-        let task = if line.starts_with('[') { line.split_once(']').map(|(t, _)| format!("{t}]")).unwrap_or_default() } else { String::new() };
+        let task = if line.starts_with('[') {
+            line.split_once(']').map(|(t, _)| format!("{t}]")).unwrap_or_default()
+        } else {
+            String::new()
+        };
         let value = line.rsplit_once(MARK).map(|(_, v)| v.trim_end_matches('.')).unwrap_or_default();
         out.insert(task, value.parse::<f64>().with_context(|| format!("bad loss in {line}"))?);
     }
@@ -102,7 +110,10 @@ fn one_device(spec: &Path, model_dir: &Path, batch: usize, steps: u64) -> Result
     ];
     args.extend(common_sets(batch));
     let out = engine(&common::strs(&args))?.ok()?;
-    final_losses(&out.stderr)?.get("").copied().with_context(|| format!("one_device logged no final loss:\n{}", out.stderr))
+    final_losses(&out.stderr)?
+        .get("")
+        .copied()
+        .with_context(|| format!("one_device logged no final loss:\n{}", out.stderr))
 }
 
 fn launch_args(spec: &Path, model_dir: &Path, workers: usize, steps: u64, extra: &[&str]) -> Vec<String> {
@@ -135,7 +146,8 @@ fn two_and_three_workers_train_like_one_device() -> Result<()> {
         let set = format!("run_config.communication={communication}");
         let out = engine(&common::strs(&launch_args(&spec, &cluster, workers, STEPS, &["--set", &set])))?.ok()?;
         for w in 0..workers {
-            let line = out.stderr.lines().find(|l| l.starts_with(&format!("[worker:{w}]")) && l.contains("all-reduce "));
+            let line =
+                out.stderr.lines().find(|l| l.starts_with(&format!("[worker:{w}]")) && l.contains("all-reduce "));
             ensure!(line.is_some_and(|l| l.contains(path)), "worker:{w} did not all-reduce {path}: {line:?}");
         }
         // The chief evaluated the final checkpoint; every worker logged its part.
@@ -145,7 +157,11 @@ fn two_and_three_workers_train_like_one_device() -> Result<()> {
         for w in 0..workers {
             ensure!(out.stderr.contains(&format!("[worker:{w}]")), "no log lines from worker:{w}:\n{}", out.stderr);
         }
-        assert_same_variables(&variables(&cluster, STEPS)?, &variables(&reference, STEPS)?, &format!("{workers} workers"))?;
+        assert_same_variables(
+            &variables(&cluster, STEPS)?,
+            &variables(&reference, STEPS)?,
+            &format!("{workers} workers"),
+        )?;
         // Each process holds one replica of `workers`, yet each logs the global loss.
         assert_global_final_loss(&out.stderr, workers, reference_loss, &format!("{workers} workers"))?;
         // Only the chief writes: one set of checkpoints, one events file for training.
@@ -206,7 +222,8 @@ fn task(spec: &Path, model_dir: &Path, tf_config: &str, token: &str, steps: u64,
 }
 
 fn free_ports(n: usize) -> Result<Vec<u16>> {
-    let listeners: Vec<_> = (0..n).map(|_| std::net::TcpListener::bind("127.0.0.1:0")).collect::<std::io::Result<_>>()?;
+    let listeners: Vec<_> =
+        (0..n).map(|_| std::net::TcpListener::bind("127.0.0.1:0")).collect::<std::io::Result<_>>()?;
     Ok(listeners.iter().map(|l| l.local_addr().map(|a| a.port())).collect::<std::io::Result<_>>()?)
 }
 
@@ -300,11 +317,18 @@ fn launch_within(args: &[String], env: (&str, &str), logs: &Path, within: Durati
         if started.elapsed() > within {
             child.kill()?;
             child.wait()?;
-            return Err(anyhow!("engine launch still running after {within:?}:\n{}", std::fs::read_to_string(&stderr)?));
+            return Err(anyhow!(
+                "engine launch still running after {within:?}:\n{}",
+                std::fs::read_to_string(&stderr)?
+            ));
         }
         std::thread::sleep(Duration::from_millis(50));
     };
-    let run = common::Run { code: status.code(), stdout: std::fs::read_to_string(&stdout)?, stderr: std::fs::read_to_string(&stderr)? };
+    let run = common::Run {
+        code: status.code(),
+        stdout: std::fs::read_to_string(&stdout)?,
+        stderr: std::fs::read_to_string(&stderr)?,
+    };
     Ok((run, started.elapsed()))
 }
 
@@ -319,11 +343,21 @@ fn launch_restarts_a_failed_cluster_which_ends_like_one_device_and_without_resta
     let reference_loss = one_device(&spec, &reference, PER_WORKER * 2, STEPS)?;
 
     let dir = tmp.path().join("restarted");
-    let args = launch_args(&spec, &dir, 2, STEPS, &["--restart-on-failure", "1", "--set", "run_config.save_checkpoints_steps=4"]);
+    let args = launch_args(
+        &spec,
+        &dir,
+        2,
+        STEPS,
+        &["--restart-on-failure", "1", "--set", "run_config.save_checkpoints_steps=4"],
+    );
     let (out, _) = launch_within(&args, fault, &tmp.path().join("restarted_launch"), Duration::from_secs(600))?;
     let out = out.ok()?;
     let failed = format!("worker:1 failed (exit code {FAULT_EXIT_CODE})");
-    ensure!(out.stderr.contains(&failed) && out.stderr.contains("restarting the cluster (1 of 1)"), "no restart reported:\n{}", out.stderr);
+    ensure!(
+        out.stderr.contains(&failed) && out.stderr.contains("restarting the cluster (1 of 1)"),
+        "no restart reported:\n{}",
+        out.stderr
+    );
     ensure!(out.stderr.contains("(attempt 2)"), "the launcher did not start a second cluster:\n{}", out.stderr);
     let resumed = out.stderr.lines().any(|l| l.starts_with("[worker:0]") && l.contains("Restoring parameters from"));
     ensure!(resumed, "the chief did not resume from its checkpoint:\n{}", out.stderr);
@@ -338,11 +372,19 @@ fn launch_restarts_a_failed_cluster_which_ends_like_one_device_and_without_resta
     let args = launch_args(&spec, &dir, 2, STEPS, &["--restart-on-failure", "0"]);
     let (out, took) = launch_within(&args, fault, &tmp.path().join("not_restarted_launch"), Duration::from_secs(300))?;
     // The launcher exits with the failed task's status, as a restart policy would read it.
-    ensure!(out.code == Some(FAULT_EXIT_CODE), "engine launch exited with {:?} after a failure:\n{}", out.code, out.stderr);
+    ensure!(
+        out.code == Some(FAULT_EXIT_CODE),
+        "engine launch exited with {:?} after a failure:\n{}",
+        out.code,
+        out.stderr
+    );
     let error = out.stderr.lines().find(|l| l.starts_with("error: ")).context("no error line")?;
     ensure!(error.contains(&failed), "the error does not name the failed task: {error}");
     // A survivor of the lost worker fails with a retryable status, as a restart cures it.
-    ensure!(!error.contains("worker:0 failed (exit code") || error.contains("worker:0 failed (exit code 200)"), "{error}");
+    ensure!(
+        !error.contains("worker:0 failed (exit code") || error.contains("worker:0 failed (exit code 200)"),
+        "{error}"
+    );
     ensure!(!out.stderr.contains("(attempt 2)"), "restarted with --restart-on-failure 0:\n{}", out.stderr);
     ensure!(took < Duration::from_secs(120), "engine launch took {took:?} to give up");
     ensure!(latest_step(&dir).is_none_or(|s| s < STEPS), "the job finished despite the failure");
@@ -388,7 +430,9 @@ fn mismatched_specs_wrong_tokens_and_bad_clusters_are_refused() -> Result<()> {
         r#"{{"cluster": {{"worker": ["127.0.0.1:{0}", "127.0.0.1:{0}"]}}, "task": {{"type": "worker", "index": 0}}}}"#,
         ports[0]
     );
-    let out = engine_command(&["run", &spec.to_string_lossy(), "--strategy", "multi_worker"])?.env("TF_CONFIG", dup).output()?;
+    let out = engine_command(&["run", &spec.to_string_lossy(), "--strategy", "multi_worker"])?
+        .env("TF_CONFIG", dup)
+        .output()?;
     let err = String::from_utf8_lossy(&out.stderr);
     ensure!(!out.status.success() && err.contains("worker:0") && err.contains("worker:1"), "{err}");
     Ok(())

@@ -24,7 +24,10 @@ fn signal(child: &Child, signal: i32) -> Result<()> {
 
 /// Starts a training run and reads its log until it has logged a step at or past `after`;
 /// returns the child and what it logged so far.
-fn start_and_wait_for_step(model_dir: &str, after: u64) -> Result<(Child, BufReader<std::process::ChildStderr>, String)> {
+fn start_and_wait_for_step(
+    model_dir: &str,
+    after: u64,
+) -> Result<(Child, BufReader<std::process::ChildStderr>, String)> {
     let mut child = engine_command(&strs(&run_args(model_dir, MAX_STEPS, &["--set", LOG_EVERY])))?
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -38,7 +41,8 @@ fn start_and_wait_for_step(model_dir: &str, after: u64) -> Result<(Child, BufRea
             bail!("the run ended before step {after}:\n{seen}");
         }
         seen.push_str(&line);
-        let step = line.split("step = ").nth(1).and_then(|s| s.split([' ', '\n']).next()).and_then(|s| s.parse::<u64>().ok());
+        let step =
+            line.split("step = ").nth(1).and_then(|s| s.split([' ', '\n']).next()).and_then(|s| s.parse::<u64>().ok());
         if step.is_some_and(|s| s >= after) {
             return Ok((child, log, seen));
         }

@@ -44,7 +44,12 @@ fn a_damaged_model_dir_resumes_from_the_newest_checkpoint_that_loads() -> Result
 
     type Damage = fn(&Path) -> Result<()>;
     let cases: [(&str, Damage, u64, &str); 4] = [
-        ("garbage state file", |d| Ok(std::fs::write(d.join("checkpoint"), "garbage!!\n")?), 60, "the state file is damaged"),
+        (
+            "garbage state file",
+            |d| Ok(std::fs::write(d.join("checkpoint"), "garbage!!\n")?),
+            60,
+            "the state file is damaged",
+        ),
         ("empty state file", |d| Ok(std::fs::write(d.join("checkpoint"), "")?), 60, "the state file is damaged"),
         ("deleted latest", |d| Ok(std::fs::remove_file(d.join("model.ckpt-60.safetensors"))?), 40, "MISSING"),
         (
@@ -67,14 +72,27 @@ fn a_damaged_model_dir_resumes_from_the_newest_checkpoint_that_loads() -> Result
         let dir_s = dir.to_string_lossy().into_owned();
 
         let listed = engine(&["checkpoints", &dir_s])?.ok()?;
-        ensure!(listed.stdout.contains(listed_as), "{what}: `engine checkpoints` should say {listed_as}:\n{}", listed.stdout);
+        ensure!(
+            listed.stdout.contains(listed_as),
+            "{what}: `engine checkpoints` should say {listed_as}:\n{}",
+            listed.stdout
+        );
         ensure!(listed.stdout.contains("an interrupted save"), "{what}:\n{}", listed.stdout);
-        let latest_row = listed.stdout.lines().skip(2).find(|l| l.split_whitespace().last() == Some("latest")).unwrap_or_default();
-        ensure!(latest_row.starts_with(&format!("model.ckpt-{resumes_at} ")), "{what}: resumable should be {resumes_at}:\n{}", listed.stdout);
+        let latest_row =
+            listed.stdout.lines().skip(2).find(|l| l.split_whitespace().last() == Some("latest")).unwrap_or_default();
+        ensure!(
+            latest_row.starts_with(&format!("model.ckpt-{resumes_at} ")),
+            "{what}: resumable should be {resumes_at}:\n{}",
+            listed.stdout
+        );
 
         let run = engine(&strs(&run_args(&dir_s, 80, &["--set", SAVES])))?.ok()?;
         ensure!(run.stderr.contains("Damage in the model dir"), "{what}: no warning:\n{}", run.stderr);
-        ensure!(run.stderr.contains(&format!("Restoring parameters from model.ckpt-{resumes_at} ")), "{what}:\n{}", run.stderr);
+        ensure!(
+            run.stderr.contains(&format!("Restoring parameters from model.ckpt-{resumes_at} ")),
+            "{what}:\n{}",
+            run.stderr
+        );
         ensure!(!debris.exists(), "{what}: the interrupted save's file is still there");
         ensure!(latest_step(&dir) == Some(80), "{what}: the state file was not repaired");
         let got = read_checkpoint(&dir.join("model.ckpt-80").to_string_lossy(), None)?;
@@ -94,7 +112,12 @@ fn a_changed_input_pipeline_continues_after_the_examples_read() -> Result<()> {
     engine(&strs(&run_args(&dir_s, 20, &["--set", "train_input.batch_size=64"])))?.ok()?;
     let smaller = engine(&strs(&run_args(&dir_s, 40, &["--set", "train_input.batch_size=32"])))?.ok()?;
     ensure!(smaller.stderr.contains("continuing after example 1280"), "{}", smaller.stderr);
-    let two = engine(&strs(&run_args(&dir_s, 50, &["--set", "train_input.batch_size=32", "--strategy", "mirrored", "--devices", "cpu:0,cpu:1"])))?.ok()?;
+    let two = engine(&strs(&run_args(
+        &dir_s,
+        50,
+        &["--set", "train_input.batch_size=32", "--strategy", "mirrored", "--devices", "cpu:0,cpu:1"],
+    )))?
+    .ok()?;
     ensure!(two.stderr.contains("continuing after example 1920"), "{}", two.stderr);
     let saved = read_checkpoint(&dir.join("model.ckpt-50").to_string_lossy(), None)?;
     ensure!(saved.meta.examples_seen == Some(1920 + 10 * 64), "{:?}", saved.meta.examples_seen);

@@ -102,9 +102,21 @@ fn seeds(dir: &Path) -> Result<Vec<String>> {
     Ok(specs)
 }
 
-const INTEGERS: [&str; 10] = ["0", "1", "-1", "3", "65536", "1000000000", "4294967296", "18446744073709551615", "-9223372036854775808", "99999999999999999999999"];
+const INTEGERS: [&str; 10] = [
+    "0",
+    "1",
+    "-1",
+    "3",
+    "65536",
+    "1000000000",
+    "4294967296",
+    "18446744073709551615",
+    "-9223372036854775808",
+    "99999999999999999999999",
+];
 const FLOATS: [&str; 8] = ["0.0", "-1.0", "1e308", "-1e308", "1e-45", "NaN", "inf", "0.5"];
-const WORDS: [&str; 12] = ["Relu", "Same", "Valid", "None", "Some(3)", "true", "Dense", "Flatten", "[]", "()", "\"\"", "Sgd"];
+const WORDS: [&str; 12] =
+    ["Relu", "Same", "Valid", "None", "Some(3)", "true", "Dense", "Flatten", "[]", "()", "\"\"", "Sgd"];
 const STRINGS: [&str; 5] = ["\"\"", "\"/nonexistent/file\"", "\"relu\"", "\"image\"", "\"x\""];
 
 /// Byte ranges of the tokens of `kind` in `text` (numbers, identifiers, strings), found by a
@@ -237,7 +249,8 @@ fn survives(args: &[&str], limit: Duration) -> Result<Option<i32>> {
         std::thread::sleep(Duration::from_millis(10));
     };
     let stderr = reader.join().unwrap_or_default();
-    let tail: String = stderr.lines().rev().take(6).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join("\n");
+    let tail: String =
+        stderr.lines().rev().take(6).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join("\n");
     if stderr.contains("panicked at") || status.code() == Some(101) {
         bail!("it panicked ({status}):\n{tail}");
     }
@@ -255,7 +268,10 @@ fn mutated_specs_get_errors_never_crashes() -> Result<()> {
     for (k, spec) in seeds.iter().enumerate() {
         let path = tmp.path().join(format!("seed-{k}.ron"));
         std::fs::write(&path, spec)?;
-        anyhow::ensure!(survives(&["plan", &path.to_string_lossy()], Duration::from_secs(60))? == Some(0), "seed spec {k} does not plan:\n{spec}");
+        anyhow::ensure!(
+            survives(&["plan", &path.to_string_lossy()], Duration::from_secs(60))? == Some(0),
+            "seed spec {k} does not plan:\n{spec}"
+        );
     }
     let from_env = |name: &str| std::env::var(name).ok().and_then(|v| v.parse::<u64>().ok());
     let mutants = from_env("ENGINE_FUZZ_MUTANTS").map_or(MUTANTS, |n| n as usize);
@@ -267,8 +283,12 @@ fn mutated_specs_get_errors_never_crashes() -> Result<()> {
         let path = tmp.path().join(format!("mutant-{index}.ron"));
         std::fs::write(&path, &mutant)?;
         let path_s = path.to_string_lossy().into_owned();
-        let fail = |what: &str, e: anyhow::Error| anyhow::anyhow!("mutant {index} (of seed spec {seed}) {what}: {e:#}\n--- mutant ---\n{mutant}");
-        let planned_ok = survives(&["plan", &path_s], Duration::from_secs(60)).map_err(|e| fail("under `engine plan`", e))? == Some(0);
+        let fail = |what: &str, e: anyhow::Error| {
+            anyhow::anyhow!("mutant {index} (of seed spec {seed}) {what}: {e:#}\n--- mutant ---\n{mutant}")
+        };
+        let planned_ok = survives(&["plan", &path_s], Duration::from_secs(60))
+            .map_err(|e| fail("under `engine plan`", e))?
+            == Some(0);
         if !planned_ok {
             continue;
         }
@@ -277,11 +297,17 @@ fn mutated_specs_get_errors_never_crashes() -> Result<()> {
             continue;
         }
         let model_dir = tmp.path().join(format!("run-{index}")).to_string_lossy().into_owned();
-        survives(&["run", &path_s, "--max-steps", "3", "--model-dir", &model_dir, "--set", "eval_spec.steps=1"], Duration::from_secs(30))
-            .map_err(|e| fail("under `engine run`", e))?;
+        survives(
+            &["run", &path_s, "--max-steps", "3", "--model-dir", &model_dir, "--set", "eval_spec.steps=1"],
+            Duration::from_secs(30),
+        )
+        .map_err(|e| fail("under `engine run`", e))?;
         ran += 1;
     }
     eprintln!("{mutants} mutants: {planned} planned, {ran} also ran");
-    anyhow::ensure!(planned >= mutants / 10 && ran >= mutants / 40, "too few mutants got through the parser to test the rest ({planned}, {ran})");
+    anyhow::ensure!(
+        planned >= mutants / 10 && ran >= mutants / 40,
+        "too few mutants got through the parser to test the rest ({planned}, {ran})"
+    );
     Ok(())
 }

@@ -11,7 +11,10 @@
 //! above 1e-5 is a bug in the distribution, which is what this test is for.
 
 use anyhow::{Result, anyhow};
-use engine::cli::{job, spec::{Override, Spec}};
+use engine::cli::{
+    job,
+    spec::{Override, Spec},
+};
 use engine::estimator::{Estimator, RunConfig, StepLimit};
 use engine::graph::HostTensor;
 use std::collections::BTreeMap;
@@ -65,7 +68,12 @@ type Trained = (BTreeMap<String, HostTensor>, f64);
 fn reference(file: &str, replicas: usize) -> Result<Arc<Trained>> {
     type Cell = Arc<OnceLock<Result<Arc<Trained>, String>>>;
     static REFERENCES: Mutex<BTreeMap<(String, usize), Cell>> = Mutex::new(BTreeMap::new());
-    let cell = REFERENCES.lock().map_err(|_| anyhow!("references lock poisoned"))?.entry((file.to_string(), replicas)).or_default().clone();
+    let cell = REFERENCES
+        .lock()
+        .map_err(|_| anyhow!("references lock poisoned"))?
+        .entry((file.to_string(), replicas))
+        .or_default()
+        .clone();
     let trained = cell.get_or_init(|| train(file, "one_device", replicas).map(Arc::new).map_err(|e| format!("{e:#}")));
     trained.clone().map_err(|e| anyhow!(e))
 }
@@ -84,7 +92,9 @@ fn check(file: &str, strategy: &str) -> Result<()> {
         let (got, loss) = train(file, strategy, replicas)?;
         let d = (loss - reference_loss).abs() / reference_loss.abs().max(1e-12);
         if d > 1e-6 {
-            return Err(anyhow!("{file} {strategy} x{replicas}: final loss {loss}, one_device {reference_loss} ({d:.2e} relative)"));
+            return Err(anyhow!(
+                "{file} {strategy} x{replicas}: final loss {loss}, one_device {reference_loss} ({d:.2e} relative)"
+            ));
         }
         if reference.keys().ne(got.keys()) {
             return Err(anyhow!("variables differ: {:?} vs {:?}", reference.keys(), got.keys()));

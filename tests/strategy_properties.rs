@@ -37,7 +37,15 @@ fn case() -> impl Strategy<Value = Case> {
         any::<bool>(),
         any::<bool>(),
     )
-        .prop_map(|(inputs, layers, classes, per_replica, replicas, adam, central)| Case { inputs, layers, classes, per_replica, replicas, adam, central })
+        .prop_map(|(inputs, layers, classes, per_replica, replicas, adam, central)| Case {
+            inputs,
+            layers,
+            classes,
+            per_replica,
+            replicas,
+            adam,
+            central,
+        })
 }
 
 const EXAMPLES: usize = 90;
@@ -46,7 +54,10 @@ const STEPS: u64 = 4;
 fn data(c: &Case) -> Result<(BTreeMap<String, HostTensor>, HostTensor), engine::graph::GraphError> {
     let x: Vec<f32> = (0..EXAMPLES * c.inputs).map(|i| ((i * 2654435761) % 1000) as f32 / 500.0 - 1.0).collect();
     let y: Vec<i64> = (0..EXAMPLES as i64).map(|i| (i * 7) % c.classes as i64).collect();
-    Ok((BTreeMap::from([("x".to_string(), HostTensor::f32(vec![EXAMPLES, c.inputs], x)?)]), HostTensor::i64(vec![EXAMPLES], y)?))
+    Ok((
+        BTreeMap::from([("x".to_string(), HostTensor::f32(vec![EXAMPLES, c.inputs], x)?)]),
+        HostTensor::i64(vec![EXAMPLES], y)?,
+    ))
 }
 
 static RUN: AtomicUsize = AtomicUsize::new(0);
@@ -58,7 +69,11 @@ fn train(c: &Case, strategy: &str) -> Result<BTreeMap<String, HostTensor>, Strin
         Dataset::from_tensors(features.clone(), Some(labels.clone()))?.batch_for_training(batch).map(|d| d.repeat(None))
     };
     let model = c.clone();
-    let model_fn = move |f: &engine::estimator::Features, labels: Option<engine::graph::Outlet>, mode: Mode, _: &engine::estimator::Params, b: &mut engine::graph::GraphBuilder<'_>| {
+    let model_fn = move |f: &engine::estimator::Features,
+                         labels: Option<engine::graph::Outlet>,
+                         mode: Mode,
+                         _: &engine::estimator::Params,
+                         b: &mut engine::graph::GraphBuilder<'_>| {
         let mut h = f["x"];
         let mut width = model.inputs;
         let mut layers = model.layers.clone();
@@ -67,7 +82,12 @@ fn train(c: &Case, strategy: &str) -> Result<BTreeMap<String, HostTensor>, Strin
             let w = b.variable(&format!("dense_{i}/kernel"), &[width, *units], Initializer::GlorotUniform, true)?;
             h = b.matmul(h, w)?;
             if *bias {
-                let v = b.variable(&format!("dense_{i}/bias"), &[*units], Initializer::RandomNormal { mean: 0.0, stddev: 0.2 }, true)?;
+                let v = b.variable(
+                    &format!("dense_{i}/bias"),
+                    &[*units],
+                    Initializer::RandomNormal { mean: 0.0, stddev: 0.2 },
+                    true,
+                )?;
                 h = b.add(h, v)?;
             }
             if *relu {
@@ -81,8 +101,16 @@ fn train(c: &Case, strategy: &str) -> Result<BTreeMap<String, HostTensor>, Strin
             let per = b.sparse_softmax_cross_entropy(h, l)?;
             spec.loss = Some(b.reduce_mean(per, &[], false)?);
         }
-        let optimizer = if model.adam { Optimizer::Adam { beta1: 0.9, beta2: 0.999, epsilon: 1e-7 } } else { Optimizer::Sgd { momentum: 0.9, nesterov: false } };
-        spec.train_op = Some(TrainOp::Minimize(OptimizerConfig { optimizer, learning_rate: LearningRate::Constant(0.1), clip_global_norm: None }));
+        let optimizer = if model.adam {
+            Optimizer::Adam { beta1: 0.9, beta2: 0.999, epsilon: 1e-7 }
+        } else {
+            Optimizer::Sgd { momentum: 0.9, nesterov: false }
+        };
+        spec.train_op = Some(TrainOp::Minimize(OptimizerConfig {
+            optimizer,
+            learning_rate: LearningRate::Constant(0.1),
+            clip_global_norm: None,
+        }));
         Ok(spec)
     };
     let config = RunConfig {

@@ -99,7 +99,11 @@ fn strategies_are_validated_against_the_registry() -> Result<()> {
     ensure!(out.code == Some(0) && out.stdout.contains("strategy: mirrored"), "{}", out.stderr);
     ensure!(out.stdout.contains("AllReduce"), "the mirrored plan all-reduces gradients:\n{}", out.stdout);
     let out = engine(&["plan", &spec, "--strategy", "parameter_server"])?;
-    ensure!(out.code == Some(1) && out.stderr.contains("strategy 'parameter_server' needs a cluster"), "{}", out.stderr);
+    ensure!(
+        out.code == Some(1) && out.stderr.contains("strategy 'parameter_server' needs a cluster"),
+        "{}",
+        out.stderr
+    );
     Ok(())
 }
 

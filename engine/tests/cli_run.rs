@@ -49,7 +49,11 @@ fn run_trains_evaluates_checkpoints_and_resumes() -> Result<()> {
     ensure!(out.stdout.contains("'global_step': 40"), "{}", out.stdout);
     // And one at its own max_steps does nothing but evaluate.
     let out = run("40")?;
-    ensure!(out.code == Some(0) && out.stderr.contains("Skipping training since max_steps has already saved"), "{}", out.stderr);
+    ensure!(
+        out.code == Some(0) && out.stderr.contains("Skipping training since max_steps has already saved"),
+        "{}",
+        out.stderr
+    );
     Ok(())
 }
 

@@ -445,7 +445,10 @@ fn input_sections_are_checked_at_their_fields() {
             Ok(_) => panic!("the input should be refused"),
         }
     };
-    let text = cnn_with("images: \"/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz\"", "images: \"/nonexistent.gz\"");
+    let text = cnn_with(
+        "images: \"/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz\"",
+        "images: \"/nonexistent.gz\"",
+    );
     let f = input_error(&text);
     assert_eq!(f.path, "train_input.images");
     assert_eq!((f.line, f.col), position(&text, 1, "\"/nonexistent.gz\""));

@@ -6,9 +6,7 @@
 //! no worker waits on an evaluation.
 
 use crate::{
-    Estimator, EvalResult, EvalSpec, Result, StepLimit, TrainSpec,
-    checkpoint::read_checkpoint,
-    strategy::trains,
+    Estimator, EvalResult, EvalSpec, Result, StepLimit, TrainSpec, checkpoint::read_checkpoint, strategy::trains,
     train_and_evaluate::run_exporters,
 };
 use engine_runtime::cluster::{Cluster, TaskType};
@@ -19,7 +17,12 @@ const POLL: Duration = Duration::from_millis(500);
 /// How long the evaluator's lease on the checkpoint it reads lasts (renewed per evaluation).
 const LEASE_TTL: Duration = Duration::from_secs(600);
 
-pub(crate) fn run(estimator: &Estimator, mut train_spec: TrainSpec, mut eval_spec: EvalSpec, cluster: &Cluster) -> Result<EvalResult> {
+pub(crate) fn run(
+    estimator: &Estimator,
+    mut train_spec: TrainSpec,
+    mut eval_spec: EvalSpec,
+    cluster: &Cluster,
+) -> Result<EvalResult> {
     if !trains(cluster) {
         return continuous_evaluation(estimator, eval_spec, train_spec.max_steps, cluster);
     }
@@ -35,7 +38,8 @@ pub(crate) fn run(estimator: &Estimator, mut train_spec: TrainSpec, mut eval_spe
         return Ok(EvalResult::from([("global_step".to_string(), outcome.global_step as f64)]));
     }
     let hooks = std::mem::take(&mut eval_spec.hooks);
-    let mut evaluator = estimator.evaluator(eval_spec.input_fn.as_ref(), eval_spec.steps, hooks, eval_spec.name.as_deref())?;
+    let mut evaluator =
+        estimator.evaluator(eval_spec.input_fn.as_ref(), eval_spec.steps, hooks, eval_spec.name.as_deref())?;
     let latest = estimator.checkpoints().latest()?.ok_or(crate::EstimatorError::NoCheckpoint("evaluate"))?;
     let checkpoint = read_checkpoint(&estimator.model_dir().url_of(&latest.path), estimator.config().s3.as_ref())?;
     let result = evaluator.evaluate(&checkpoint)?;
@@ -46,7 +50,12 @@ pub(crate) fn run(estimator: &Estimator, mut train_spec: TrainSpec, mut eval_spe
 /// TensorFlow's continuous evaluation: wait `start_delay_secs`, then evaluate the latest
 /// checkpoint whenever it is new (at most every `throttle_secs`), until one at or past
 /// `max_steps` has been evaluated.
-fn continuous_evaluation(estimator: &Estimator, mut eval_spec: EvalSpec, max_steps: Option<u64>, cluster: &Cluster) -> Result<EvalResult> {
+fn continuous_evaluation(
+    estimator: &Estimator,
+    mut eval_spec: EvalSpec,
+    max_steps: Option<u64>,
+    cluster: &Cluster,
+) -> Result<EvalResult> {
     // Lease holders name files: `evaluator-0`, not `evaluator:0`.
     let holder = format!("{}-{}", cluster.task().task_type, cluster.task().index);
     let is_final = |step: u64| max_steps.is_some_and(|m| step >= m);
@@ -65,7 +74,8 @@ fn continuous_evaluation(estimator: &Estimator, mut eval_spec: EvalSpec, max_ste
         }
     }
     let hooks = std::mem::take(&mut eval_spec.hooks);
-    let mut evaluator = estimator.evaluator(eval_spec.input_fn.as_ref(), eval_spec.steps, hooks, eval_spec.name.as_deref())?;
+    let mut evaluator =
+        estimator.evaluator(eval_spec.input_fn.as_ref(), eval_spec.steps, hooks, eval_spec.name.as_deref())?;
     let throttle = Duration::from_secs(eval_spec.throttle_secs);
     let mut last: Option<(u64, Instant, EvalResult)> = None;
     // Checkpoints that could not be read: not retried, the next one is awaited instead.
@@ -78,11 +88,12 @@ fn continuous_evaluation(estimator: &Estimator, mut eval_spec: EvalSpec, max_ste
             std::thread::sleep(POLL);
             continue;
         };
-        if let Some((_, at, _)) = &last {
-            if !is_final(info.step) && at.elapsed() < throttle {
-                std::thread::sleep(POLL.min(throttle - at.elapsed()));
-                continue;
-            }
+        if let Some((_, at, _)) = &last
+            && !is_final(info.step)
+            && at.elapsed() < throttle
+        {
+            std::thread::sleep(POLL.min(throttle - at.elapsed()));
+            continue;
         }
         // The lease keeps the chief's garbage collection off the checkpoint while it is
         // read (TensorFlow #39033); a checkpoint collected before the lease was taken is
@@ -95,15 +106,16 @@ fn continuous_evaluation(estimator: &Estimator, mut eval_spec: EvalSpec, max_ste
                 continue;
             }
         };
-        let checkpoint = match read_checkpoint(&estimator.model_dir().url_of(&info.path), estimator.config().s3.as_ref()) {
-            Ok(c) => c,
-            Err(e) => {
-                log::warn!("{holder}: skipping {} ({e})", info.path);
-                lease.release()?;
-                unreadable.insert(info.path.clone());
-                continue;
-            }
-        };
+        let checkpoint =
+            match read_checkpoint(&estimator.model_dir().url_of(&info.path), estimator.config().s3.as_ref()) {
+                Ok(c) => c,
+                Err(e) => {
+                    log::warn!("{holder}: skipping {} ({e})", info.path);
+                    lease.release()?;
+                    unreadable.insert(info.path.clone());
+                    continue;
+                }
+            };
         let started = Instant::now();
         let result = evaluator.evaluate(&checkpoint)?;
         lease.release()?;

@@ -4,13 +4,15 @@ use crate::{
     EstimatorError, InputFn, Mode, ModelFn, Params, Result,
     checkpoint::{Checkpoint, CheckpointManager, RetentionPolicy, read_checkpoint},
     hooks::{
-        CheckpointSaverHook, CheckpointSaverListener, FaultInjectionHook, LoggingTensorHook, NanTensorHook, SessionRunHook,
-        SharedSummaryWriter, StepCounterHook, StopAtStepHook, SummarySaverHook,
+        CheckpointSaverHook, CheckpointSaverListener, FaultInjectionHook, LoggingTensorHook, NanTensorHook,
+        SessionRunHook, SharedSummaryWriter, StepCounterHook, StopAtStepHook, SummarySaverHook,
     },
     input::{Dataset, IteratorState},
     model_dir::ModelDir,
     run_config::RunConfig,
-    session::{EvalHooks, EvalOutcome, Predictions, Replicas, TrainOutcome, TrainingSession, compile, evaluate_dataset},
+    session::{
+        EvalHooks, EvalOutcome, Predictions, Replicas, TrainOutcome, TrainingSession, compile, evaluate_dataset,
+    },
     strategy::{Strategy, strategy_by_name},
     summary::SummaryWriter,
     warm_start::WarmStartSettings,
@@ -47,14 +49,18 @@ impl Estimator {
     pub fn new(model_fn: impl ModelFn + 'static, config: RunConfig) -> Result<Self> {
         config.validate()?;
         let model_dir = ModelDir::open_with(&config.model_dir, config.s3.as_ref())?;
-        let policy = RetentionPolicy { keep_checkpoint_max: config.keep_checkpoint_max, keep_checkpoint_every_n_hours: Some(config.keep_checkpoint_every_n_hours) };
+        let policy = RetentionPolicy {
+            keep_checkpoint_max: config.keep_checkpoint_max,
+            keep_checkpoint_every_n_hours: Some(config.keep_checkpoint_every_n_hours),
+        };
         let checkpoints = CheckpointManager::with_policy(model_dir.clone(), policy);
         let seed = config.seed();
         if config.random_seed.is_none() {
             log::info!("No random_seed set; using {seed}");
         }
         let options = config.strategy_options();
-        let train_strategy: Arc<dyn Strategy> = strategy_by_name(config.train_distribute.as_deref().unwrap_or("default"), &options)?.into();
+        let train_strategy: Arc<dyn Strategy> =
+            strategy_by_name(config.train_distribute.as_deref().unwrap_or("default"), &options)?.into();
         // A cluster evaluates on its evaluator task (or on the chief after training), one
         // process alone: multi_worker's evaluation strategy defaults to `default`.
         let eval_name = config.eval_distribute.as_deref().or(config.train_distribute.as_deref()).unwrap_or("default");
@@ -113,12 +119,14 @@ impl Estimator {
     }
 
     pub fn get_variable_names(&self) -> Result<Vec<String>> {
-        let restored = self.checkpoints.restore_latest_valid()?.ok_or(EstimatorError::NoCheckpoint("read variables from"))?;
+        let restored =
+            self.checkpoints.restore_latest_valid()?.ok_or(EstimatorError::NoCheckpoint("read variables from"))?;
         Ok(restored.checkpoint.tensors.keys().cloned().collect())
     }
 
     pub fn get_variable_value(&self, name: &str) -> Result<HostTensor> {
-        let restored = self.checkpoints.restore_latest_valid()?.ok_or(EstimatorError::NoCheckpoint("read variables from"))?;
+        let restored =
+            self.checkpoints.restore_latest_valid()?.ok_or(EstimatorError::NoCheckpoint("read variables from"))?;
         restored.checkpoint.tensors.get(name).cloned().ok_or_else(|| EstimatorError::UnknownVariable(name.to_string()))
     }
 
@@ -156,7 +164,10 @@ impl Estimator {
             for skipped in &r.skipped {
                 log::warn!("Damage in the model dir: {skipped}");
             }
-            log::warn!("Resuming from {}, the newest checkpoint that loads; the next save repairs the state file", r.checkpoint.path);
+            log::warn!(
+                "Resuming from {}, the newest checkpoint that loads; the next save repairs the state file",
+                r.checkpoint.path
+            );
         }
         let start = restored.as_ref().map(|r| r.checkpoint.step).unwrap_or(0);
         let last_step = match limit {
@@ -175,7 +186,8 @@ impl Estimator {
         let schema = dataset.schema()?;
         let mut user_hooks = hooks;
         let required: Vec<String> = user_hooks.iter().flat_map(|h| h.required_tensors()).collect();
-        let mut compiled = compile(self.model_fn.as_ref(), &self.params, Mode::Train, &schema, strategy.as_ref(), &required)?;
+        let mut compiled =
+            compile(self.model_fn.as_ref(), &self.params, Mode::Train, &schema, strategy.as_ref(), &required)?;
         self.check_memory(&compiled, &dataset, strategy.as_ref())?;
         let mut replicas = Replicas::new(&compiled, strategy.as_ref(), self.config.precision)?;
         let input = match &restored {
@@ -211,8 +223,11 @@ impl Estimator {
             None => 0,
         };
         let is_chief = strategy.is_chief();
-        let summary: Option<SharedSummaryWriter> =
-            if is_chief && self.config.save_summary_steps > 0 { Some(Arc::new(Mutex::new(SummaryWriter::new(&self.model_dir, "")?))) } else { None };
+        let summary: Option<SharedSummaryWriter> = if is_chief && self.config.save_summary_steps > 0 {
+            Some(Arc::new(Mutex::new(SummaryWriter::new(&self.model_dir, "")?)))
+        } else {
+            None
+        };
         let mut all_hooks: Vec<Box<dyn SessionRunHook + 'l>> = vec![
             Box::new(NanTensorHook::default()),
             Box::new(LoggingTensorHook::new(&["loss", "global_step"], self.config.log_step_count_steps)),
@@ -281,7 +296,9 @@ impl Estimator {
     ) -> Result<EvalResult> {
         let checkpoint = match checkpoint_path {
             Some(p) => read_checkpoint(p, self.config.s3.as_ref())?,
-            None => self.checkpoints.restore_latest_valid()?.ok_or(EstimatorError::NoCheckpoint("evaluate"))?.checkpoint,
+            None => {
+                self.checkpoints.restore_latest_valid()?.ok_or(EstimatorError::NoCheckpoint("evaluate"))?.checkpoint
+            }
         };
         self.evaluator(input_fn, steps, hooks, name)?.evaluate(&checkpoint)
     }
@@ -298,7 +315,8 @@ impl Estimator {
         let dataset = self.dataset(input_fn, Mode::Eval, strategy.as_ref())?;
         let schema = dataset.schema()?;
         let required: Vec<String> = hooks.iter().flat_map(|h| h.required_tensors()).collect();
-        let mut compiled = compile(self.model_fn.as_ref(), &self.params, Mode::Eval, &schema, strategy.as_ref(), &required)?;
+        let mut compiled =
+            compile(self.model_fn.as_ref(), &self.params, Mode::Eval, &schema, strategy.as_ref(), &required)?;
         self.check_memory(&compiled, &dataset, strategy.as_ref())?;
         let replicas = Replicas::new(&compiled, strategy.as_ref(), self.config.precision)?;
         // The model_fn's evaluation_hooks run first, then the caller's (TensorFlow's order).
@@ -306,12 +324,32 @@ impl Estimator {
         all_hooks.extend(hooks);
         let global_batch_size = schema_batch(&dataset) * strategy.num_replicas_in_sync();
         let is_chief = strategy.is_chief();
-        Ok(Evaluator { estimator: self, compiled, replicas, dataset, steps, name: name.map(str::to_string), hooks: all_hooks, global_batch_size, is_chief })
+        Ok(Evaluator {
+            estimator: self,
+            compiled,
+            replicas,
+            dataset,
+            steps,
+            name: name.map(str::to_string),
+            hooks: all_hooks,
+            global_batch_size,
+            is_chief,
+        })
     }
 
     /// Refuses a graph whose batches would not fit in this machine's memory.
-    fn check_memory(&self, compiled: &crate::session::Compiled, dataset: &Dataset, strategy: &dyn Strategy) -> Result<()> {
-        crate::check_model_memory(&compiled.plan, schema_batch(dataset), strategy.local_devices().len(), &crate::Resources::of_this_machine())
+    fn check_memory(
+        &self,
+        compiled: &crate::session::Compiled,
+        dataset: &Dataset,
+        strategy: &dyn Strategy,
+    ) -> Result<()> {
+        crate::check_model_memory(
+            &compiled.plan,
+            schema_batch(dataset),
+            strategy.local_devices().len(),
+            &crate::Resources::of_this_machine(),
+        )
     }
 
     /// Logs, writes summaries for, and returns an evaluation outcome.
@@ -319,7 +357,10 @@ impl Estimator {
         let mut result: EvalResult = outcome.metrics.clone();
         result.insert("loss".into(), outcome.loss);
         result.insert("global_step".into(), step as f64);
-        let line: Vec<String> = result.iter().map(|(k, v)| if k == "global_step" { format!("{k} = {step}") } else { format!("{k} = {v:.7}") }).collect();
+        let line: Vec<String> = result
+            .iter()
+            .map(|(k, v)| if k == "global_step" { format!("{k} = {step}") } else { format!("{k} = {v:.7}") })
+            .collect();
         log::info!("Saving dict for global step {step}: {}", line.join(", "));
         if self.train_strategy.is_chief() || self.eval_strategy.is_chief() {
             let dir = match name {
@@ -339,11 +380,18 @@ impl Estimator {
 
     /// Predictions for every example of the input, one map per example, from a checkpoint
     /// (the latest by default). `predict_keys` selects outputs (all when `None`).
-    pub fn predict(&self, input_fn: &dyn InputFn, predict_keys: Option<Vec<String>>, checkpoint_path: Option<&str>) -> Result<Predictions> {
+    pub fn predict(
+        &self,
+        input_fn: &dyn InputFn,
+        predict_keys: Option<Vec<String>>,
+        checkpoint_path: Option<&str>,
+    ) -> Result<Predictions> {
         let strategy = strategy_by_name("default", &self.config.strategy_options())?;
         let checkpoint = match checkpoint_path {
             Some(p) => read_checkpoint(p, self.config.s3.as_ref())?,
-            None => self.checkpoints.restore_latest_valid()?.ok_or(EstimatorError::NoCheckpoint("predict from"))?.checkpoint,
+            None => {
+                self.checkpoints.restore_latest_valid()?.ok_or(EstimatorError::NoCheckpoint("predict from"))?.checkpoint
+            }
         };
         let dataset = self.dataset(input_fn, Mode::Predict, strategy.as_ref())?;
         let schema = dataset.schema()?;
@@ -401,7 +449,12 @@ impl Evaluator<'_> {
         hooks.start()?;
         let outcome = evaluate_dataset(&self.compiled, &mut self.replicas, batches, self.steps, &mut hooks)?;
         hooks.end()?;
-        log::info!("Finished evaluation of {} batches ({} examples) in {:.2} s", outcome.batches, outcome.examples, started.elapsed().as_secs_f64());
+        log::info!(
+            "Finished evaluation of {} batches ({} examples) in {:.2} s",
+            outcome.batches,
+            outcome.examples,
+            started.elapsed().as_secs_f64()
+        );
         self.estimator.report(&outcome, step, self.name.as_deref())
     }
 
@@ -420,13 +473,20 @@ impl Evaluator<'_> {
 /// or the strategy's replica count) after as many examples as the job had read, replayed in
 /// the new pipeline's order. TensorFlow restarts its input in the second case; the warning
 /// says what happened.
-fn resume_input(dataset: &Dataset, checkpoint: &Checkpoint, strategy: &dyn Strategy, local_replicas: u64) -> Result<crate::input::DatasetIter> {
+fn resume_input(
+    dataset: &Dataset,
+    checkpoint: &Checkpoint,
+    strategy: &dyn Strategy,
+    local_replicas: u64,
+) -> Result<crate::input::DatasetIter> {
     let context = strategy.input_context();
     let global_batch = (schema_batch(dataset) * strategy.num_replicas_in_sync()).max(1) as u64;
     let examples = checkpoint.meta.examples_seen.unwrap_or(checkpoint.step * global_batch);
     let replay = || dataset.iter_after(examples / global_batch * local_replicas);
     let why = match IteratorState::from_json(&checkpoint.meta.input_state) {
-        Ok(state) if state.shard_index == context.input_pipeline_id && state.num_shards == context.num_input_pipelines => {
+        Ok(state)
+            if state.shard_index == context.input_pipeline_id && state.num_shards == context.num_input_pipelines =>
+        {
             match dataset.iter_from(&state) {
                 Ok(iter) => return Ok(iter),
                 Err(crate::input::InputError::State(_)) => {

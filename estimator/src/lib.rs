@@ -16,8 +16,8 @@ pub mod hooks;
 pub mod input;
 pub mod metrics;
 mod mode;
-mod model_fn;
 pub mod model_dir;
+mod model_fn;
 pub mod preemption;
 mod resources;
 mod run_config;
@@ -28,7 +28,7 @@ mod train_and_evaluate;
 mod warm_start;
 
 pub use error::{EstimatorError, Result};
-pub use estimator::{EvalResult, Estimator, Evaluator, StepLimit};
+pub use estimator::{Estimator, EvalResult, Evaluator, StepLimit};
 pub use estimator_spec::{EstimatorSpec, TrainOp};
 pub use mode::Mode;
 pub use model_fn::{Features, InputFn, ModelFn, Params};

@@ -1,6 +1,9 @@
 //! The model function and input function types of the Estimator API.
 
-use crate::{EstimatorSpec, Mode, Result, input::{Dataset, InputContext, InputError}};
+use crate::{
+    EstimatorSpec, Mode, Result,
+    input::{Dataset, InputContext, InputError},
+};
 use engine_graph::{GraphBuilder, Outlet};
 use std::collections::BTreeMap;
 
@@ -12,14 +15,28 @@ pub type Params = serde_json::Value;
 
 /// Builds the model's nodes for one mode: `model_fn(features, labels, mode, params, builder)`.
 pub trait ModelFn: Send + Sync {
-    fn build(&self, features: &Features, labels: Option<Outlet>, mode: Mode, params: &Params, b: &mut GraphBuilder<'_>) -> Result<EstimatorSpec>;
+    fn build(
+        &self,
+        features: &Features,
+        labels: Option<Outlet>,
+        mode: Mode,
+        params: &Params,
+        b: &mut GraphBuilder<'_>,
+    ) -> Result<EstimatorSpec>;
 }
 
 impl<F> ModelFn for F
 where
     F: Fn(&Features, Option<Outlet>, Mode, &Params, &mut GraphBuilder<'_>) -> Result<EstimatorSpec> + Send + Sync,
 {
-    fn build(&self, features: &Features, labels: Option<Outlet>, mode: Mode, params: &Params, b: &mut GraphBuilder<'_>) -> Result<EstimatorSpec> {
+    fn build(
+        &self,
+        features: &Features,
+        labels: Option<Outlet>,
+        mode: Mode,
+        params: &Params,
+        b: &mut GraphBuilder<'_>,
+    ) -> Result<EstimatorSpec> {
         self(features, labels, mode, params, b)
     }
 }

@@ -21,7 +21,8 @@ impl Resources {
                 line.split_whitespace().nth(1)?.parse::<u64>().ok()
             })
             .map(|kib| kib * 1024);
-        let cgroup = std::fs::read_to_string("/sys/fs/cgroup/memory.max").ok().and_then(|t| t.trim().parse::<u64>().ok());
+        let cgroup =
+            std::fs::read_to_string("/sys/fs/cgroup/memory.max").ok().and_then(|t| t.trim().parse::<u64>().ok());
         let memory_bytes = match (total, cgroup) {
             (Some(t), Some(c)) => t.min(c),
             (Some(m), None) | (None, Some(m)) => m,

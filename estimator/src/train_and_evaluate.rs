@@ -51,7 +51,13 @@ impl EvalSpec {
 pub trait Exporter: Send {
     fn name(&self) -> &str;
     /// Returns where the export went, if anywhere.
-    fn export(&mut self, estimator: &Estimator, checkpoint: &str, result: &EvalResult, is_the_final_export: bool) -> Result<Option<String>>;
+    fn export(
+        &mut self,
+        estimator: &Estimator,
+        checkpoint: &str,
+        result: &EvalResult,
+        is_the_final_export: bool,
+    ) -> Result<Option<String>>;
 }
 
 struct EvaluateAfterSave<'e> {
@@ -81,7 +87,8 @@ impl EvaluateAfterSave<'_> {
     }
 
     fn evaluate(&mut self, path: &str, step: u64, is_final: bool) -> Result<()> {
-        let checkpoint = read_checkpoint(&self.estimator.model_dir().url_of(path), self.estimator.config().s3.as_ref())?;
+        let checkpoint =
+            read_checkpoint(&self.estimator.model_dir().url_of(path), self.estimator.config().s3.as_ref())?;
         let result = self.evaluator.evaluate(&checkpoint)?;
         run_exporters(self.exporters, self.estimator, path, &result, is_final)?;
         self.last_time = Some(Instant::now());
@@ -102,7 +109,11 @@ impl CheckpointSaverListener for EvaluateAfterSave<'_> {
 
 /// Trains to `train_spec.max_steps`, evaluating new checkpoints as `eval_spec` says, and
 /// returns the final evaluation (always run for the final step).
-pub fn train_and_evaluate(estimator: &Estimator, mut train_spec: TrainSpec, mut eval_spec: EvalSpec) -> Result<EvalResult> {
+pub fn train_and_evaluate(
+    estimator: &Estimator,
+    mut train_spec: TrainSpec,
+    mut eval_spec: EvalSpec,
+) -> Result<EvalResult> {
     if let Some(cluster) = estimator.train_strategy().cluster().cloned() {
         return crate::distributed::run(estimator, train_spec, eval_spec, &cluster);
     }
@@ -113,7 +124,12 @@ pub fn train_and_evaluate(estimator: &Estimator, mut train_spec: TrainSpec, mut 
             None => format!("after checkpoints, at most every {} s", eval_spec.throttle_secs),
         }
     );
-    let evaluator = estimator.evaluator(eval_spec.input_fn.as_ref(), eval_spec.steps, std::mem::take(&mut eval_spec.hooks), eval_spec.name.as_deref())?;
+    let evaluator = estimator.evaluator(
+        eval_spec.input_fn.as_ref(),
+        eval_spec.steps,
+        std::mem::take(&mut eval_spec.hooks),
+        eval_spec.name.as_deref(),
+    )?;
     let mut last_result = None;
     let mut exporters = std::mem::take(&mut eval_spec.exporters);
     let trigger = match eval_spec.every_n_steps {
@@ -161,7 +177,13 @@ pub fn train_and_evaluate(estimator: &Estimator, mut train_spec: TrainSpec, mut 
 }
 
 /// Hands an evaluation result to every exporter (local and distributed evaluation alike).
-pub(crate) fn run_exporters(exporters: &mut [Box<dyn Exporter>], estimator: &Estimator, path: &str, result: &EvalResult, is_final: bool) -> Result<()> {
+pub(crate) fn run_exporters(
+    exporters: &mut [Box<dyn Exporter>],
+    estimator: &Estimator,
+    path: &str,
+    result: &EvalResult,
+    is_final: bool,
+) -> Result<()> {
     for e in exporters.iter_mut() {
         if let Some(out) = e.export(estimator, path, result, is_final)? {
             log::info!("Exporter {} wrote {out}", e.name());

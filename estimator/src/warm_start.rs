@@ -33,7 +33,9 @@ impl WarmStartSettings {
 }
 
 fn is_slot(name: &str) -> bool {
-    ["/Momentum", "/Adam", "/Adam_1", "/RMSProp", "/RMSProp_1", "/RMSProp_2", "/Adagrad"].iter().any(|s| name.ends_with(s))
+    ["/Momentum", "/Adam", "/Adam_1", "/RMSProp", "/RMSProp_1", "/RMSProp_2", "/Adagrad"]
+        .iter()
+        .any(|s| name.ends_with(s))
 }
 
 #[cfg(test)]

@@ -19,7 +19,11 @@ fn variables(step: u64) -> Result<BTreeMap<String, HostTensor>> {
 }
 
 fn meta(step: u64) -> CheckpointMeta {
-    CheckpointMeta { fingerprint: "fp-test".into(), input_state: format!(r#"{{"batches_consumed":{step}}}"#), examples_seen: None }
+    CheckpointMeta {
+        fingerprint: "fp-test".into(),
+        input_state: format!(r#"{{"batches_consumed":{step}}}"#),
+        examples_seen: None,
+    }
 }
 
 fn names(dir: &ModelDir) -> Result<Vec<String>> {

@@ -38,7 +38,11 @@ fn python_safetensors_loads_our_checkpoint() -> Result<()> {
     vars.insert("global_step".to_string(), HostTensor::scalar_i64(1234));
     vars.insert("input/offsets".to_string(), HostTensor::i64(vec![2], vec![-5, i64::MAX])?);
     vars.insert("mask".to_string(), HostTensor::new(vec![2, 1], HostData::Bool(vec![true, false]))?);
-    let meta = CheckpointMeta { fingerprint: "fp:abc123".into(), input_state: r#"{"epoch":2,"batch":17}"#.into(), examples_seen: None };
+    let meta = CheckpointMeta {
+        fingerprint: "fp:abc123".into(),
+        input_state: r#"{"epoch":2,"batch":17}"#.into(),
+        examples_seen: None,
+    };
     let info = manager.save(1234, &vars, &meta)?;
 
     let file = tmp.path().join("model.ckpt-1234.safetensors");

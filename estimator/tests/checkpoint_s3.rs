@@ -121,7 +121,11 @@ fn checkpoints_on_s3_save_restore_collect_and_resume() -> Result<()> {
     dir.delete("probe")?;
 
     // Save five, keep three.
-    let meta = |step: u64| CheckpointMeta { fingerprint: "fp-s3".into(), input_state: format!("{{\"step\":{step}}}"), examples_seen: None };
+    let meta = |step: u64| CheckpointMeta {
+        fingerprint: "fp-s3".into(),
+        input_state: format!("{{\"step\":{step}}}"),
+        examples_seen: None,
+    };
     let chief = CheckpointManager::new(dir.clone(), 3, None);
     for step in [10, 20, 30, 40, 50] {
         chief.save(step, &variables(step)?, &meta(step))?;

@@ -275,7 +275,11 @@ impl engine_estimator::hooks::SessionRunHook for EvalRecorder {
     fn before_run(&mut self, _: &HookContext<'_>) -> engine_estimator::Result<engine_estimator::hooks::RunArgs> {
         Ok(engine_estimator::hooks::RunArgs { fetches: vec!["v".into()], profile: false })
     }
-    fn after_run(&mut self, ctx: &HookContext<'_>, values: &engine_estimator::hooks::RunValues) -> engine_estimator::Result<()> {
+    fn after_run(
+        &mut self,
+        ctx: &HookContext<'_>,
+        values: &engine_estimator::hooks::RunValues,
+    ) -> engine_estimator::Result<()> {
         self.runs += 1;
         let v = values.results.get("v").and_then(|t| t.as_f32()).map(|d| format!("{d:?}")).unwrap_or_default();
         let has_loss = values.results.contains_key("loss");

@@ -12,7 +12,8 @@ impl Graph {
         let mut text = String::new();
         for id in self.topological_order()? {
             let n = self.node(id);
-            let inputs: Vec<String> = n.inputs.iter().map(|o| format!("{}:{}", self.node(o.node).name, o.output)).collect();
+            let inputs: Vec<String> =
+                n.inputs.iter().map(|o| format!("{}:{}", self.node(o.node).name, o.output)).collect();
             let facts: Vec<String> = n.outputs.iter().map(|f| f.to_string()).collect();
             let _ = writeln!(text, "{}|{:?}|{}|{}", n.name, n.op, facts.join(","), inputs.join(","));
         }

@@ -101,7 +101,14 @@ impl Plan {
         if !buckets.is_empty() {
             let _ = writeln!(s, "all-reduce buckets (launch order):");
             for b in &buckets {
-                let _ = writeln!(s, "  bucket {:<3} {:>10}  {} tensors: {}", b.index, human_bytes(b.bytes), b.tensors.len(), b.tensors.join(", "));
+                let _ = writeln!(
+                    s,
+                    "  bucket {:<3} {:>10}  {} tensors: {}",
+                    b.index,
+                    human_bytes(b.bytes),
+                    b.tensors.len(),
+                    b.tensors.join(", ")
+                );
             }
         }
         let st = self.stats(batch);
@@ -114,7 +121,12 @@ impl Plan {
         }
         if st.per_device.len() > 1 || st.per_device.keys().any(|d| d != "unplaced") {
             for (device, (vars, peak)) in &st.per_device {
-                let _ = writeln!(s, "  on {device:<18}  variables {:>10}, peak activations {:>10}", human_bytes(*vars), human_bytes(*peak));
+                let _ = writeln!(
+                    s,
+                    "  on {device:<18}  variables {:>10}, peak activations {:>10}",
+                    human_bytes(*vars),
+                    human_bytes(*peak)
+                );
             }
         }
         s

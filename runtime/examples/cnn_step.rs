@@ -1,7 +1,7 @@
-use engine_graph::*;
 use engine_graph::ops::{Padding, Window};
 use engine_graph::optimizer::*;
 use engine_graph::passes::*;
+use engine_graph::*;
 use engine_runtime::*;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -34,19 +34,29 @@ fn main() -> anyhow::Result<()> {
     g.roles.loss = Some(loss);
     g.roles.inputs.insert("x".into(), x);
     g.roles.inputs.insert("labels".into(), y);
-    let mut pm = PassManager::new()
-        .with(engine_graph::autodiff::Autodiff)
-        .with(ApplyOptimizer { config: OptimizerConfig { optimizer: Optimizer::Sgd { momentum: 0.0, nesterov: false }, learning_rate: LearningRate::Constant(0.05), clip_global_norm: None } })
-;
-    for p in optimization_passes() { pm.push(p); }
+    let mut pm = PassManager::new().with(engine_graph::autodiff::Autodiff).with(ApplyOptimizer {
+        config: OptimizerConfig {
+            optimizer: Optimizer::Sgd { momentum: 0.0, nesterov: false },
+            learning_rate: LearningRate::Constant(0.05),
+            clip_global_norm: None,
+        },
+    });
+    for p in optimization_passes() {
+        pm.push(p);
+    }
     pm.run(&mut g)?;
     let plan = Arc::new(Plan::new(g, pm.log().to_vec())?);
-    if std::env::var("DESCRIBE").is_ok() { println!("{}", plan.describe(64)); }
+    if std::env::var("DESCRIBE").is_ok() {
+        println!("{}", plan.describe(64));
+    }
     let exec = Executor::new(plan.clone(), Device::cpu(), Precision::F32)?;
     let mut vars = VariableStore::new();
     exec.initialize(&mut vars, 42)?;
     let feeds = BTreeMap::from([
-        ("x".to_string(), HostTensor::f32(vec![64, 28, 28, 1], (0..64 * 784).map(|i| ((i * 7) % 255) as f32 / 255.0).collect())?),
+        (
+            "x".to_string(),
+            HostTensor::f32(vec![64, 28, 28, 1], (0..64 * 784).map(|i| ((i * 7) % 255) as f32 / 255.0).collect())?,
+        ),
         ("labels".to_string(), HostTensor::i64(vec![64], (0..64).map(|i| i % 10).collect())?),
     ]);
     let fetch = [plan.graph.roles.loss.unwrap(), plan.graph.roles.train_op.unwrap()];
@@ -57,13 +67,23 @@ fn main() -> anyhow::Result<()> {
     for s in 0..steps {
         let profile = s >= 20 && s < 40;
         let out = exec.run(&mut vars, &feeds, &fetch, RunOptions { step: s, replica: 0, profile })?;
-        for tm in &out.timings { *agg.entry(tm.op).or_default() += tm.duration.as_secs_f64() * 1000.0 / 20.0; }
-        if s == 0 { first = Some(t0.elapsed()); println!("loss0 {:?}", out.fetched[0].to_host()?.scalar_value()); }
-        if s == 9 { t = Instant::now(); }
+        for tm in &out.timings {
+            *agg.entry(tm.op).or_default() += tm.duration.as_secs_f64() * 1000.0 / 20.0;
+        }
+        if s == 0 {
+            first = Some(t0.elapsed());
+            println!("loss0 {:?}", out.fetched[0].to_host()?.scalar_value());
+        }
+        if s == 9 {
+            t = Instant::now();
+        }
     }
     let dt = t.elapsed().as_secs_f64() / (steps - 10) as f64;
     println!("first step at {:?}; {:.2} ms/step; {:.0} examples/s", first.unwrap(), dt * 1000.0, 64.0 / dt);
-    let mut v: Vec<_> = agg.into_iter().collect(); v.sort_by(|a, b| b.1.partial_cmp(&a.1).unwrap());
-    for (op, ms) in v.iter().take(12) { println!("  {op:<24} {ms:.3} ms"); }
+    let mut v: Vec<_> = agg.into_iter().collect();
+    v.sort_by(|a, b| b.1.partial_cmp(&a.1).unwrap());
+    for (op, ms) in v.iter().take(12) {
+        println!("  {op:<24} {ms:.3} ms");
+    }
     Ok(())
 }

@@ -41,7 +41,11 @@ impl Exchange {
         let mut s = self.lock();
         loop {
             if let Some(reason) = &s.aborted {
-                return Err(RuntimeError::Collective { op: format!("transfer {what}"), reason: format!("aborted: {reason}"), retryable: false });
+                return Err(RuntimeError::Collective {
+                    op: format!("transfer {what}"),
+                    reason: format!("aborted: {reason}"),
+                    retryable: false,
+                });
             }
             if let Some(v) = s.values.get(&outlet) {
                 return Ok(v.clone());

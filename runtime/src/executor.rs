@@ -137,16 +137,28 @@ impl Executor {
     /// An executor for the nodes placed on `label` (`host`, `replica`): values from other
     /// partitions arrive through `exchange` at their `Transfer` nodes, and values other
     /// partitions read are sent to it.
-    pub fn for_partition(plan: Arc<Plan>, device: Device, precision: Precision, label: &str, exchange: Arc<Exchange>) -> Result<Self> {
+    pub fn for_partition(
+        plan: Arc<Plan>,
+        device: Device,
+        precision: Precision,
+        label: &str,
+        exchange: Arc<Exchange>,
+    ) -> Result<Self> {
         Self::build(plan, device, precision, Some((label.to_string(), exchange)))
     }
 
-    fn build(plan: Arc<Plan>, device: Device, precision: Precision, partition: Option<(String, Arc<Exchange>)>) -> Result<Self> {
+    fn build(
+        plan: Arc<Plan>,
+        device: Device,
+        precision: Precision,
+        partition: Option<(String, Arc<Exchange>)>,
+    ) -> Result<Self> {
         let g = &plan.graph;
         let label = partition.as_ref().map(|p| p.0.clone());
         let mine = |id: NodeId| label.as_deref().is_none_or(|l| g.node(id).device.as_deref() == Some(l));
         let order: Vec<NodeId> = plan.schedule.iter().copied().filter(|&id| mine(id)).collect();
-        let liveness = if partition.is_some() { engine_graph::passes::liveness(g, &order)? } else { plan.liveness.clone() };
+        let liveness =
+            if partition.is_some() { engine_graph::passes::liveness(g, &order)? } else { plan.liveness.clone() };
         let mut slot_of = HashMap::new();
         for &id in &order {
             for output in 0..g.node(id).outputs.len() {
@@ -166,7 +178,11 @@ impl Executor {
                 inputs.push(match slot_of.get(o) {
                     Some(&slot) => Input::Slot(slot, liveness.last_use.contains(&(pos, i))),
                     None if matches!(node.op, Op::Transfer(_)) && partition.is_some() => Input::Remote(*o),
-                    None => return Err(err(format!("input {o} is produced in another partition and no Transfer carries it"))),
+                    None => {
+                        return Err(err(format!(
+                            "input {o} is produced in another partition and no Transfer carries it"
+                        )));
+                    }
                 });
             }
             let outputs = (0..node.outputs.len()).map(|o| slot_of[&Outlet::new(id, o)]).collect();
@@ -175,7 +191,10 @@ impl Executor {
             if partition.is_some() {
                 for output in 0..node.outputs.len() {
                     let o = Outlet::new(id, output);
-                    let remote = g.outlet_consumers(o).into_iter().any(|(c, _)| !mine(c) && matches!(g.node(c).op, Op::Transfer(_)));
+                    let remote = g
+                        .outlet_consumers(o)
+                        .into_iter()
+                        .any(|(c, _)| !mine(c) && matches!(g.node(c).op, Op::Transfer(_)));
                     if remote {
                         exports.push((output, o));
                     }
@@ -188,7 +207,12 @@ impl Executor {
                 Op::Assign(_) => {
                     let var = g.node(node.inputs[0].node).name.clone();
                     if let Some(first) = assigned.insert(var.clone(), node.name.clone()) {
-                        return Err(engine_graph::GraphError::DoubleAssign { variable: var, first, second: node.name.clone() }.into());
+                        return Err(engine_graph::GraphError::DoubleAssign {
+                            variable: var,
+                            first,
+                            second: node.name.clone(),
+                        }
+                        .into());
                     }
                 }
                 Op::SparseSoftmaxCrossEntropy(_) => {
@@ -347,7 +371,11 @@ impl Executor {
                 }
                 let v = match *input {
                     Input::Slot(slot, moved) => {
-                        if moved && !keep.contains(&slot) { slots[slot].take() } else { slots[slot].clone() }
+                        if moved && !keep.contains(&slot) {
+                            slots[slot].take()
+                        } else {
+                            slots[slot].clone()
+                        }
                     }
                     Input::Remote(o) => match &self.exchange {
                         Some(x) => Some(x.recv(o, &node.name)?),
@@ -362,8 +390,11 @@ impl Executor {
             }
             if let (Some((tx, _)), true) = (comm, node.op.is_collective()) {
                 let (reply, rx) = mpsc::channel();
-                tx.send(CommJob { node: step.node, inputs, reply })
-                    .map_err(|_| RuntimeError::Collective { op: node.name.clone(), reason: "the communication thread stopped".into(), retryable: false })?;
+                tx.send(CommJob { node: step.node, inputs, reply }).map_err(|_| RuntimeError::Collective {
+                    op: node.name.clone(),
+                    reason: "the communication thread stopped".into(),
+                    retryable: false,
+                })?;
                 launched.insert(index, rx);
                 for &slot in &step.outputs {
                     waiting.insert(slot, index);
@@ -424,7 +455,12 @@ impl Executor {
                 }
             }
             if options.profile {
-                timings.push(OpTiming { node: node.name.clone(), op: node.op.name(), start: started, duration: t0.elapsed() - started });
+                timings.push(OpTiming {
+                    node: node.name.clone(),
+                    op: node.op.name(),
+                    start: started,
+                    duration: t0.elapsed() - started,
+                });
             }
         }
         // Collectives nobody read in this partition still finish (their values may be
@@ -451,7 +487,13 @@ impl Executor {
 
     /// Stores a step's outputs (checked against their facts) and sends what other
     /// partitions read.
-    fn store(&self, index: usize, outputs: Vec<Value>, slots: &mut [Option<Value>], batch: Option<usize>) -> Result<()> {
+    fn store(
+        &self,
+        index: usize,
+        outputs: Vec<Value>,
+        slots: &mut [Option<Value>],
+        batch: Option<usize>,
+    ) -> Result<()> {
         let step = &self.steps[index];
         for (i, (value, &slot)) in outputs.into_iter().zip(&step.outputs).enumerate() {
             slots[slot] = Some(self.conform(step.node, i, value, batch)?);
@@ -492,7 +534,13 @@ impl Executor {
         }
         let bytes = node.outputs.iter().map(|f| f.bytes(batch.unwrap_or(1))).sum();
         let duration = end.saturating_sub(start);
-        collectives.push(CollectiveTiming { node: node.name.clone(), start, duration, waited: waited.min(duration), bytes });
+        collectives.push(CollectiveTiming {
+            node: node.name.clone(),
+            start,
+            duration,
+            waited: waited.min(duration),
+            bytes,
+        });
         self.store(index, outputs, slots, batch)
     }
 

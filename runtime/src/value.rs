@@ -88,7 +88,9 @@ impl Value {
     /// The elements of a float value as f32 (a copy; no f64 detour for f32 tensors).
     pub(crate) fn to_f32_vec(&self) -> Result<Vec<f32>> {
         match self {
-            Value::Float(t) => read(B::float_into_data(t.clone()))?.convert::<f32>().try_into_vec::<f32>().map_err(read_err),
+            Value::Float(t) => {
+                read(B::float_into_data(t.clone()))?.convert::<f32>().try_into_vec::<f32>().map_err(read_err)
+            }
             other => Ok(other.to_host()?.to_f64_vec().into_iter().map(|x| x as f32).collect()),
         }
     }

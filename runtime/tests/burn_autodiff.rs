@@ -2,8 +2,8 @@
 //! kernels, against burn's own Autodiff backend on the same weights and batch.
 
 use anyhow::{Result, anyhow};
-use burn::tensor::{Device as BurnDevice, Int, Tensor, TensorData, activation, module};
 use burn::tensor::ops::{ConvOptions, MaxPoolOptions};
+use burn::tensor::{Device as BurnDevice, Int, Tensor, TensorData, activation, module};
 use engine_graph::{
     DType, Graph, GraphBuilder, HostTensor, Initializer, Plan, Shape,
     autodiff::Autodiff,
@@ -81,8 +81,11 @@ fn cnn_gradients_match_burn_autodiff() -> Result<()> {
     let names: Vec<String> = plan.graph.roles.gradients.iter().map(|(v, _)| plan.graph.node(*v).name.clone()).collect();
     fetches.extend(plan.graph.roles.gradients.iter().map(|(_, g)| *g));
     let out = exec.run(&mut vars, &feeds, &fetches, RunOptions::default())?;
-    let ours: BTreeMap<String, HostTensor> =
-        names.iter().cloned().zip(out.fetched[1..].iter().map(|v| v.to_host()).collect::<Result<Vec<_>, _>>()?).collect();
+    let ours: BTreeMap<String, HostTensor> = names
+        .iter()
+        .cloned()
+        .zip(out.fetched[1..].iter().map(|v| v.to_host()).collect::<Result<Vec<_>, _>>()?)
+        .collect();
     let our_loss = out.fetched[0].to_host()?.scalar_value().unwrap_or(f64::NAN);
 
     // burn: the same network on the same weights, NCHW, differentiated by its Autodiff backend.
@@ -95,7 +98,9 @@ fn cnn_gradients_match_burn_autodiff() -> Result<()> {
         }
         floats(t)
     };
-    let k = burn_tensor(param("conv2d/kernel", &[3, 3, 1, 32])?, [3, 3, 1, 32], &device).permute([3, 2, 0, 1]).require_grad();
+    let k = burn_tensor(param("conv2d/kernel", &[3, 3, 1, 32])?, [3, 3, 1, 32], &device)
+        .permute([3, 2, 0, 1])
+        .require_grad();
     let kb = burn_tensor(param("conv2d/bias", &[32])?, [32], &device).require_grad();
     let w1 = burn_tensor(param("dense/kernel", &[5408, 64])?, [5408, 64], &device).require_grad();
     let b1 = burn_tensor(param("dense/bias", &[64])?, [64], &device).require_grad();

@@ -28,7 +28,11 @@ fn eval(
     let native = eval_with(true, inputs, &build)?;
     let generic = eval_with(false, inputs, &build)?;
     if native.shape != generic.shape || native.dtype() != generic.dtype() {
-        return Err(anyhow!("native {:?} and generic {:?} kernels disagree on the output", native.shape, generic.shape));
+        return Err(anyhow!(
+            "native {:?} and generic {:?} kernels disagree on the output",
+            native.shape,
+            generic.shape
+        ));
     }
     let (a, b) = (native.to_f64_vec(), generic.to_f64_vec());
     if let Some(i) = (0..a.len()).find(|&i| (a[i] - b[i]).abs() > 1e-4 * (1.0 + b[i].abs())) {
@@ -53,7 +57,8 @@ fn eval_with(
     }
     let y = build(&mut b, &xs)?;
     g.roles.fetches.insert("y".into(), y);
-    let exec = Executor::new(Arc::new(Plan::new(g, vec![])?), Device::cpu(), Precision::F32)?.with_native_kernels(native);
+    let exec =
+        Executor::new(Arc::new(Plan::new(g, vec![])?), Device::cpu(), Precision::F32)?.with_native_kernels(native);
     let out = exec.run(&mut VariableStore::new(), &feeds, &[y], RunOptions::default())?;
     Ok(out.fetched[0].to_host()?)
 }

@@ -25,7 +25,8 @@ fn training_plan(optimizer: Optimizer, learning_rate: f32) -> Result<Plan> {
     g.roles.loss = Some(loss);
     g.roles.inputs.insert("x".into(), x);
     Autodiff.run(&mut g)?;
-    let config = OptimizerConfig { optimizer, learning_rate: LearningRate::Constant(learning_rate), clip_global_norm: None };
+    let config =
+        OptimizerConfig { optimizer, learning_rate: LearningRate::Constant(learning_rate), clip_global_norm: None };
     ApplyOptimizer { config }.run(&mut g)?;
     CheckNumericsPass.run(&mut g)?;
     Ok(Plan::new(g, vec![])?)
@@ -37,14 +38,17 @@ fn feed(values: [f32; 6]) -> Result<BTreeMap<String, HostTensor>> {
 
 #[test]
 fn a_nan_in_the_input_changes_no_variable_and_names_the_first_gradient() -> Result<()> {
-    for (native, precision) in [(true, Precision::F32), (false, Precision::F32), (true, Precision::F64), (false, Precision::F64)] {
+    for (native, precision) in
+        [(true, Precision::F32), (false, Precision::F32), (true, Precision::F64), (false, Precision::F64)]
+    {
         let plan = Arc::new(training_plan(Optimizer::Adam { beta1: 0.9, beta2: 0.999, epsilon: 1e-7 }, 0.1)?);
         let train_op = plan.graph.roles.train_op.ok_or_else(|| anyhow::anyhow!("no train op"))?;
         let exec = Executor::new(plan, Device::cpu(), precision)?.with_native_kernels(native);
         let mut vars = VariableStore::new();
         exec.initialize(&mut vars, 1)?;
         let before = vars.export()?;
-        let out = exec.run(&mut vars, &feed([1.0, f32::NAN, 3.0, 4.0, 5.0, 6.0])?, &[train_op], RunOptions::default())?;
+        let out =
+            exec.run(&mut vars, &feed([1.0, f32::NAN, 3.0, 4.0, 5.0, 6.0])?, &[train_op], RunOptions::default())?;
         ensure!(vars.export()? == before, "native={native} {precision:?}: a variable changed");
         let first = out.non_finite.first().ok_or_else(|| anyhow::anyhow!("nothing reported"))?;
         ensure!(first.message == "gradient of w", "{first:?}");

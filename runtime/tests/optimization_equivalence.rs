@@ -41,8 +41,24 @@ struct Model {
 }
 
 fn conv() -> impl Strategy<Value = Conv> {
-    (1..5usize, 1..4usize, 1..3usize, any::<bool>(), any::<bool>(), any::<bool>(), proptest::option::of((2..4usize, any::<bool>())))
-        .prop_map(|(filters, kernel, stride, same, bias, relu, pool)| Conv { filters, kernel, stride, same, bias, relu, pool })
+    (
+        1..5usize,
+        1..4usize,
+        1..3usize,
+        any::<bool>(),
+        any::<bool>(),
+        any::<bool>(),
+        proptest::option::of((2..4usize, any::<bool>())),
+    )
+        .prop_map(|(filters, kernel, stride, same, bias, relu, pool)| Conv {
+            filters,
+            kernel,
+            stride,
+            same,
+            bias,
+            relu,
+            pool,
+        })
 }
 
 fn model() -> impl Strategy<Value = Model> {
@@ -56,7 +72,16 @@ fn model() -> impl Strategy<Value = Model> {
         0..3u8,
         any::<bool>(),
     )
-        .prop_map(|(side, channels, conv, dense, classes, batch, loss, adam)| Model { side, channels, conv, dense, classes, batch, loss, adam })
+        .prop_map(|(side, channels, conv, dense, classes, batch, loss, adam)| Model {
+            side,
+            channels,
+            conv,
+            dense,
+            classes,
+            batch,
+            loss,
+            adam,
+        })
 }
 
 fn build(m: &Model) -> engine_graph::Result<Graph> {
@@ -65,11 +90,13 @@ fn build(m: &Model) -> engine_graph::Result<Graph> {
     let x = b.placeholder("x", DType::F32, Shape::batched(&[m.side, m.side, m.channels]))?;
     let mut h = x;
     if let Some(c) = &m.conv {
-        let w = b.variable("conv/kernel", &[c.kernel, c.kernel, m.channels, c.filters], Initializer::GlorotUniform, true)?;
+        let w =
+            b.variable("conv/kernel", &[c.kernel, c.kernel, m.channels, c.filters], Initializer::GlorotUniform, true)?;
         let padding = if c.same { Padding::Same } else { Padding::Valid };
         h = b.conv2d(h, w, [c.stride, c.stride], padding)?;
         if c.bias {
-            let bias = b.variable("conv/bias", &[c.filters], Initializer::RandomNormal { mean: 0.0, stddev: 0.3 }, true)?;
+            let bias =
+                b.variable("conv/bias", &[c.filters], Initializer::RandomNormal { mean: 0.0, stddev: 0.3 }, true)?;
             h = b.add(h, bias)?;
         }
         if c.relu {
@@ -85,7 +112,12 @@ fn build(m: &Model) -> engine_graph::Result<Graph> {
     let layers: Vec<(usize, bool)> = m.dense.iter().copied().chain([(m.classes, false)]).collect();
     for (i, (units, relu)) in layers.iter().enumerate() {
         let w = b.variable(&format!("dense_{i}/kernel"), &[width, *units], Initializer::GlorotUniform, true)?;
-        let bias = b.variable(&format!("dense_{i}/bias"), &[*units], Initializer::RandomNormal { mean: 0.0, stddev: 0.3 }, true)?;
+        let bias = b.variable(
+            &format!("dense_{i}/bias"),
+            &[*units],
+            Initializer::RandomNormal { mean: 0.0, stddev: 0.3 },
+            true,
+        )?;
         h = b.matmul(h, w)?;
         h = b.add(h, bias)?;
         if *relu {
@@ -150,7 +182,10 @@ fn step(m: &Model, optimize: bool) -> Result<(f64, BTreeMap<String, HostTensor>,
     let exec = Executor::new(plan.clone(), Device::cpu(), Precision::F32)?;
     let mut vars = VariableStore::new();
     exec.initialize(&mut vars, 99)?;
-    let fetch = [plan.graph.roles.loss.ok_or_else(|| anyhow!("no loss"))?, plan.graph.roles.train_op.ok_or_else(|| anyhow!("no train op"))?];
+    let fetch = [
+        plan.graph.roles.loss.ok_or_else(|| anyhow!("no loss"))?,
+        plan.graph.roles.train_op.ok_or_else(|| anyhow!("no train op"))?,
+    ];
     let out = exec.run(&mut vars, &feeds(m)?, &fetch, RunOptions::default())?;
     Ok((out.fetched[0].to_host()?.scalar_value().unwrap_or(f64::NAN), vars.export()?, ops))
 }
@@ -196,7 +231,15 @@ fn the_tutorial_cnn_shape_is_equivalent() -> Result<()> {
     equivalent(&Model {
         side: 12,
         channels: 1,
-        conv: Some(Conv { filters: 8, kernel: 3, stride: 1, same: false, bias: true, relu: true, pool: Some((2, false)) }),
+        conv: Some(Conv {
+            filters: 8,
+            kernel: 3,
+            stride: 1,
+            same: false,
+            bias: true,
+            relu: true,
+            pool: Some((2, false)),
+        }),
         dense: vec![(6, true)],
         classes: 3,
         batch: 4,

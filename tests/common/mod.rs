@@ -51,7 +51,8 @@ fn build_engine() -> Result<PathBuf> {
     // does) run again: every `cargo test` would then rebuild the TLS stack and all above it.
     for (key, _) in std::env::vars_os() {
         let key = key.to_string_lossy();
-        let per_package = ["CARGO_PKG_", "CARGO_MANIFEST_", "CARGO_BIN_", "CARGO_CRATE_", "CARGO_PRIMARY_", "CARGO_TARGET_TMPDIR"];
+        let per_package =
+            ["CARGO_PKG_", "CARGO_MANIFEST_", "CARGO_BIN_", "CARGO_CRATE_", "CARGO_PRIMARY_", "CARGO_TARGET_TMPDIR"];
         if key == "OUT_DIR" || per_package.iter().any(|p| key.starts_with(p)) {
             build.env_remove(&*key);
         }

@@ -52,7 +52,11 @@ fn table(model_dir: &ModelDir, inventory: &Inventory, leases: &[LeaseInfo], now:
     let _ = writeln!(out, "checkpoints in {model_dir}:");
     let entries = &inventory.entries;
     let width = entries.iter().map(|c| c.path.len()).max().unwrap_or(0).max("PATH".len());
-    let _ = writeln!(out, "{:<width$}  {:>10}  {:<19}  {:>10}  {:<7}  NOTE", "PATH", "STEP", "CREATED (UTC)", "SIZE", "STATUS");
+    let _ = writeln!(
+        out,
+        "{:<width$}  {:>10}  {:<19}  {:>10}  {:<7}  NOTE",
+        "PATH", "STEP", "CREATED (UTC)", "SIZE", "STATUS"
+    );
     let resumable = inventory.resumable().map(|e| e.step);
     for c in entries {
         let mut notes = Vec::new();
@@ -80,7 +84,16 @@ fn table(model_dir: &ModelDir, inventory: &Inventory, leases: &[LeaseInfo], now:
             Some(info) => (utc(info.created), size(info.size_bytes)),
             None => ("-".to_string(), "-".to_string()),
         };
-        let _ = write!(out, "{:<width$}  {:>10}  {:<19}  {:>10}  {:<7}  {}", c.path, c.step, created, bytes, status, notes.join(", "));
+        let _ = write!(
+            out,
+            "{:<width$}  {:>10}  {:<19}  {:>10}  {:<7}  {}",
+            c.path,
+            c.step,
+            created,
+            bytes,
+            status,
+            notes.join(", ")
+        );
         out.truncate(out.trim_end_matches(' ').len());
         out.push('\n');
     }
@@ -89,7 +102,10 @@ fn table(model_dir: &ModelDir, inventory: &Inventory, leases: &[LeaseInfo], now:
         let _ = writeln!(out, "{} (not listed): {}", lease.checkpoint, lease_note(lease, now));
     }
     if let Some(why) = &inventory.state_damage {
-        let _ = writeln!(out, "the state file is damaged ({why}): the list above is rebuilt from the files, and the next run's first save rewrites it");
+        let _ = writeln!(
+            out,
+            "the state file is damaged ({why}): the list above is rebuilt from the files, and the next run's first save rewrites it"
+        );
     }
     for name in &inventory.interrupted_saves {
         let _ = writeln!(out, "{name}: an interrupted save (the next training run removes it)");
@@ -208,7 +224,10 @@ the state file is damaged (line 1: garbage): the list above is rebuilt from the 
 model.ckpt-400.safetensors#123000001: an interrupted save (the next training run removes it)
 ";
         assert_eq!(text, want);
-        assert_eq!(table(&dir, &Inventory::default(), &[], at(0)), "no checkpoints in memory://cli-checkpoints-table/run\n");
+        assert_eq!(
+            table(&dir, &Inventory::default(), &[], at(0)),
+            "no checkpoints in memory://cli-checkpoints-table/run\n"
+        );
         Ok(())
     }
 

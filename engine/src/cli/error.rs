@@ -36,6 +36,7 @@ pub enum CliError {
 /// The exit statuses of `engine`, as the README documents them. Kubeflow's
 /// `restartPolicy: ExitCode` restarts a task on 128-255 and gives up on 1-127.
 pub mod exit {
+    const _: () = assert!(RETRYABLE >= 128 && FAILURE < 128 && USAGE < 128);
     /// A permanent error: the spec, the model, the data (a NaN included), a checkpoint of
     /// another job, a cluster whose tasks disagree. Running again changes nothing.
     pub const FAILURE: u8 = 1;
@@ -75,7 +76,8 @@ mod tests {
         assert_eq!(preempted(Some(Signal::INT)).exit_code(), 130);
         // A task stopped because another task of its cluster was preempted.
         assert_eq!(preempted(None).exit_code(), 143);
-        let lost = RuntimeError::Collective { op: "all_reduce".into(), reason: "worker:1 went away".into(), retryable: true };
+        let lost =
+            RuntimeError::Collective { op: "all_reduce".into(), reason: "worker:1 went away".into(), retryable: true };
         assert_eq!(CliError::Estimator(EstimatorError::Runtime(lost)).exit_code(), exit::RETRYABLE);
         let shape = RuntimeError::Kernel { node: "dense".into(), op: "MatMul", reason: "shapes".into() };
         assert_eq!(CliError::Estimator(EstimatorError::Runtime(shape)).exit_code(), exit::FAILURE);
@@ -83,6 +85,5 @@ mod tests {
         assert_eq!(CliError::Estimator(nan).exit_code(), exit::FAILURE);
         assert_eq!(CliError::Usage("no".into()).exit_code(), exit::USAGE);
         assert_eq!(CliError::Launch { message: "worker:1 failed".into(), code: Some(200) }.exit_code(), 200);
-        assert!(exit::RETRYABLE >= 128 && exit::FAILURE < 128 && exit::USAGE < 128);
     }
 }

@@ -16,7 +16,10 @@
 //! it, its tasks see their lifeline pipe close and stop the same way: no task is left
 //! training on its own.
 
-use super::{CliError, SpecArgs, run::{LAUNCHER_FD_ENV, TOKEN_ENV}};
+use super::{
+    CliError, SpecArgs,
+    run::{LAUNCHER_FD_ENV, TOKEN_ENV},
+};
 use engine_estimator::{
     hooks::RESTART_COUNT_ENV,
     preemption::{self, Signal},
@@ -66,7 +69,9 @@ pub fn launch(args: &LaunchArgs) -> Result<(), CliError> {
             Ending::Succeeded => return Ok(()),
             Ending::Preempted(signal) => {
                 return Err(CliError::Launch {
-                    message: format!("received {signal}: every task stopped (the chief saved its final step); run again to resume"),
+                    message: format!(
+                        "received {signal}: every task stopped (the chief saved its final step); run again to resume"
+                    ),
                     code: Some(signal.exit_code()),
                 });
             }
@@ -85,7 +90,10 @@ enum Ending {
     /// The launcher was asked to stop; every task has stopped.
     Preempted(Signal),
     /// A task failed; `code` is its exit status (128 + the signal when one killed it).
-    Failed { message: String, code: Option<u8> },
+    Failed {
+        message: String,
+        code: Option<u8>,
+    },
 }
 
 /// A cluster of `workers` workers (and an evaluator) on free loopback ports. The ports are
@@ -116,7 +124,8 @@ fn run_cluster(
     strategy: &str,
     restarts: u32,
 ) -> Result<Ending, CliError> {
-    let lifeline = Lifeline::new().map_err(|e| CliError::Launch { message: format!("cannot create a pipe: {e}"), code: None })?;
+    let lifeline =
+        Lifeline::new().map_err(|e| CliError::Launch { message: format!("cannot create a pipe: {e}"), code: None })?;
     let mut tasks: Vec<(TaskId, Child)> = Vec::new();
     for id in spec.task_ids().collect::<Vec<_>>() {
         let cluster = Cluster::new(spec.clone(), id, ClusterSource::Flags, None)?;
@@ -137,7 +146,8 @@ fn run_cluster(
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         tie_to_launcher(&mut cmd, &lifeline);
-        let mut child = cmd.spawn().map_err(|e| CliError::Launch { message: format!("cannot start {id}: {e}"), code: None })?;
+        let mut child =
+            cmd.spawn().map_err(|e| CliError::Launch { message: format!("cannot start {id}: {e}"), code: None })?;
         forward(&id, child.stdout.take(), Stream::Out);
         forward(&id, child.stderr.take(), Stream::Err);
         tasks.push((id, child));

@@ -88,12 +88,17 @@ fn watch_launcher() {
 /// This process's cluster (flags, else `TF_CONFIG`, else Slurm) and token, for the
 /// strategies that span processes. Cluster flags with a single-process strategy are a
 /// mistake worth stopping for; a `TF_CONFIG` left in the environment is only noted.
-fn cluster_of(args: &ClusterArgs, strategy: &str) -> Result<(Option<engine_runtime::cluster::Cluster>, Option<String>), CliError> {
+fn cluster_of(
+    args: &ClusterArgs,
+    strategy: &str,
+) -> Result<(Option<engine_runtime::cluster::Cluster>, Option<String>), CliError> {
     use engine_runtime::cluster::{ClusterFlags, resolve_from_process_env};
     let flags = ClusterFlags { cluster: args.cluster.clone(), task: args.task.clone() };
     if !matches!(strategy, "multi_worker" | "parameter_server") {
         if !flags.is_empty() {
-            return Err(CliError::Usage(format!("--cluster and --task are for multi_worker, not strategy '{strategy}'")));
+            return Err(CliError::Usage(format!(
+                "--cluster and --task are for multi_worker, not strategy '{strategy}'"
+            )));
         }
         if std::env::var_os(engine_runtime::cluster::TF_CONFIG).is_some() {
             log::info!("TF_CONFIG is set but strategy '{strategy}' runs in one process; ignoring it");

@@ -21,7 +21,9 @@ impl SpecInputFn {
         spec.check(&source, limits)?;
         let single = InputContext { num_input_pipelines: 1, input_pipeline_id: 0, num_replicas_in_sync: 1 };
         spec.build_from(&source, mode.is_training(), &single).and_then(|d| d.schema()).map_err(|e| match e {
-            InputError::Sharding(_) => InputError::Field { field: InputField::named("batch_size"), source: Box::new(e) },
+            InputError::Sharding(_) => {
+                InputError::Field { field: InputField::named("batch_size"), source: Box::new(e) }
+            }
             other => other,
         })?;
         Ok(SpecInputFn { spec, source })

@@ -60,7 +60,9 @@ pub fn run_config(spec: &Spec, overrides: &RunOverrides) -> RunConfig {
         communication: overrides.communication.unwrap_or(rc.communication),
         non_finite: match rc.non_finite {
             crate::spec::NonFinite::Stop => engine_estimator::NonFinitePolicy::Stop,
-            crate::spec::NonFinite::Skip { max_consecutive } => engine_estimator::NonFinitePolicy::Skip { max_consecutive },
+            crate::spec::NonFinite::Skip { max_consecutive } => {
+                engine_estimator::NonFinitePolicy::Skip { max_consecutive }
+            }
         },
         ..RunConfig::default()
     }
@@ -85,7 +87,9 @@ pub fn input_spec(spec: &Spec, field: &str) -> Result<Option<InputSpec>, SpecErr
 
 /// `train_input` as an input function, its source opened and checked.
 pub fn train_input_fn(spec: &Spec) -> Result<Arc<SpecInputFn>, SpecError> {
-    let s = input_spec(spec, "train_input")?.ok_or_else(|| spec.error(FieldPath::root().field("train_input"), crate::spec::ErrorKind::Invalid("missing".into())))?;
+    let s = input_spec(spec, "train_input")?.ok_or_else(|| {
+        spec.error(FieldPath::root().field("train_input"), crate::spec::ErrorKind::Invalid("missing".into()))
+    })?;
     open_input(spec, &spec.job.train_input.path, s, engine_estimator::Mode::Train)
 }
 
@@ -98,8 +102,15 @@ pub fn eval_input_fn(spec: &Spec) -> Result<Option<Arc<SpecInputFn>>, SpecError>
 
 /// Opens an input section's source and checks it against this machine; an error is located
 /// at the field it is about (`train_input.prefetch`, `eval_input.images`).
-fn open_input(spec: &Spec, section: &FieldPath, input: InputSpec, mode: engine_estimator::Mode) -> Result<Arc<SpecInputFn>, SpecError> {
-    SpecInputFn::open(input, mode, &engine_estimator::Resources::of_this_machine()).map(Arc::new).map_err(|e| input_error(spec, section, e))
+fn open_input(
+    spec: &Spec,
+    section: &FieldPath,
+    input: InputSpec,
+    mode: engine_estimator::Mode,
+) -> Result<Arc<SpecInputFn>, SpecError> {
+    SpecInputFn::open(input, mode, &engine_estimator::Resources::of_this_machine())
+        .map(Arc::new)
+        .map_err(|e| input_error(spec, section, e))
 }
 
 /// An input error as a spec error at `section` (and its field, when the error names one).

@@ -28,7 +28,14 @@ fn lower_mode(mode: Mode) -> lower::Mode {
 }
 
 impl ModelFn for SpecModelFn {
-    fn build(&self, features: &Features, labels: Option<Outlet>, mode: Mode, _: &Params, b: &mut GraphBuilder<'_>) -> engine_estimator::Result<EstimatorSpec> {
+    fn build(
+        &self,
+        features: &Features,
+        labels: Option<Outlet>,
+        mode: Mode,
+        _: &Params,
+        b: &mut GraphBuilder<'_>,
+    ) -> engine_estimator::Result<EstimatorSpec> {
         let provided = ProvidedInputs { features: features.clone(), labels };
         let m = lower::build_model_on(&self.spec, lower_mode(mode), b, self.seed, Some(&provided))
             .map_err(|e| EstimatorError::Model(Box::new(e)))?;
@@ -42,7 +49,9 @@ impl ModelFn for SpecModelFn {
             && let Some(labels) = m.labels
         {
             for metric in &self.spec.job.metrics {
-                if let Some(built) = metric_of(metric, self.spec.job.loss, labels, &m, b).map_err(EstimatorError::Graph)? {
+                if let Some(built) =
+                    metric_of(metric, self.spec.job.loss, labels, &m, b).map_err(EstimatorError::Graph)?
+                {
                     spec.eval_metric_ops.insert(metric.key(), built);
                 }
             }
@@ -60,7 +69,8 @@ fn metric_of(
     b: &mut GraphBuilder<'_>,
 ) -> engine_graph::Result<Option<Metric>> {
     let p = |k: &str| m.predictions.get(k).copied();
-    let (Some(scores), Some(classes)) = (p("probabilities").or(p("predictions")), p("classes").or(p("predictions"))) else {
+    let (Some(scores), Some(classes)) = (p("probabilities").or(p("predictions")), p("classes").or(p("predictions")))
+    else {
         return Ok(None);
     };
     Ok(Some(match metric {

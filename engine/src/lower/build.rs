@@ -112,33 +112,52 @@ pub(super) struct Lowering<'s, 'b, 'g> {
 impl Lowering<'_, '_, '_> {
     /// The model input `name` (of `count` inputs): the provided placeholder, checked
     /// against the spec's shape, or a new placeholder.
-    pub fn input(&mut self, name: &str, count: usize, dtype: engine_graph::DType, shape: engine_graph::Shape, at: &FieldPath) -> Result<Outlet, LowerError> {
+    pub fn input(
+        &mut self,
+        name: &str,
+        count: usize,
+        dtype: engine_graph::DType,
+        shape: engine_graph::Shape,
+        at: &FieldPath,
+    ) -> Result<Outlet, LowerError> {
         let Some(p) = self.provided else {
             return self.b.placeholder(name, dtype, shape).map_err(|e| self.graph_error(at, e));
         };
-        let found = p.features.get(name).copied().or_else(|| {
-            (count == 1 && p.features.len() == 1).then(|| p.features.values().next().copied()).flatten()
-        });
+        let found =
+            p.features.get(name).copied().or_else(|| {
+                (count == 1 && p.features.len() == 1).then(|| p.features.values().next().copied()).flatten()
+            });
         let names: Vec<&str> = p.features.keys().map(String::as_str).collect();
         let x = found.ok_or_else(|| {
             self.shape_error(at, format!("the input pipeline provides features {names:?}, not '{name}'"))
         })?;
         let fact = self.b.fact(x).map_err(|e| self.graph_error(at, e))?.clone();
         if fact.dtype != dtype || fact.shape != shape {
-            return Err(self.shape_error(at, format!("the model expects input '{name}' as {dtype}{shape}, the input pipeline provides {fact}")));
+            return Err(self.shape_error(
+                at,
+                format!("the model expects input '{name}' as {dtype}{shape}, the input pipeline provides {fact}"),
+            ));
         }
         Ok(x)
     }
 
     /// The labels: the provided placeholder (checked) or a new one.
-    pub fn labels(&mut self, dtype: engine_graph::DType, shape: engine_graph::Shape, at: &FieldPath) -> Result<Outlet, LowerError> {
+    pub fn labels(
+        &mut self,
+        dtype: engine_graph::DType,
+        shape: engine_graph::Shape,
+        at: &FieldPath,
+    ) -> Result<Outlet, LowerError> {
         match self.provided {
             None => self.b.placeholder(super::head::LABELS, dtype, shape).map_err(|e| self.graph_error(at, e)),
             Some(p) => {
                 let l = p.labels.ok_or_else(|| self.shape_error(at, "the input pipeline provides no labels"))?;
                 let fact = self.b.fact(l).map_err(|e| self.graph_error(at, e))?.clone();
                 if fact.dtype != dtype || fact.shape != shape {
-                    return Err(self.shape_error(at, format!("the loss needs labels {dtype}{shape}, the input pipeline provides {fact}")));
+                    return Err(self.shape_error(
+                        at,
+                        format!("the loss needs labels {dtype}{shape}, the input pipeline provides {fact}"),
+                    ));
                 }
                 Ok(l)
             }

@@ -3,7 +3,10 @@
 
 use super::{LowerError, Mode, build_model};
 use crate::spec::{Spec, Strategy};
-use engine_estimator::{compile_plan, strategy::{StrategyOptions, strategy_by_name}};
+use engine_estimator::{
+    compile_plan,
+    strategy::{StrategyOptions, strategy_by_name},
+};
 use engine_graph::{Graph, GraphBuilder, Plan};
 
 /// The plan for one mode with a strategy (replica devices by default: one per core).
@@ -11,7 +14,12 @@ pub fn compile(spec: &Spec, mode: Mode, strategy: Strategy) -> Result<Plan, Lowe
     compile_with(spec, mode, strategy, &StrategyOptions::default())
 }
 
-pub fn compile_with(spec: &Spec, mode: Mode, strategy: Strategy, options: &StrategyOptions) -> Result<Plan, LowerError> {
+pub fn compile_with(
+    spec: &Spec,
+    mode: Mode,
+    strategy: Strategy,
+    options: &StrategyOptions,
+) -> Result<Plan, LowerError> {
     let strategy = strategy_by_name(strategy.name(), options).map_err(|e| LowerError::Strategy(e.to_string()))?;
     let mut graph = Graph::new();
     build_model(spec, mode, &mut GraphBuilder::new(&mut graph), spec.job.run_config.seed())?;

@@ -120,7 +120,11 @@ fn the_training_plan_differentiates_every_variable_but_not_the_input() -> TestRe
     // convolution's output gradient yields both the filter and the bias gradient.
     assert!(ops.contains(&"_FusedConv2D") && ops.contains(&"_FusedMatMul"));
     assert!(!ops.contains(&"Relu"), "{ops:?}");
-    assert_eq!(ops.iter().filter(|o| **o == "ReluGrad").count(), 1, "only the dense layer's ReLU gradient stays: {ops:?}");
+    assert_eq!(
+        ops.iter().filter(|o| **o == "ReluGrad").count(),
+        1,
+        "only the dense layer's ReLU gradient stays: {ops:?}"
+    );
     Ok(())
 }
 

@@ -48,7 +48,9 @@ pub use model::{Functional, FunctionalNode, Model, Sequential};
 pub use optimizer::{Adagrad, Adam, LearningRateSpec, OptimizerSpec, RmsProp, Sgd};
 pub use overrides::Override;
 pub use path::{FieldPath, Segment};
-pub use run_config::{CheckpointTrigger, DEFAULT_SAVE_CHECKPOINTS_SECS, EvalSpec, NonFinite, Precision, RunConfig, TrainSpec};
+pub use run_config::{
+    CheckpointTrigger, DEFAULT_SAVE_CHECKPOINTS_SECS, EvalSpec, NonFinite, Precision, RunConfig, TrainSpec,
+};
 pub use strategy::{Strategy, UnknownStrategy};
 
 use serde::de::DeserializeOwned;

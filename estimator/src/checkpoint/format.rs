@@ -200,10 +200,13 @@ pub(crate) fn decode(bytes: &[u8], url: &str, path: &str) -> Result<Checkpoint> 
         .parse::<f64>()
         .map_err(|e| corrupt(format!("metadata `{KEY_CREATED}` is not a time: {e}")))?;
     let examples_seen = match metadata.get(KEY_EXAMPLES_SEEN) {
-        Some(n) => Some(n.parse::<u64>().map_err(|e| corrupt(format!("metadata `{KEY_EXAMPLES_SEEN}` is not a count: {e}")))?),
+        Some(n) => {
+            Some(n.parse::<u64>().map_err(|e| corrupt(format!("metadata `{KEY_EXAMPLES_SEEN}` is not a count: {e}")))?)
+        }
         None => None,
     };
-    let meta = CheckpointMeta { fingerprint: field(KEY_FINGERPRINT)?, input_state: field(KEY_INPUT_STATE)?, examples_seen };
+    let meta =
+        CheckpointMeta { fingerprint: field(KEY_FINGERPRINT)?, input_state: field(KEY_INPUT_STATE)?, examples_seen };
 
     let mut tensors = BTreeMap::new();
     for (name, view) in views {
@@ -256,7 +259,11 @@ mod tests {
     #[test]
     fn round_trips_tensors_and_metadata() -> anyhow::Result<()> {
         let tensors = sample()?;
-        let meta = CheckpointMeta { fingerprint: "fp-1".into(), input_state: r#"{"offset":7}"#.into(), examples_seen: Some(2688) };
+        let meta = CheckpointMeta {
+            fingerprint: "fp-1".into(),
+            input_state: r#"{"offset":7}"#.into(),
+            examples_seen: Some(2688),
+        };
         let bytes = encode(42, &tensors, &meta, 1_700_000_000.25)?;
         let back = decode(&bytes, "mem://x/model.ckpt-42.safetensors", "model.ckpt-42")?;
         assert_eq!(back.tensors, tensors);

@@ -56,7 +56,12 @@ impl CheckpointManager {
         let (state, damage) = self.recovered_state()?;
         let listed: Vec<String> = state
             .as_ref()
-            .map(|s| s.all_model_checkpoint_paths.iter().filter_map(|p| split_checkpoint_path(p).ok().map(|(_, n)| n)).collect())
+            .map(|s| {
+                s.all_model_checkpoint_paths
+                    .iter()
+                    .filter_map(|p| split_checkpoint_path(p).ok().map(|(_, n)| n))
+                    .collect()
+            })
             .unwrap_or_default();
         let present = self.list_present()?;
         let mut steps: BTreeMap<u64, String> = BTreeMap::new();

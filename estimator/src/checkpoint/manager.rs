@@ -153,7 +153,8 @@ impl CheckpointManager {
                     let step = parse_step(name).unwrap_or(u64::MAX);
                     state.retain(|path| {
                         split_checkpoint_path(path).is_ok_and(|(_, listed)| {
-                            parse_step(&listed).is_some_and(|s| s <= step) && objects.contains_key(&data_object_name(&listed))
+                            parse_step(&listed).is_some_and(|s| s <= step)
+                                && objects.contains_key(&data_object_name(&listed))
                         })
                     });
                     Some(state)

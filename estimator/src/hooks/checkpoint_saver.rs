@@ -2,7 +2,11 @@
 //! (TensorFlow's CheckpointSaverHook), calling listeners around each save.
 
 use super::{HookContext, RunValues, SessionRunHook};
-use crate::{Result, checkpoint::{CheckpointInfo, CheckpointMeta}, run_config::CheckpointTrigger};
+use crate::{
+    Result,
+    checkpoint::{CheckpointInfo, CheckpointMeta},
+    run_config::CheckpointTrigger,
+};
 use std::time::Instant;
 
 /// Called around every save. `after_save` returning `true` stops training (how

@@ -3,16 +3,27 @@
 //! steps and requests a stop when the condition holds.
 
 use super::{HookContext, RunValues, SessionRunHook};
-use crate::{Result, summary::{event_files, read_event_file}};
+use crate::{
+    Result,
+    summary::{event_files, read_event_file},
+};
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum StopCondition {
     /// No new minimum of the metric for this many training steps.
-    NoDecrease { max_steps_without_decrease: u64 },
+    NoDecrease {
+        max_steps_without_decrease: u64,
+    },
     /// No new maximum for this many training steps.
-    NoIncrease { max_steps_without_increase: u64 },
-    Higher { threshold: f64 },
-    Lower { threshold: f64 },
+    NoIncrease {
+        max_steps_without_increase: u64,
+    },
+    Higher {
+        threshold: f64,
+    },
+    Lower {
+        threshold: f64,
+    },
 }
 
 pub struct EarlyStoppingHook {
@@ -26,7 +37,13 @@ pub struct EarlyStoppingHook {
 impl EarlyStoppingHook {
     /// `eval_dir` is `eval` or `eval_<name>`, as evaluation writes it.
     pub fn new(metric: &str, condition: StopCondition, eval_dir: &str, min_steps: u64, run_every_steps: u64) -> Self {
-        EarlyStoppingHook { metric: metric.into(), condition, eval_dir: eval_dir.into(), min_steps, run_every_steps: run_every_steps.max(1) }
+        EarlyStoppingHook {
+            metric: metric.into(),
+            condition,
+            eval_dir: eval_dir.into(),
+            min_steps,
+            run_every_steps: run_every_steps.max(1),
+        }
     }
 
     /// `(step, value)` of the metric, in step order.
@@ -66,8 +83,12 @@ impl EarlyStoppingHook {
         match self.condition {
             StopCondition::Higher { threshold } => last > threshold,
             StopCondition::Lower { threshold } => last < threshold,
-            StopCondition::NoDecrease { max_steps_without_decrease } => since_best(|a, b| a < b) > max_steps_without_decrease,
-            StopCondition::NoIncrease { max_steps_without_increase } => since_best(|a, b| a > b) > max_steps_without_increase,
+            StopCondition::NoDecrease { max_steps_without_decrease } => {
+                since_best(|a, b| a < b) > max_steps_without_decrease
+            }
+            StopCondition::NoIncrease { max_steps_without_increase } => {
+                since_best(|a, b| a > b) > max_steps_without_increase
+            }
         }
     }
 }

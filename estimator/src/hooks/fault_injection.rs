@@ -38,13 +38,17 @@ impl FaultInjectionHook {
     }
 
     fn arm(value: &str, restarts: Option<&str>, task: Option<TaskId>) -> Result<Option<Self>> {
-        let bad = |why: &str| EstimatorError::Config(format!("{FAULT_ENV}={value}: {why} (expected TASK@STEP, e.g. worker:1@12)"));
+        let bad = |why: &str| {
+            EstimatorError::Config(format!("{FAULT_ENV}={value}: {why} (expected TASK@STEP, e.g. worker:1@12)"))
+        };
         let (target, step) = value.split_once('@').ok_or_else(|| bad("no '@'"))?;
         let target: TaskId = target.parse().map_err(|e| bad(&format!("{e}")))?;
         let step: u64 = step.parse().map_err(|_| bad("the step is not a number"))?;
         let restarts: u64 = match restarts {
             None => 0,
-            Some(n) => n.parse().map_err(|_| EstimatorError::Config(format!("{RESTART_COUNT_ENV}={n} is not a number")))?,
+            Some(n) => {
+                n.parse().map_err(|_| EstimatorError::Config(format!("{RESTART_COUNT_ENV}={n} is not a number")))?
+            }
         };
         let Some(task) = task else {
             log::warn!("{FAULT_ENV}={value} ignored: this process is not a cluster task");
@@ -93,10 +97,14 @@ mod tests {
     #[test]
     fn malformed_values_are_errors() {
         for value in ["worker:1", "worker:1@x", "nobody@3"] {
-            let err = FaultInjectionHook::arm(value, None, task("worker:1")).err().map(|e| e.to_string()).unwrap_or_default();
+            let err =
+                FaultInjectionHook::arm(value, None, task("worker:1")).err().map(|e| e.to_string()).unwrap_or_default();
             assert!(err.contains(FAULT_ENV) && err.contains(value), "{value}: {err}");
         }
-        let err = FaultInjectionHook::arm("worker:1@3", Some("two"), task("worker:1")).err().map(|e| e.to_string()).unwrap_or_default();
+        let err = FaultInjectionHook::arm("worker:1@3", Some("two"), task("worker:1"))
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
         assert!(err.contains(RESTART_COUNT_ENV), "{err}");
     }
 }

@@ -14,7 +14,12 @@ pub struct LoggingTensorHook {
 
 impl LoggingTensorHook {
     pub fn new(tensors: &[&str], every_n_iter: u64) -> Self {
-        LoggingTensorHook { tensors: tensors.iter().map(|s| s.to_string()).collect(), every_n_iter: every_n_iter.max(1), last: None, due: false }
+        LoggingTensorHook {
+            tensors: tensors.iter().map(|s| s.to_string()).collect(),
+            every_n_iter: every_n_iter.max(1),
+            last: None,
+            due: false,
+        }
     }
 }
 
@@ -23,7 +28,11 @@ impl SessionRunHook for LoggingTensorHook {
         "LoggingTensorHook"
     }
     fn required_tensors(&self) -> Vec<String> {
-        self.tensors.iter().filter(|t| !matches!(t.as_str(), "loss" | "global_step" | "learning_rate")).cloned().collect()
+        self.tensors
+            .iter()
+            .filter(|t| !matches!(t.as_str(), "loss" | "global_step" | "learning_rate"))
+            .cloned()
+            .collect()
     }
     fn before_run(&mut self, ctx: &HookContext<'_>) -> Result<RunArgs> {
         self.due = ctx.global_step % self.every_n_iter == 0;
@@ -36,7 +45,9 @@ impl SessionRunHook for LoggingTensorHook {
         let mut parts: Vec<String> = Vec::new();
         for name in &self.tensors {
             match values.results.get(name) {
-                Some(t) if name == "global_step" => parts.push(format!("step = {}", t.scalar_value().unwrap_or(0.0) as i64)),
+                Some(t) if name == "global_step" => {
+                    parts.push(format!("step = {}", t.scalar_value().unwrap_or(0.0) as i64))
+                }
                 Some(t) => match t.scalar_value() {
                     Some(v) => parts.push(format!("{name} = {v:.7}")),
                     None => parts.push(format!("{name} = {:?}", t.to_f64_vec())),
@@ -48,7 +59,8 @@ impl SessionRunHook for LoggingTensorHook {
             parts.push(format!("step = {}", ctx.global_step.saturating_sub(1)));
         }
         let now = Instant::now();
-        let elapsed = self.last.map(|t| format!(" ({:.3} sec)", now.duration_since(t).as_secs_f64())).unwrap_or_default();
+        let elapsed =
+            self.last.map(|t| format!(" ({:.3} sec)", now.duration_since(t).as_secs_f64())).unwrap_or_default();
         self.last = Some(now);
         log::info!("{}{elapsed}", parts.join(", "));
         Ok(())

@@ -28,9 +28,15 @@ impl ProfilerHook {
         }
         let trace = json!({ "traceEvents": self.events, "displayTimeUnit": "ms" });
         let name = format!("timeline-{}.json", self.last_step);
-        let bytes = serde_json::to_vec(&trace).map_err(|e| EstimatorError::Hook { hook: "ProfilerHook".into(), reason: e.to_string() })?;
+        let bytes = serde_json::to_vec(&trace)
+            .map_err(|e| EstimatorError::Hook { hook: "ProfilerHook".into(), reason: e.to_string() })?;
         ctx.model_dir.put(&name, bytes)?;
-        log::info!("Wrote the op profile of steps {}..={} to {}", self.first_step, self.last_step, ctx.model_dir.url_of(&name));
+        log::info!(
+            "Wrote the op profile of steps {}..={} to {}",
+            self.first_step,
+            self.last_step,
+            ctx.model_dir.url_of(&name)
+        );
         self.written = Some(name);
         Ok(())
     }

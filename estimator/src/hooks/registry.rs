@@ -2,13 +2,21 @@
 //! `hooks: [LoggingTensor(tensors: ["loss"], every_n_iter: 10), StopAtStep(last_step: 500)]`.
 
 use super::{
-    EarlyStoppingHook, LoggingTensorHook, NanTensorHook, ProfilerHook, ProgressBarHook, SessionRunHook, StepCounterHook,
-    StopAtStepHook, StopCondition, SummarySaverHook,
+    EarlyStoppingHook, LoggingTensorHook, NanTensorHook, ProfilerHook, ProgressBarHook, SessionRunHook,
+    StepCounterHook, StopAtStepHook, StopCondition, SummarySaverHook,
 };
 use serde::Deserialize;
 
-pub const HOOK_NAMES: [&str; 8] =
-    ["LoggingTensor", "StopAtStep", "StepCounter", "SummarySaver", "NanTensor", "Profiler", "EarlyStopping", "ProgressBar"];
+pub const HOOK_NAMES: [&str; 8] = [
+    "LoggingTensor",
+    "StopAtStep",
+    "StepCounter",
+    "SummarySaver",
+    "NanTensor",
+    "Profiler",
+    "EarlyStopping",
+    "ProgressBar",
+];
 
 fn hundred() -> u64 {
     100
@@ -78,7 +86,9 @@ pub fn hook_from_config(config: &HookConfig) -> Result<Box<dyn SessionRunHook>, 
         }
         HookConfig::StopAtStep { last_step } => Box::new(StopAtStepHook::at(*last_step)),
         HookConfig::StepCounter { every_n_steps } => Box::new(StepCounterHook::new(*every_n_steps)),
-        HookConfig::SummarySaver { save_steps, histograms } => Box::new(SummarySaverHook::new(*save_steps, *histograms)),
+        HookConfig::SummarySaver { save_steps, histograms } => {
+            Box::new(SummarySaverHook::new(*save_steps, *histograms))
+        }
         HookConfig::NanTensor { fail_on_nan } => Box::new(NanTensorHook::new("loss", *fail_on_nan)),
         HookConfig::Profiler { first_step, last_step } => Box::new(ProfilerHook::steps(*first_step, *last_step)),
         HookConfig::ProgressBar { last_step } => Box::new(ProgressBarHook::new(*last_step)),

@@ -18,7 +18,15 @@ pub struct StepCounterHook {
 
 impl StepCounterHook {
     pub fn new(every_n_steps: u64) -> Self {
-        StepCounterHook { every_n_steps: every_n_steps.max(1), window_start: None, input_wait: Duration::ZERO, step_time: Duration::ZERO, collective_time: Duration::ZERO, collective_wait: Duration::ZERO, last: None }
+        StepCounterHook {
+            every_n_steps: every_n_steps.max(1),
+            window_start: None,
+            input_wait: Duration::ZERO,
+            step_time: Duration::ZERO,
+            collective_time: Duration::ZERO,
+            collective_wait: Duration::ZERO,
+            last: None,
+        }
     }
 }
 
@@ -56,7 +64,10 @@ impl SessionRunHook for StepCounterHook {
             && let Ok(mut w) = w.lock()
         {
             let step = ctx.global_step;
-            w.scalars(step, &[("global_step/sec", per_sec), ("examples/sec", examples), ("input_wait_fraction", waiting)])?;
+            w.scalars(
+                step,
+                &[("global_step/sec", per_sec), ("examples/sec", examples), ("input_wait_fraction", waiting)],
+            )?;
         }
         if !self.collective_time.is_zero() {
             let overlapped = 1.0 - self.collective_wait.as_secs_f64() / self.collective_time.as_secs_f64();

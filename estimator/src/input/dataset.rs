@@ -431,10 +431,14 @@ impl Dataset {
                 super::limits::MAX_PARALLEL_CALLS
             )));
         }
-        if let Some(StreamOp::Batch { size, .. } | StreamOp::PaddedBatch { size, .. }) = ops.iter().find(|op| matches!(op, StreamOp::Batch { .. } | StreamOp::PaddedBatch { .. }))
+        if let Some(StreamOp::Batch { size, .. } | StreamOp::PaddedBatch { size, .. }) =
+            ops.iter().find(|op| matches!(op, StreamOp::Batch { .. } | StreamOp::PaddedBatch { .. }))
             && *size > super::limits::MAX_BATCH_SIZE
         {
-            return Err(InputError::invalid(format!("batch size {size} is more than {}", super::limits::MAX_BATCH_SIZE)));
+            return Err(InputError::invalid(format!(
+                "batch size {size} is more than {}",
+                super::limits::MAX_BATCH_SIZE
+            )));
         }
         if padded && schema.columns().any(|c| c.name == MASK_FEATURE) {
             return Err(InputError::invalid(format!(

@@ -87,7 +87,11 @@ impl DatasetIter {
         for &id in ids {
             if let Some((column, at, value)) = materializer.first_non_finite(id)? {
                 let size = materializer.schema.columns().find(|c| c.name == column).map(|c| c.size()).unwrap_or(1);
-                let what = if materializer.schema.label.as_ref().is_some_and(|l| l.name == column) { "label" } else { "feature" };
+                let what = if materializer.schema.label.as_ref().is_some_and(|l| l.name == column) {
+                    "label"
+                } else {
+                    "feature"
+                };
                 return Ok(Some(format!(
                     "{what} `{column}` is {value} (value {} of {size}) in {}",
                     at + 1,

@@ -301,11 +301,15 @@ impl InputSpec {
     /// the field at fault (`images`, `path`, `label`, `features`), so a spec can report them
     /// at their line.
     pub fn open(&self) -> Result<Dataset> {
-        let at = |field: &'static str| move |e: InputError| InputError::Field { field: InputField::named(field), source: Box::new(e) };
+        let at = |field: &'static str| {
+            move |e: InputError| InputError::Field { field: InputField::named(field), source: Box::new(e) }
+        };
         match self {
             InputSpec::Idx { images, labels, .. } => Dataset::from_idx(images, labels).map_err(|e| {
                 let field = match &e {
-                    InputError::Io { path, .. } | InputError::BadIdx { path, .. } | InputError::BadIdxMagic { path, .. }
+                    InputError::Io { path, .. }
+                    | InputError::BadIdx { path, .. }
+                    | InputError::BadIdxMagic { path, .. }
                         if path.as_path() == std::path::Path::new(labels) =>
                     {
                         "labels"
@@ -331,9 +335,12 @@ impl InputSpec {
                 at(field)(e)
             }),
             InputSpec::TfRecord { files, features, label, .. } => {
-                Dataset::from_tfrecord(files, FeatureSpec { features: features.clone(), label: label.clone() }).map_err(at("files"))
+                Dataset::from_tfrecord(files, FeatureSpec { features: features.clone(), label: label.clone() })
+                    .map_err(at("files"))
             }
-            InputSpec::Tensors { features, labels, .. } => Dataset::from_tensors(features.clone(), labels.clone()).map_err(at("features")),
+            InputSpec::Tensors { features, labels, .. } => {
+                Dataset::from_tensors(features.clone(), labels.clone()).map_err(at("features"))
+            }
         }
     }
 
@@ -344,7 +351,10 @@ impl InputSpec {
         let p = self.pipeline();
         let mut schema = source.source_schema().clone();
         for (i, map) in p.maps.iter().enumerate() {
-            schema = map.compile(&schema).map_err(|e| InputError::Field { field: InputField::at("maps", i), source: Box::new(e) })?.1;
+            schema = map
+                .compile(&schema)
+                .map_err(|e| InputError::Field { field: InputField::at("maps", i), source: Box::new(e) })?
+                .1;
         }
         for (i, predicate) in p.filters.iter().enumerate() {
             super::filter::Filter::Predicate(predicate.clone())
@@ -355,18 +365,37 @@ impl InputSpec {
         let budget = limits.max_batches_bytes();
         let memory = format!("(this machine has {} for batches in memory)", bytes(budget));
         check_range("batch_size", p.batch_size as u64, 1, (budget / example).min(MAX_BATCH_SIZE as u64), &memory)?;
-        check_range("num_parallel_calls", p.num_parallel_calls as u64, 1, limits.max_parallel_calls() as u64, &format!("({} cores)", limits.cores))?;
+        check_range(
+            "num_parallel_calls",
+            p.num_parallel_calls as u64,
+            1,
+            limits.max_parallel_calls() as u64,
+            &format!("({} cores)", limits.cores),
+        )?;
         // Batches in flight: read ahead, being decoded, and the one the step holds.
         let batch = p.batch_size as u64 * example;
         let room = (budget / batch).saturating_sub(p.num_parallel_calls as u64 + 1);
-        check_range("prefetch", p.prefetch as u64, 0, room.min(MAX_PREFETCH as u64), &format!("batches of {} {memory}", bytes(batch)))?;
+        check_range(
+            "prefetch",
+            p.prefetch as u64,
+            0,
+            room.min(MAX_PREFETCH as u64),
+            &format!("batches of {} {memory}", bytes(batch)),
+        )?;
         // Shuffle buffers hold indices, 8 bytes each.
         check_range("shuffle_buffer", p.shuffle_buffer as u64, 0, limits.memory_bytes / 4 / 8, "(indices in memory)")?;
         if p.cache {
             let all = source.source_len().saturating_mul(example);
             if all > budget {
-                let detail = format!("the decoded data set would take {}, more than {} this machine has for it", bytes(all), bytes(budget));
-                return Err(InputError::Field { field: InputField::named("cache"), source: Box::new(InputError::OutOfBounds(detail)) });
+                let detail = format!(
+                    "the decoded data set would take {}, more than {} this machine has for it",
+                    bytes(all),
+                    bytes(budget)
+                );
+                return Err(InputError::Field {
+                    field: InputField::named("cache"),
+                    source: Box::new(InputError::OutOfBounds(detail)),
+                });
             }
         }
         Ok(())
@@ -377,7 +406,10 @@ impl InputSpec {
     fn examples(&self, source: &Dataset, ctx: &InputContext) -> Result<Dataset> {
         let p = self.pipeline();
         if p.batch_size == 0 {
-            return Err(InputError::Field { field: InputField::named("batch_size"), source: Box::new(InputError::OutOfBounds("must be at least 1".into())) });
+            return Err(InputError::Field {
+                field: InputField::named("batch_size"),
+                source: Box::new(InputError::OutOfBounds("must be at least 1".into())),
+            });
         }
         let mut ds = source.clone();
         if let InputSpec::Idx { scale: Some(s), .. } = self

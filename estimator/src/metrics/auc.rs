@@ -15,7 +15,12 @@ pub(super) fn thresholds(n: usize) -> Vec<f32> {
     t
 }
 
-pub(super) fn build(b: &mut GraphBuilder<'_>, labels: Outlet, predictions: Outlet, num_thresholds: usize) -> Result<Vec<Outlet>> {
+pub(super) fn build(
+    b: &mut GraphBuilder<'_>,
+    labels: Outlet,
+    predictions: Outlet,
+    num_thresholds: usize,
+) -> Result<Vec<Outlet>> {
     let t = thresholds(num_thresholds);
     let count = t.len();
     let l = as_indicator(b, labels, 0.5)?;

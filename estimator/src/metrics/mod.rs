@@ -20,18 +20,42 @@ use engine_graph::{DType, GraphBuilder, HostTensor, Outlet, Shape};
 #[derive(Debug, Clone, PartialEq)]
 pub enum Metric {
     /// Fraction of predictions equal to labels.
-    Accuracy { labels: Outlet, predictions: Outlet },
+    Accuracy {
+        labels: Outlet,
+        predictions: Outlet,
+    },
     /// Mean of a value over all examples.
-    Mean { values: Outlet },
+    Mean {
+        values: Outlet,
+    },
     /// TP / (TP + FP), labels and predictions read as booleans (predictions above `threshold`).
-    Precision { labels: Outlet, predictions: Outlet, threshold: f32 },
+    Precision {
+        labels: Outlet,
+        predictions: Outlet,
+        threshold: f32,
+    },
     /// TP / (TP + FN).
-    Recall { labels: Outlet, predictions: Outlet, threshold: f32 },
+    Recall {
+        labels: Outlet,
+        predictions: Outlet,
+        threshold: f32,
+    },
     /// Area under the ROC curve from confusion counts at `num_thresholds` thresholds.
-    Auc { labels: Outlet, predictions: Outlet, num_thresholds: usize },
-    MeanSquaredError { labels: Outlet, predictions: Outlet },
+    Auc {
+        labels: Outlet,
+        predictions: Outlet,
+        num_thresholds: usize,
+    },
+    MeanSquaredError {
+        labels: Outlet,
+        predictions: Outlet,
+    },
     /// Fraction of examples whose label is among the `k` largest logits.
-    TopKAccuracy { labels: Outlet, logits: Outlet, k: usize },
+    TopKAccuracy {
+        labels: Outlet,
+        logits: Outlet,
+        k: usize,
+    },
 }
 
 impl Metric {
@@ -42,10 +66,13 @@ impl Metric {
         b.with_scope(&scope, |b| match self {
             Metric::Accuracy { labels, predictions } => accuracy::build(b, *labels, *predictions),
             Metric::Mean { values } => mean::build(b, *values),
-            Metric::Precision { labels, predictions, threshold } | Metric::Recall { labels, predictions, threshold } => {
+            Metric::Precision { labels, predictions, threshold }
+            | Metric::Recall { labels, predictions, threshold } => {
                 precision_recall::build(b, *labels, *predictions, *threshold)
             }
-            Metric::Auc { labels, predictions, num_thresholds } => auc::build(b, *labels, *predictions, *num_thresholds),
+            Metric::Auc { labels, predictions, num_thresholds } => {
+                auc::build(b, *labels, *predictions, *num_thresholds)
+            }
             Metric::MeanSquaredError { labels, predictions } => squared_error::build(b, *labels, *predictions),
             Metric::TopKAccuracy { labels, logits, k } => top_k::build(b, *labels, *logits, *k),
         })
@@ -56,9 +83,10 @@ impl Metric {
     pub fn result(&self, state: &MetricState) -> f64 {
         let s = &state.sums;
         match self {
-            Metric::Accuracy { .. } | Metric::Mean { .. } | Metric::MeanSquaredError { .. } | Metric::TopKAccuracy { .. } => {
-                ratio(first(s, 0), first(s, 1))
-            }
+            Metric::Accuracy { .. }
+            | Metric::Mean { .. }
+            | Metric::MeanSquaredError { .. }
+            | Metric::TopKAccuracy { .. } => ratio(first(s, 0), first(s, 1)),
             Metric::Precision { .. } => precision_recall::precision(s),
             Metric::Recall { .. } => precision_recall::recall(s),
             Metric::Auc { .. } => auc::result(s),

@@ -3,7 +3,12 @@
 use super::{as_indicator, ratio};
 use engine_graph::{GraphBuilder, Outlet, Result};
 
-pub(super) fn build(b: &mut GraphBuilder<'_>, labels: Outlet, predictions: Outlet, threshold: f32) -> Result<Vec<Outlet>> {
+pub(super) fn build(
+    b: &mut GraphBuilder<'_>,
+    labels: Outlet,
+    predictions: Outlet,
+    threshold: f32,
+) -> Result<Vec<Outlet>> {
     let l = as_indicator(b, labels, 0.5)?;
     let p = as_indicator(b, predictions, threshold)?;
     let one = b.scalar(1.0)?;

@@ -361,7 +361,8 @@ impl ModelDir {
     /// The names of the staging files in `dir` of a local model dir (saves in progress or
     /// interrupted); none for object stores.
     pub fn staging_files(&self, dir: &str) -> Result<Vec<String>> {
-        let mut names: Vec<String> = self.staging_entries(dir)?.iter().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+        let mut names: Vec<String> =
+            self.staging_entries(dir)?.iter().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
         names.sort();
         Ok(names)
     }
@@ -374,7 +375,10 @@ impl ModelDir {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
             Err(source) => return Err(ModelDirError::LocalIo { op: "list", path: dir_path, source }),
         };
-        Ok(entries.flatten().filter(|e| super::local_write::is_staging_file(&e.file_name().to_string_lossy())).collect())
+        Ok(entries
+            .flatten()
+            .filter(|e| super::local_write::is_staging_file(&e.file_name().to_string_lossy()))
+            .collect())
     }
 
     fn object_path(&self, name: &str) -> Result<StorePath> {

@@ -102,7 +102,8 @@ pub(crate) fn writer_is_gone(file_name: &str) -> bool {
         return false;
     }
     // SAFETY: signal 0 only asks whether the process exists.
-    let alive = unsafe { libc::kill(pid, 0) } == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM);
+    let alive =
+        unsafe { libc::kill(pid, 0) } == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM);
     !alive
 }
 

@@ -157,7 +157,8 @@ pub(crate) fn compile(
     }
     let graph_fingerprint = graph.fingerprint()?;
     let fingerprint = format!("{graph_fingerprint}-{}", engine_graph::derive_seed(0, &strategy.layout()) & 0xffff);
-    let handshake_fingerprint = format!("{graph_fingerprint}-{}", engine_graph::derive_seed(0, &strategy.describe()) & 0xffff);
+    let handshake_fingerprint =
+        format!("{graph_fingerprint}-{}", engine_graph::derive_seed(0, &strategy.describe()) & 0xffff);
     let loss_scaled = passes.iter().any(|(name, changed)| name == "scale-loss" && *changed);
     let replica_losses = ReplicaLosses::of(&graph, loss_scaled, strategy.num_replicas_in_sync())?;
     let plan = Arc::new(Plan::new(graph, passes)?);
@@ -169,7 +170,8 @@ pub(crate) fn compile(
         metrics: metrics
             .into_iter()
             .map(|(n, m, outs)| {
-                let outs = (0..outs.len()).filter_map(|i| g.roles.fetches.get(&format!("metrics/{n}/{i}")).copied()).collect();
+                let outs =
+                    (0..outs.len()).filter_map(|i| g.roles.fetches.get(&format!("metrics/{n}/{i}")).copied()).collect();
                 (n, m, outs)
             })
             .collect(),
@@ -190,7 +192,11 @@ pub(crate) fn compile(
 /// The pass pipeline every graph goes through, in one place: for training (`optimizer`
 /// given) the strategy's pre-gradient passes, autodiff, its gradient passes, the optimizer;
 /// for every mode its placement passes and the optimizations. Returns the pass log.
-pub(crate) fn run_passes(graph: &mut Graph, optimizer: Option<OptimizerConfig>, strategy: &dyn Strategy) -> Result<Vec<(String, bool)>> {
+pub(crate) fn run_passes(
+    graph: &mut Graph,
+    optimizer: Option<OptimizerConfig>,
+    strategy: &dyn Strategy,
+) -> Result<Vec<(String, bool)>> {
     let mut passes = PassManager::new();
     let training = optimizer.is_some();
     if let Some(config) = optimizer {
@@ -256,7 +262,8 @@ mod tests {
 
     #[test]
     fn a_sum_of_unscaled_losses_is_refused() -> Result<()> {
-        let err = ReplicaLosses::of(&graph(Some(ReduceOp::Sum))?, false, 2).err().map(|e| e.to_string()).unwrap_or_default();
+        let err =
+            ReplicaLosses::of(&graph(Some(ReduceOp::Sum))?, false, 2).err().map(|e| e.to_string()).unwrap_or_default();
         assert!(err.contains("not scaled"), "{err}");
         Ok(())
     }

@@ -64,7 +64,9 @@ pub(crate) fn evaluate_dataset(
         for name in &extra {
             let o = compiled.fetch(name).ok_or_else(|| EstimatorError::Hook {
                 hook: "before_run".into(),
-                reason: format!("no tensor named '{name}' in the evaluation graph (hooks must list node names in required_tensors)"),
+                reason: format!(
+                    "no tensor named '{name}' in the evaluation graph (hooks must list node names in required_tensors)"
+                ),
             })?;
             fetches.push(o);
         }
@@ -101,7 +103,10 @@ pub(crate) fn evaluate_dataset(
             out.examples += size as u64;
             let mut at = 1;
             for (state, (_, _, outs)) in states.iter_mut().zip(&compiled.metrics) {
-                let incs = res.fetched[at..at + outs.len()].iter().map(|v| v.to_host()).collect::<std::result::Result<Vec<_>, _>>()?;
+                let incs = res.fetched[at..at + outs.len()]
+                    .iter()
+                    .map(|v| v.to_host())
+                    .collect::<std::result::Result<Vec<_>, _>>()?;
                 state.add(&incs);
                 at += outs.len();
             }

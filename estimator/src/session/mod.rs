@@ -8,12 +8,12 @@ mod prediction;
 mod replicas;
 mod training;
 
-pub(crate) use compile::{Compiled, compile};
 pub use compile::compile_plan;
-pub use memory::check_model_memory;
+pub(crate) use compile::{Compiled, compile};
 pub(crate) use eval_hooks::EvalHooks;
 pub(crate) use evaluation::{EvalObserver, EvalOutcome, evaluate_dataset};
+pub use memory::check_model_memory;
 pub use prediction::Predictions;
 pub(crate) use replicas::Replicas;
-pub(crate) use training::TrainingSession;
 pub use training::TrainOutcome;
+pub(crate) use training::TrainingSession;

@@ -26,7 +26,13 @@ impl Predictions {
         let outlets: Vec<Outlet> = self
             .keys
             .iter()
-            .map(|k| self.compiled.predictions.get(k).copied().ok_or_else(|| EstimatorError::Other(format!("no prediction named '{k}'"))))
+            .map(|k| {
+                self.compiled
+                    .predictions
+                    .get(k)
+                    .copied()
+                    .ok_or_else(|| EstimatorError::Other(format!("no prediction named '{k}'")))
+            })
             .collect::<Result<_>>()?;
         let out = self.replicas.run(vec![batch], &outlets, RunOptions::default())?;
         let tensors = out[0].fetched.iter().map(|v| v.to_host()).collect::<std::result::Result<Vec<_>, _>>()?;

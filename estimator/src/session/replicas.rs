@@ -8,7 +8,11 @@ use crate::{
     session::compile::{Compiled, LABELS},
     strategy::Strategy,
 };
-use engine_graph::{HostData, HostTensor, Outlet, ops::ReduceOp, passes::strategy::{HOST, REPLICA}};
+use engine_graph::{
+    HostData, HostTensor, Outlet,
+    ops::ReduceOp,
+    passes::strategy::{HOST, REPLICA},
+};
 use engine_runtime::{Device, Exchange, Executor, Precision, RunOptions, RuntimeError, StepOutput, VariableStore};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -37,7 +41,9 @@ impl Replicas {
         let exchange = partitioned.then(|| Arc::new(Exchange::new(Duration::from_secs(300))));
         let has_collectives = plan.graph.nodes().any(|(_, n)| n.op.is_collective());
         let collectives = match (has_collectives, devices.len() > 1) {
-            (true, _) | (false, true) => strategy.collectives(devices.len(), &compiled.handshake_fingerprint)?.unwrap_or_default(),
+            (true, _) | (false, true) => {
+                strategy.collectives(devices.len(), &compiled.handshake_fingerprint)?.unwrap_or_default()
+            }
             _ => Vec::new(),
         };
         let threads = strategy.threads_per_replica();
@@ -109,7 +115,8 @@ impl Replicas {
         // The step in 20-bit pieces, each exact in an f32.
         let pieces = [(step >> 40) as f32, ((step >> 20) & 0xF_FFFF) as f32, (step & 0xF_FFFF) as f32];
         let gathered = group.all_gather(&pieces)?;
-        let steps: Vec<u64> = gathered.chunks(3).map(|c| ((c[0] as u64) << 40) | ((c[1] as u64) << 20) | c[2] as u64).collect();
+        let steps: Vec<u64> =
+            gathered.chunks(3).map(|c| ((c[0] as u64) << 40) | ((c[1] as u64) << 20) | c[2] as u64).collect();
         if let Some((rank, other)) = steps.iter().enumerate().find(|(_, s)| **s != step) {
             return Err(EstimatorError::Other(format!(
                 "{} starts at global step {step} but {} starts at {other}: the tasks restored different checkpoints \
@@ -160,7 +167,8 @@ impl Replicas {
         }
         let mut feeds: Vec<BTreeMap<String, HostTensor>> = batches.into_iter().map(feeds_of).collect();
         feeds.resize_with(self.workers.len(), BTreeMap::new);
-        let wanted: Vec<Vec<Outlet>> = self.workers.iter().map(|w| fetches.iter().copied().filter(|o| w.exec.owns(*o)).collect()).collect();
+        let wanted: Vec<Vec<Outlet>> =
+            self.workers.iter().map(|w| fetches.iter().copied().filter(|o| w.exec.owns(*o)).collect()).collect();
         let results: Vec<Result<StepOutput, RuntimeError>> = if self.workers.len() == 1 {
             let w = &mut self.workers[0];
             vec![w.exec.run(&mut w.store, &feeds[0], &wanted[0], RunOptions { replica: 0, ..options })]
@@ -196,7 +204,15 @@ impl Replicas {
                     .collect();
                 handles
                     .into_iter()
-                    .map(|h| h.join().unwrap_or_else(|_| Err(RuntimeError::Collective { op: "step".into(), reason: "a replica thread panicked".into(), retryable: false })))
+                    .map(|h| {
+                        h.join().unwrap_or_else(|_| {
+                            Err(RuntimeError::Collective {
+                                op: "step".into(),
+                                reason: "a replica thread panicked".into(),
+                                retryable: false,
+                            })
+                        })
+                    })
                     .collect()
             })
         };
@@ -208,7 +224,10 @@ impl Replicas {
                 Ok(o) => outs.push(Some(o)),
                 Err(e) => {
                     let aborted = matches!(&e, RuntimeError::Collective { retryable: false, reason, .. } if reason.contains("aborted"));
-                    if first_err.is_none() || (!aborted && first_err.as_ref().is_some_and(|f| matches!(f, RuntimeError::Collective { .. }))) {
+                    if first_err.is_none()
+                        || (!aborted
+                            && first_err.as_ref().is_some_and(|f| matches!(f, RuntimeError::Collective { .. })))
+                    {
                         first_err = Some(e);
                     }
                     outs.push(None);
@@ -229,18 +248,26 @@ impl Replicas {
             .collect();
         if committed.iter().any(|c| *c) && committed.iter().any(|c| !*c) {
             return Err(EstimatorError::Other(
-                "the replicas disagree on whether this step's values are finite, so their variables would differ".into(),
+                "the replicas disagree on whether this step's values are finite, so their variables would differ"
+                    .into(),
             ));
         }
-        let non_finite = outs.iter().flatten().map(|o| &o.non_finite).find(|n| !n.is_empty()).cloned().unwrap_or_default();
+        let non_finite =
+            outs.iter().flatten().map(|o| &o.non_finite).find(|n| !n.is_empty()).cloned().unwrap_or_default();
         let host = self.workers.iter().position(|w| w.replica.is_none());
         let mut per_replica = Vec::with_capacity(self.replicas);
         for i in 0..self.replicas {
             let mut fetched = Vec::with_capacity(fetches.len());
             let mut timings = Vec::new();
             for o in fetches {
-                let from = if self.workers[i].exec.owns(*o) { Some(i) } else { host.filter(|&h| self.workers[h].exec.owns(*o)) };
-                let Some(w) = from else { return Err(EstimatorError::Other(format!("no partition computes fetch {o}"))) };
+                let from = if self.workers[i].exec.owns(*o) {
+                    Some(i)
+                } else {
+                    host.filter(|&h| self.workers[h].exec.owns(*o))
+                };
+                let Some(w) = from else {
+                    return Err(EstimatorError::Other(format!("no partition computes fetch {o}")));
+                };
                 let out = outs[w].as_ref().ok_or_else(|| EstimatorError::Other("missing step output".into()))?;
                 let pos = wanted[w].iter().position(|x| x == o).unwrap_or(0);
                 fetched.push(out.fetched[pos].clone());

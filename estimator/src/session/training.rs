@@ -84,12 +84,16 @@ impl TrainingSession<'_> {
         }
         let cause = match culprit {
             Some(found) => format!("the input is to blame: {found}"),
-            None if self.in_cluster => "this task's input batch holds no NaN or infinity: another task's may, else the model \
+            None if self.in_cluster => {
+                "this task's input batch holds no NaN or infinity: another task's may, else the model \
                  diverged (lower the learning rate, or clip gradients with clip_global_norm)"
-                .to_string(),
-            None => "the input batch holds no NaN or infinity, so the model diverged (lower the learning rate, or clip \
+                    .to_string()
+            }
+            None => {
+                "the input batch holds no NaN or infinity, so the model diverged (lower the learning rate, or clip \
                  gradients with clip_global_norm)"
-                .to_string(),
+                    .to_string()
+            }
         };
         Ok(EstimatorError::NonFinite { step: self.global_step, value, cause })
     }
@@ -131,7 +135,8 @@ impl TrainingSession<'_> {
         self.with_ctx(&stop, |ctx| hooks.iter_mut().try_for_each(|h| h.begin(ctx)))?;
         self.with_ctx(&stop, |ctx| hooks.iter_mut().try_for_each(|h| h.after_create_session(ctx)))?;
         let loss = self.compiled.loss.ok_or_else(|| EstimatorError::Other("training graph has no loss".into()))?;
-        let train_op = self.compiled.train_op.ok_or_else(|| EstimatorError::Other("training graph has no train op".into()))?;
+        let train_op =
+            self.compiled.train_op.ok_or_else(|| EstimatorError::Other("training graph has no train op".into()))?;
         let mut last_loss = None;
         let (mut skipped, mut skipped_in_a_row) = (0u64, 0u64);
         // In a cluster, tasks agree on the step to stop at (see `AgreeOnStop`).
@@ -145,8 +150,12 @@ impl TrainingSession<'_> {
                 {
                     announced = true;
                     match stop_request {
-                        Some(_) => log::info!("Received {signal}: the cluster stops after the next step, then the chief saves a checkpoint"),
-                        None => log::info!("Received {signal}: stopping at step {}; saving a checkpoint", self.global_step),
+                        Some(_) => log::info!(
+                            "Received {signal}: the cluster stops after the next step, then the chief saves a checkpoint"
+                        ),
+                        None => {
+                            log::info!("Received {signal}: stopping at step {}; saving a checkpoint", self.global_step)
+                        }
                     }
                 }
                 if asked.is_some() && stop_request.is_none() {
@@ -205,7 +214,9 @@ impl TrainingSession<'_> {
                     skipped += 1;
                     skipped_in_a_row += 1;
                     if skipped_in_a_row > max_consecutive {
-                        log::error!("{skipped_in_a_row} batches in a row were not finite (at most {max_consecutive} may be skipped)");
+                        log::error!(
+                            "{skipped_in_a_row} batches in a row were not finite (at most {max_consecutive} may be skipped)"
+                        );
                         return Err(error);
                     }
                     log::warn!("Skipping a batch: {error} ({skipped} skipped so far)");
@@ -217,7 +228,10 @@ impl TrainingSession<'_> {
                 let first = outs.first().ok_or_else(|| EstimatorError::Other("no replica ran".into()))?;
                 // The logged loss is the global batch's: all-reduced in the graph by the
                 // all-reducing strategies, else combined from the local replicas.
-                let losses = outs.iter().map(|o| Ok(o.fetched[0].to_host()?.scalar_value().unwrap_or(f64::NAN))).collect::<Result<Vec<f64>>>()?;
+                let losses = outs
+                    .iter()
+                    .map(|o| Ok(o.fetched[0].to_host()?.scalar_value().unwrap_or(f64::NAN)))
+                    .collect::<Result<Vec<f64>>>()?;
                 let step_loss = self.compiled.replica_losses.combine(&losses);
                 last_loss = Some(step_loss);
                 let mut results = BTreeMap::new();
@@ -227,16 +241,31 @@ impl TrainingSession<'_> {
                         results.insert(name.clone(), value.to_host()?);
                     }
                 }
-                let values = RunValues { results, timings: first.timings.clone(), step_time, input_wait, collectives: first.collectives.clone() };
+                let values = RunValues {
+                    results,
+                    timings: first.timings.clone(),
+                    step_time,
+                    input_wait,
+                    collectives: first.collectives.clone(),
+                };
                 let agreed = match stop_request {
-                    Some(_) => first.fetched.last().map(|v| v.to_host()).transpose()?.and_then(|t| t.scalar_value()).unwrap_or(0.0),
+                    Some(_) => first
+                        .fetched
+                        .last()
+                        .map(|v| v.to_host())
+                        .transpose()?
+                        .and_then(|t| t.scalar_value())
+                        .unwrap_or(0.0),
                     None => 0.0,
                 };
                 for h in hooks.iter_mut() {
                     self.with_ctx(&stop, |ctx| h.after_run(ctx, &values))?;
                 }
                 if agreed > 0.0 {
-                    log::info!("Stopping at step {}: {agreed} task(s) of the cluster were asked to stop", self.global_step);
+                    log::info!(
+                        "Stopping at step {}: {agreed} task(s) of the cluster were asked to stop",
+                        self.global_step
+                    );
                     self.preempted = Some(asked);
                     stop.set(true);
                 }

@@ -40,7 +40,9 @@ impl Strategy for CentralStorageStrategy {
         match stage {
             // Gradients are reduced across replicas exactly as mirrored does; only where
             // the result goes differs.
-            Stage::BeforeGradients | Stage::Gradients => all_reduce_passes(stage, training, self.devices.len(), self.bucket_bytes),
+            Stage::BeforeGradients | Stage::Gradients => {
+                all_reduce_passes(stage, training, self.devices.len(), self.bucket_bytes)
+            }
             Stage::AfterOptimizer => vec![Box::new(CentralStorage)],
         }
     }

@@ -36,7 +36,12 @@ impl MirroredStrategy {
 /// processes): scale the loss by the replica count, all-reduce (sum) every gradient and
 /// the loss (so that the loss every replica fetches is the global batch's), pack the
 /// all-reduces into buckets.
-pub(crate) fn all_reduce_passes(stage: Stage, training: bool, replicas: usize, bucket_bytes: usize) -> Vec<Box<dyn Pass>> {
+pub(crate) fn all_reduce_passes(
+    stage: Stage,
+    training: bool,
+    replicas: usize,
+    bucket_bytes: usize,
+) -> Vec<Box<dyn Pass>> {
     match (stage, training) {
         (Stage::BeforeGradients, true) => vec![Box::new(ScaleLoss { replicas })],
         (Stage::Gradients, true) => vec![
@@ -69,6 +74,10 @@ impl Strategy for MirroredStrategy {
         Some(threads_for(self.devices.len()))
     }
     fn describe(&self) -> String {
-        format!("mirrored({:?}; {})", self.cross_device_ops, self.devices.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(","))
+        format!(
+            "mirrored({:?}; {})",
+            self.cross_device_ops,
+            self.devices.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(",")
+        )
     }
 }

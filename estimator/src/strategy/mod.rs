@@ -78,7 +78,8 @@ pub trait Strategy: Send + Sync {
 }
 
 /// The strategy names the engine knows, in one place.
-pub const STRATEGY_NAMES: [&str; 6] = ["default", "one_device", "mirrored", "central_storage", "multi_worker", "parameter_server"];
+pub const STRATEGY_NAMES: [&str; 6] =
+    ["default", "one_device", "mirrored", "central_storage", "multi_worker", "parameter_server"];
 
 /// What a strategy is built from besides its name.
 #[derive(Debug, Clone)]
@@ -144,7 +145,11 @@ pub fn strategy_by_name(name: &str, options: &StrategyOptions) -> Result<Box<dyn
         other if STRATEGY_NAMES.contains(&other) => Err(EstimatorError::Other(format!(
             "strategy '{other}' needs a cluster: run it through the multi-worker launcher or TF_CONFIG"
         ))),
-        other => Err(EstimatorError::UnknownName { what: "strategy", name: other.to_string(), valid: STRATEGY_NAMES.to_vec() }),
+        other => Err(EstimatorError::UnknownName {
+            what: "strategy",
+            name: other.to_string(),
+            valid: STRATEGY_NAMES.to_vec(),
+        }),
     }
 }
 

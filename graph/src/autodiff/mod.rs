@@ -46,7 +46,9 @@ pub fn gradients(graph: &mut Graph, y: Outlet, xs: &[Outlet]) -> Result<Vec<Opti
         let needs: Vec<bool> = node
             .inputs
             .iter()
-            .map(|o| !stops && active.contains(&o.node) && b.graph().fact(*o).map(|f| f.dtype.is_float()).unwrap_or(false))
+            .map(|o| {
+                !stops && active.contains(&o.node) && b.graph().fact(*o).map(|f| f.dtype.is_float()).unwrap_or(false)
+            })
             .collect();
         if !needs.iter().any(|&n| n) {
             // A source the caller asked about: its gradient is what arrived at its outputs.

@@ -46,11 +46,8 @@ impl Pass for CheckNumericsPass {
             order += 1;
         }
         // Assignments in the order of their variables' creation: the same on every replica.
-        let mut assigns: Vec<(NodeId, NodeId)> = g
-            .nodes()
-            .filter(|(_, n)| matches!(n.op, Op::Assign(_)))
-            .map(|(id, n)| (n.inputs[0].node, id))
-            .collect();
+        let mut assigns: Vec<(NodeId, NodeId)> =
+            g.nodes().filter(|(_, n)| matches!(n.op, Op::Assign(_))).map(|(id, n)| (n.inputs[0].node, id)).collect();
         assigns.sort();
         for (var, assign) in assigns {
             let value = g.node(assign).inputs[1];
@@ -89,7 +86,10 @@ mod tests {
         let loss = b.reduce_mean(y, &[], false)?;
         g.roles.loss = Some(loss);
         Autodiff.run(&mut g)?;
-        ApplyOptimizer { config: OptimizerConfig { optimizer, learning_rate: LearningRate::Constant(0.1), clip_global_norm: None } }.run(&mut g)?;
+        ApplyOptimizer {
+            config: OptimizerConfig { optimizer, learning_rate: LearningRate::Constant(0.1), clip_global_norm: None },
+        }
+        .run(&mut g)?;
         Ok(g)
     }
 

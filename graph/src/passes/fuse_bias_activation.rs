@@ -31,7 +31,9 @@ impl Pass for FuseBiasActivation {
             let p = g.node(producer).clone();
             let op: Op = match &p.op {
                 Op::Conv2d(c) => FusedConv2d { strides: c.strides, padding: c.padding, activation }.into(),
-                Op::MatMul(m) => FusedMatMul { transpose_a: m.transpose_a, transpose_b: m.transpose_b, activation }.into(),
+                Op::MatMul(m) => {
+                    FusedMatMul { transpose_a: m.transpose_a, transpose_b: m.transpose_b, activation }.into()
+                }
                 _ => continue,
             };
             let name = g.unique_name(&format!("{}/fused", p.name));
@@ -60,7 +62,8 @@ fn bias_add_of(g: &Graph, add: NodeId) -> Option<(NodeId, Outlet)> {
             continue;
         }
         let (out, b) = (g.fact(main).ok()?, g.fact(bias).ok()?);
-        if b.rank() == 1 && out.shape.dims().last() == b.shape.dims().first() && g.fact(Outlet::from(add)).ok()? == out {
+        if b.rank() == 1 && out.shape.dims().last() == b.shape.dims().first() && g.fact(Outlet::from(add)).ok()? == out
+        {
             return Some((main.node, bias));
         }
     }

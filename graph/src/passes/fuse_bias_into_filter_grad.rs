@@ -25,9 +25,11 @@ impl Pass for FuseBiasIntoFilterGrad {
                 continue;
             }
             let dy = node.inputs[1];
-            let sum = g.outlet_consumers(dy).into_iter().map(|(c, _)| c).find(|&c| {
-                matches!(&g.node(c).op, Op::ReduceSum(r) if r.axes == [0, 1, 2] && !r.keep_dims)
-            });
+            let sum = g
+                .outlet_consumers(dy)
+                .into_iter()
+                .map(|(c, _)| c)
+                .find(|&c| matches!(&g.node(c).op, Op::ReduceSum(r) if r.axes == [0, 1, 2] && !r.keep_dims));
             let Some(sum) = sum else { continue };
             let name = g.unique_name(&format!("{}/with_bias", node.name));
             let op = Conv2dBackpropFilter { with_bias: true, ..f.clone() };

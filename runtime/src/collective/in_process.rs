@@ -41,7 +41,9 @@ impl InProcessGroup {
     }
 
     pub fn handles(&self) -> Vec<Arc<dyn Collective>> {
-        (0..self.shared.size).map(|rank| Arc::new(Member { rank, shared: self.shared.clone() }) as Arc<dyn Collective>).collect()
+        (0..self.shared.size)
+            .map(|rank| Arc::new(Member { rank, shared: self.shared.clone() }) as Arc<dyn Collective>)
+            .collect()
     }
 }
 
@@ -164,7 +166,11 @@ impl Collective for Member {
     }
     fn broadcast(&self, data: &mut [f32], root: usize) -> Result<()> {
         if root >= self.shared.size {
-            return Err(RuntimeError::Collective { op: "broadcast".into(), reason: format!("no rank {root}"), retryable: false });
+            return Err(RuntimeError::Collective {
+                op: "broadcast".into(),
+                reason: format!("no rank {root}"),
+                retryable: false,
+            });
         }
         if self.rank == root {
             self.publish(&data.iter().map(|&x| x as f64).collect::<Vec<_>>());
@@ -174,7 +180,11 @@ impl Collective for Member {
             let (s, e) = chunk(data.len(), self.shared.size, i);
             let v = lock(slot);
             if v.len() != e - s {
-                return Err(RuntimeError::Collective { op: "broadcast".into(), reason: "ranks disagree on the size".into(), retryable: false });
+                return Err(RuntimeError::Collective {
+                    op: "broadcast".into(),
+                    reason: "ranks disagree on the size".into(),
+                    retryable: false,
+                });
             }
             data[s..e].iter_mut().zip(v.iter()).for_each(|(d, x)| *d = *x as f32);
         }

@@ -9,8 +9,8 @@
 mod in_process;
 mod rendezvous;
 
-pub use in_process::{CrossDeviceOps, InProcessGroup};
 pub(crate) use in_process::chunk;
+pub use in_process::{CrossDeviceOps, InProcessGroup};
 
 use crate::Result;
 use engine_graph::ops::ReduceOp;
@@ -30,7 +30,11 @@ pub trait Collective: Send + Sync {
     /// checks). Transports that only carry f32 refuse.
     fn all_reduce_f64(&self, data: &mut [f64], op: ReduceOp) -> Result<()> {
         let _ = (data, op);
-        Err(crate::RuntimeError::Collective { op: "all_reduce".into(), reason: "this transport carries f32 only".into(), retryable: false })
+        Err(crate::RuntimeError::Collective {
+            op: "all_reduce".into(),
+            reason: "this transport carries f32 only".into(),
+            retryable: false,
+        })
     }
     /// Overwrites `data` with `root`'s.
     fn broadcast(&self, data: &mut [f32], root: usize) -> Result<()>;

@@ -337,7 +337,10 @@ fn different_sizes_fail_naming_the_other(communication: Communication) {
     });
     for result in results {
         let error = result.expect_err("sizes differ").to_string();
-        assert!(error.contains("passes 11 elements") || error.contains("passes 10 elements"), "{communication}: {error}");
+        assert!(
+            error.contains("passes 11 elements") || error.contains("passes 10 elements"),
+            "{communication}: {error}"
+        );
     }
 }
 
@@ -491,7 +494,8 @@ fn shared_memory_members_passing_different_sizes_or_never_arriving_fail_by_name(
     assert!(error.contains("worker:0 at 127.0.0.1:") && error.contains("did not arrive within 300ms"), "{error}");
     // One all-reduce on shared memory against a barrier on gRPC: named, not mixed up.
     let groups = group_with(2, Communication::SharedMemory);
-    let results = on_all(&groups, |g| if g.rank() == 0 { g.all_reduce(&mut [1.0f32], ReduceOp::Sum) } else { g.barrier() });
+    let results =
+        on_all(&groups, |g| if g.rank() == 0 { g.all_reduce(&mut [1.0f32], ReduceOp::Sum) } else { g.barrier() });
     for result in results {
         let error = result.expect_err("kinds differ").to_string();
         assert!(error.contains("every task must call the same collectives in the same order"), "{error}");

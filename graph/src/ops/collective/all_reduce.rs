@@ -1,6 +1,9 @@
 //! All-reduce of a bucket of tensors across the replicas of a strategy.
 
-use crate::{Fact, GraphBuilder, Outlet, Result, ops::{Arity, OpDef}};
+use crate::{
+    Fact, GraphBuilder, Outlet, Result,
+    ops::{Arity, OpDef},
+};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 

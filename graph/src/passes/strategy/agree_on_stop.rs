@@ -1,10 +1,6 @@
 //! One final step for every task of a cluster that is asked to stop.
 
-use crate::{
-    DType, Graph, GraphBuilder, GraphError, Result, Shape,
-    ops::ReduceOp,
-    passes::Pass,
-};
+use crate::{DType, Graph, GraphBuilder, GraphError, Result, Shape, ops::ReduceOp, passes::Pass};
 
 /// The feed (and fetch) name of the stop request.
 pub const STOP_REQUEST: &str = "stop_request";
@@ -26,7 +22,10 @@ impl Pass for AgreeOnStop {
             return Ok(false);
         }
         if g.roles.gradients.is_empty() {
-            return Err(GraphError::invalid("training graph", "agree-on-stop runs after autodiff, and it has no gradients"));
+            return Err(GraphError::invalid(
+                "training graph",
+                "agree-on-stop runs after autodiff, and it has no gradients",
+            ));
         }
         let bucket = g.roles.gradients.len();
         let mut b = GraphBuilder::new(g);

@@ -62,7 +62,13 @@ pub fn buckets(g: &Graph) -> Vec<Bucket> {
                 tensors: n
                     .inputs
                     .iter()
-                    .map(|o| if o.output == 0 { g.node(o.node).name.clone() } else { format!("{}:{}", g.node(o.node).name, o.output) })
+                    .map(|o| {
+                        if o.output == 0 {
+                            g.node(o.node).name.clone()
+                        } else {
+                            format!("{}:{}", g.node(o.node).name, o.output)
+                        }
+                    })
                     .collect(),
                 bytes: n.outputs.iter().map(|f| f.bytes(1)).sum(),
             }),
@@ -91,7 +97,9 @@ impl Pass for AllReduceFusion {
         let mut singles: Vec<(usize, NodeId, ReduceOp)> = g
             .nodes()
             .filter_map(|(id, n)| match &n.op {
-                Op::AllReduce(a) if n.inputs.len() == 1 && Some(id) != loss => Some((position[&n.inputs[0].node], id, a.reduce)),
+                Op::AllReduce(a) if n.inputs.len() == 1 && Some(id) != loss => {
+                    Some((position[&n.inputs[0].node], id, a.reduce))
+                }
                 _ => None,
             })
             .collect();
@@ -151,7 +159,10 @@ mod tests {
     use crate::{
         DType, GraphBuilder, Initializer, Shape,
         autodiff::Autodiff,
-        passes::{Pass, strategy::{AllReduceGradients, AllReduceLoss}},
+        passes::{
+            Pass,
+            strategy::{AllReduceGradients, AllReduceLoss},
+        },
     };
 
     /// Three dense layers of 4x40, 40x40, 40x3 floats: 640, 6400 and 480 bytes of kernels.
@@ -182,7 +193,11 @@ mod tests {
         // bucket 1.
         assert_eq!(b.len(), 2, "{b:?}");
         assert_eq!(b[0].bytes, 480 + 6400);
-        let sizes: Vec<usize> = b[0].tensors.iter().map(|t| g.find(t.split(':').next().unwrap_or(t)).map(|id| g.node(id).outputs[0].bytes(1)).unwrap_or(0)).collect();
+        let sizes: Vec<usize> = b[0]
+            .tensors
+            .iter()
+            .map(|t| g.find(t.split(':').next().unwrap_or(t)).map(|id| g.node(id).outputs[0].bytes(1)).unwrap_or(0))
+            .collect();
         assert_eq!(sizes, vec![480, 6400], "{b:?}");
         assert_eq!(b[1].bytes, 640);
         // Every gradient role now reads a bucket output.

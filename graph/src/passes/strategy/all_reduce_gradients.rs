@@ -1,11 +1,7 @@
 //! An all-reduce on every gradient, before the optimizer reads it (`mirrored`,
 //! `multi_worker`).
 
-use crate::{
-    Graph, GraphBuilder, Result,
-    ops::ReduceOp,
-    passes::Pass,
-};
+use crate::{Graph, GraphBuilder, Result, ops::ReduceOp, passes::Pass};
 
 /// Runs after autodiff and before the optimizer: each `(variable, gradient)` of
 /// `roles.gradients` gets a one-tensor `AllReduce` and the role points at its output, so

@@ -1,11 +1,7 @@
 //! An all-reduce of the training loss, so that what a replica fetches as its loss is the
 //! loss of the global batch (`mirrored`, `central_storage`, `multi_worker`).
 
-use crate::{
-    Graph, GraphBuilder, GraphError, Op, Result,
-    ops::ReduceOp,
-    passes::Pass,
-};
+use crate::{Graph, GraphBuilder, GraphError, Op, Result, ops::ReduceOp, passes::Pass};
 
 /// Runs after autodiff: `roles.loss` then points at an `AllReduce` of the replica's loss,
 /// which no gradient reads (the backward pass is already built from the local loss), so
@@ -31,7 +27,10 @@ impl Pass for AllReduceLoss {
         // Before autodiff the all-reduce would be differentiated: refuse rather than
         // change the gradients.
         if g.roles.gradients.is_empty() {
-            return Err(GraphError::invalid("training graph", "all-reduce-loss runs after autodiff, and it has no gradients"));
+            return Err(GraphError::invalid(
+                "training graph",
+                "all-reduce-loss runs after autodiff, and it has no gradients",
+            ));
         }
         // Its launch position when left unfused: after every gradient's.
         let bucket = g.roles.gradients.len();
@@ -69,7 +68,11 @@ mod tests {
         g.check()?;
         let loss = g.roles.loss.ok_or_else(|| GraphError::invalid("test", "no loss"))?;
         let node = g.node(loss.node);
-        assert!(matches!(node.op, Op::AllReduce(ref a) if a.reduce == ReduceOp::Sum && a.bucket == gradients.len()), "{:?}", node.op);
+        assert!(
+            matches!(node.op, Op::AllReduce(ref a) if a.reduce == ReduceOp::Sum && a.bucket == gradients.len()),
+            "{:?}",
+            node.op
+        );
         assert_eq!(node.inputs, vec![local]);
         assert_eq!(g.fact(loss)?, g.fact(local)?);
         // Nothing reads the reduced loss, and the gradients are the ones autodiff built.

@@ -46,7 +46,9 @@ impl Pass for CentralStorage {
         let mut state: BTreeSet<NodeId> = BTreeSet::new();
         for &id in &order {
             let n = g.node(id);
-            if !batch.contains(&id) && (matches!(n.op, Op::Variable(_)) || n.inputs.iter().any(|o| state.contains(&o.node))) {
+            if !batch.contains(&id)
+                && (matches!(n.op, Op::Variable(_)) || n.inputs.iter().any(|o| state.contains(&o.node)))
+            {
                 state.insert(id);
             }
         }
@@ -121,7 +123,11 @@ mod tests {
         g.roles.inputs.insert("x".into(), x);
         Autodiff.run(&mut g)?;
         AllReduceGradients { reduce: ReduceOp::Sum }.run(&mut g)?;
-        let config = OptimizerConfig { optimizer: Optimizer::Sgd { momentum: 0.9, nesterov: false }, learning_rate: LearningRate::Constant(0.1), clip_global_norm: None };
+        let config = OptimizerConfig {
+            optimizer: Optimizer::Sgd { momentum: 0.9, nesterov: false },
+            learning_rate: LearningRate::Constant(0.1),
+            clip_global_norm: None,
+        };
         ApplyOptimizer { config }.run(&mut g)?;
         CentralStorage.run(&mut g)?;
         g.check()?;
@@ -131,7 +137,8 @@ mod tests {
         assert_eq!(device("x")?, REPLICA);
         assert_eq!(device("global_step")?, HOST);
         // The matmul reads the variable through a transfer to the replica.
-        let mm = g.nodes().find(|(_, n)| n.op.name() == "MatMul" && n.device.as_deref() == Some(REPLICA)).map(|(id, _)| id);
+        let mm =
+            g.nodes().find(|(_, n)| n.op.name() == "MatMul" && n.device.as_deref() == Some(REPLICA)).map(|(id, _)| id);
         let mm = mm.ok_or_else(|| crate::GraphError::invalid("test", "no replica matmul"))?;
         let src = g.node(mm).inputs[1];
         assert!(matches!(&g.node(src.node).op, Op::Transfer(t) if t.to == REPLICA));
@@ -142,7 +149,13 @@ mod tests {
             }
             if !matches!(n.op, Op::Transfer(_)) {
                 for o in &n.inputs {
-                    assert_eq!(g.node(o.node).device, n.device, "{} reads {} across devices", n.name, g.node(o.node).name);
+                    assert_eq!(
+                        g.node(o.node).device,
+                        n.device,
+                        "{} reads {} across devices",
+                        n.name,
+                        g.node(o.node).name
+                    );
                 }
             }
         }

@@ -1,6 +1,9 @@
 //! Zero-copy access to flex tensors and the element types the native kernels support.
 
-use crate::{Precision, Value, value::{B, T}};
+use crate::{
+    Precision, Value,
+    value::{B, T},
+};
 use burn::backend::flex::FlexTensor;
 use burn::backend::ops::FloatTensorOps;
 use burn::backend::{BackendTensor, DispatchDevice, DispatchTensorKind, read_sync};
@@ -54,9 +57,8 @@ pub(super) fn view<E: Elem>(t: &T) -> Cow<'_, [E]> {
 /// The elements as an owned vector; no copy when the executor handed over the only
 /// reference to a contiguous buffer, which lets elementwise kernels work in place.
 pub(super) fn into_vec<E: Elem>(t: T) -> Vec<E> {
-    let whole = flex(&t).is_some_and(|f| {
-        f.is_unique() && f.layout().contiguous_offsets() == Some((0, f.layout().num_elements()))
-    });
+    let whole = flex(&t)
+        .is_some_and(|f| f.is_unique() && f.layout().contiguous_offsets() == Some((0, f.layout().num_elements())));
     if !whole {
         return view::<E>(&t).into_owned();
     }
@@ -76,14 +78,16 @@ pub(super) fn tensor<E: Elem>(data: Vec<E>, shape: &[usize], device: &DispatchDe
 /// Integer elements (argmax positions) as i64.
 pub(super) fn ints(t: &T) -> Cow<'_, [i64]> {
     match &t.kind {
-        DispatchTensorKind::Flex(BackendTensor::Int(f)) if f.dtype() == DType::I64 => match f.layout().contiguous_offsets() {
-            Some((s, e)) => Cow::Borrowed(&f.storage::<i64>()[s..e]),
-            None => {
-                let c = f.to_contiguous();
-                let (s, e) = c.layout().contiguous_offsets().unwrap_or((0, 0));
-                Cow::Owned(c.storage::<i64>()[s..e].to_vec())
+        DispatchTensorKind::Flex(BackendTensor::Int(f)) if f.dtype() == DType::I64 => {
+            match f.layout().contiguous_offsets() {
+                Some((s, e)) => Cow::Borrowed(&f.storage::<i64>()[s..e]),
+                None => {
+                    let c = f.to_contiguous();
+                    let (s, e) = c.layout().contiguous_offsets().unwrap_or((0, 0));
+                    Cow::Owned(c.storage::<i64>()[s..e].to_vec())
+                }
             }
-        },
+        }
         _ => Cow::Owned(Vec::new()),
     }
 }

@@ -30,10 +30,31 @@ struct Geometry {
 }
 
 impl Geometry {
-    fn new(n: usize, hw: [usize; 2], c: usize, k: [usize; 2], strides: [usize; 2], padding: Padding, ctx: &KernelCtx<'_>) -> Result<Self> {
+    fn new(
+        n: usize,
+        hw: [usize; 2],
+        c: usize,
+        k: [usize; 2],
+        strides: [usize; 2],
+        padding: Padding,
+        ctx: &KernelCtx<'_>,
+    ) -> Result<Self> {
         let win = Window { kernel: k, strides, padding };
         let ([oh, ow], p) = win.output(hw).map_err(|e| ctx.err(e))?;
-        Ok(Geometry { n, h: hw[0], w: hw[1], c, kh: k[0], kw: k[1], oh, ow, sh: strides[0], sw: strides[1], top: p[0], left: p[2] })
+        Ok(Geometry {
+            n,
+            h: hw[0],
+            w: hw[1],
+            c,
+            kh: k[0],
+            kw: k[1],
+            oh,
+            ow,
+            sh: strides[0],
+            sw: strides[1],
+            top: p[0],
+            left: p[2],
+        })
     }
     fn patch(&self) -> usize {
         self.kh * self.kw * self.c
@@ -149,14 +170,17 @@ fn convolve<E: Elem>(c: &Conv2d, x: T, w: T, post: Option<(&[E], Activation)>, c
     let ok = out
         .par_chunks_mut(p * f)
         .zip(xs.par_chunks(g.image()))
-        .map_init(|| vec![E::zero(); p * k], |cols, (y, x)| {
-            im2col(x, &g, cols);
-            let ok = gemm(p, f, k, y, false, Mat::row_major(cols, k), Mat::row_major(&ws, f), threads);
-            if let Some((bias, act)) = post {
-                super::elementwise::bias_activation(y, bias, act);
-            }
-            ok
-        })
+        .map_init(
+            || vec![E::zero(); p * k],
+            |cols, (y, x)| {
+                im2col(x, &g, cols);
+                let ok = gemm(p, f, k, y, false, Mat::row_major(cols, k), Mat::row_major(&ws, f), threads);
+                if let Some((bias, act)) = post {
+                    super::elementwise::bias_activation(y, bias, act);
+                }
+                ok
+            },
+        )
         .all(|ok| ok);
     if !ok {
         return Err(ctx.err("matrix sizes do not fit the buffers"));
@@ -165,7 +189,11 @@ fn convolve<E: Elem>(c: &Conv2d, x: T, w: T, post: Option<(&[E], Activation)>, c
 }
 
 /// The filter gradient, and with `with_bias` the bias gradient from the same pass.
-pub(super) fn backprop_filter<E: Elem>(c: &Conv2dBackpropFilter, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Result<Vec<Value>> {
+pub(super) fn backprop_filter<E: Elem>(
+    c: &Conv2dBackpropFilter,
+    inputs: Vec<Value>,
+    ctx: &KernelCtx<'_>,
+) -> Result<Vec<Value>> {
     let [x, gy] = ctx.floats(inputs)?;
     let [n, h, wd, ch] = shape4(&super::super::dims(&x), "input", ctx)?;
     let f = super::super::dims(&gy).last().copied().unwrap_or(0);
@@ -224,11 +252,14 @@ pub(super) fn backprop_input<E: Elem>(c: &Conv2dBackpropInput, inputs: Vec<Value
     let ok = out
         .par_chunks_mut(g.image())
         .zip(gys.par_chunks(p * f))
-        .map_init(|| vec![E::zero(); p * k], |cols, (dx, dy)| {
-            let ok = gemm(p, k, f, cols, false, Mat::row_major(dy, f), Mat::transposed(&ws, f), threads);
-            col2im(cols, &g, dx);
-            ok
-        })
+        .map_init(
+            || vec![E::zero(); p * k],
+            |cols, (dx, dy)| {
+                let ok = gemm(p, k, f, cols, false, Mat::row_major(dy, f), Mat::transposed(&ws, f), threads);
+                col2im(cols, &g, dx);
+                ok
+            },
+        )
         .all(|ok| ok);
     if !ok {
         return Err(ctx.err("matrix sizes do not fit the buffers"));

@@ -10,7 +10,11 @@ use super::{
     buffer::{Elem, into_vec, tensor, view},
     simd::multiversion,
 };
-use crate::{Result, Value, kernels::{KernelCtx, dims}, value::T};
+use crate::{
+    Result, Value,
+    kernels::{KernelCtx, dims},
+    value::T,
+};
 use engine_graph::{Op, ops::Activation};
 use rayon::prelude::*;
 
@@ -35,8 +39,20 @@ impl Kind {
             Kind::Mul => a * b,
             Kind::Div => a / b,
             // Ties keep `a`, as the gradient rule assumes.
-            Kind::Max => if b > a { b } else { a },
-            Kind::Min => if b < a { b } else { a },
+            Kind::Max => {
+                if b > a {
+                    b
+                } else {
+                    a
+                }
+            }
+            Kind::Min => {
+                if b < a {
+                    b
+                } else {
+                    a
+                }
+            }
         }
     }
 }
@@ -76,7 +92,9 @@ pub(super) fn binary<E: Elem>(op: &Op, inputs: Vec<Value>, ctx: &KernelCtx<'_>) 
         return Err(inputs);
     }
     let mut it = inputs.into_iter();
-    let (Some(Value::Float(a)), Some(Value::Float(b))) = (it.next(), it.next()) else { return Ok(Err(ctx.err("missing input"))) };
+    let (Some(Value::Float(a)), Some(Value::Float(b))) = (it.next(), it.next()) else {
+        return Ok(Err(ctx.err("missing input")));
+    };
     Ok(Ok(vec![Value::Float(if a_fills {
         let mut data = into_vec::<E>(a);
         let small = view::<E>(&b);

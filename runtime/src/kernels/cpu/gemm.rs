@@ -29,7 +29,16 @@ impl<'a, E> Mat<'a, E> {
 ///
 /// Returns false (computing nothing) if a matrix does not fit its slice, which callers
 /// turn into a kernel error; the unsafe call below is only reached with checked bounds.
-pub(super) fn gemm<E: Elem>(m: usize, n: usize, k: usize, dst: &mut [E], accumulate: bool, lhs: Mat<'_, E>, rhs: Mat<'_, E>, threads: usize) -> bool {
+pub(super) fn gemm<E: Elem>(
+    m: usize,
+    n: usize,
+    k: usize,
+    dst: &mut [E],
+    accumulate: bool,
+    lhs: Mat<'_, E>,
+    rhs: Mat<'_, E>,
+    threads: usize,
+) -> bool {
     if dst.len() < m * n || !lhs.fits(m, k) || !rhs.fits(k, n) {
         return false;
     }

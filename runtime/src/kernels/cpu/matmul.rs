@@ -4,7 +4,11 @@ use super::{
     buffer::{Elem, tensor, view},
     gemm::{Mat, gemm},
 };
-use crate::{Result, Value, kernels::{KernelCtx, dims}, value::T};
+use crate::{
+    Result, Value,
+    kernels::{KernelCtx, dims},
+    value::T,
+};
 use engine_graph::ops::{Activation, FusedMatMul, MatMul};
 
 pub(super) fn matmul<E: Elem>(mm: &MatMul, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Result<T> {

@@ -6,7 +6,11 @@ use super::{
     buffer::{Elem, int_tensor, ints, tensor, view},
     simd::multiversion,
 };
-use crate::{Result, Value, kernels::{KernelCtx, dims}, value::T};
+use crate::{
+    Result, Value,
+    kernels::{KernelCtx, dims},
+    value::T,
+};
 use engine_graph::ops::{AvgPool2dGrad, Window};
 use rayon::prelude::*;
 
@@ -96,9 +100,15 @@ multiversion! {
     }
 }
 
-pub(super) fn max_backward<E: Elem>(win: &Window, relu_mask: bool, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Result<T> {
+pub(super) fn max_backward<E: Elem>(
+    win: &Window,
+    relu_mask: bool,
+    inputs: Vec<Value>,
+    ctx: &KernelCtx<'_>,
+) -> Result<T> {
     let mut it = inputs.into_iter();
-    let (Some(Value::Float(x)), Some(Value::Int(idx)), Some(Value::Float(gy))) = (it.next(), it.next(), it.next()) else {
+    let (Some(Value::Float(x)), Some(Value::Int(idx)), Some(Value::Float(gy))) = (it.next(), it.next(), it.next())
+    else {
         return Err(ctx.err("expected (input, argmax, gradient)"));
     };
     let [n, h, w, c] = nhwc(&x, ctx)?;

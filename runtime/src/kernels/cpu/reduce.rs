@@ -6,7 +6,10 @@ use super::{
     buffer::{Elem, chunks, tensor, view},
     simd::multiversion,
 };
-use crate::{Value, kernels::{KernelCtx, dims}};
+use crate::{
+    Value,
+    kernels::{KernelCtx, dims},
+};
 use rayon::prelude::*;
 
 pub(super) fn sum<E: Elem>(axes: &[usize], mean: bool, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Outcome {

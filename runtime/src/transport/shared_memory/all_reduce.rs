@@ -134,17 +134,23 @@ fn same_operation_everywhere(op: &Op, shm: &SharedMemory, len: usize) -> Result<
         );
         let peer = op.members.describe(k);
         if operation != op.operation || kind != op.kind as u64 {
-            return Err(mismatch(op, format!(
-                "{peer} runs operation {operation} (kind {kind}) while {me} runs operation {} ({}): every task must call the same collectives in the same order",
-                op.operation,
-                op.kind.describe()
-            )));
+            return Err(mismatch(
+                op,
+                format!(
+                    "{peer} runs operation {operation} (kind {kind}) while {me} runs operation {} ({}): every task must call the same collectives in the same order",
+                    op.operation,
+                    op.kind.describe()
+                ),
+            ));
         }
         if their_len != len as u64 {
-            return Err(mismatch(op, format!(
-                "{peer} passes {their_len} elements to operation {}, {me} passes {len}: every task must pass tensors of the same size",
-                op.operation
-            )));
+            return Err(mismatch(
+                op,
+                format!(
+                    "{peer} passes {their_len} elements to operation {}, {me} passes {len}: every task must pass tensors of the same size",
+                    op.operation
+                ),
+            ));
         }
     }
     Ok(())

@@ -34,7 +34,15 @@ pub(super) fn wait(word: &AtomicU32, expected: u32, timeout: Duration) {
 pub(super) fn wake_all(word: &AtomicU32) {
     // SAFETY: as for `wait`; FUTEX_WAKE only reads the address as a key.
     unsafe {
-        libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, i32::MAX, std::ptr::null::<libc::timespec>(), std::ptr::null::<u32>(), 0u32);
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAKE,
+            i32::MAX,
+            std::ptr::null::<libc::timespec>(),
+            std::ptr::null::<u32>(),
+            0u32,
+        );
     }
 }
 

@@ -16,10 +16,10 @@
 //! another member's slot it may read, and when, is the all-reduce's protocol
 //! (`all_reduce.rs`), ordered by the release/acquire pairs on the `published` counters.
 
+use super::futex;
 use memmap2::MmapMut;
 use std::fs::{File, OpenOptions};
 use std::path::Path;
-use super::futex;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 const MAGIC: u64 = u64::from_le_bytes(*b"ENGSHM01");
@@ -76,11 +76,9 @@ impl Segment {
 
     /// Maps a segment another member created, checking that it is the one announced.
     pub fn open(path: &Path, nonce: u64, members: usize, region_bytes: usize) -> Result<Segment, String> {
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(path)
-            .map_err(|e| format!("opening {}: {e} (the tasks do not share this host's shared memory)", path.display()))?;
+        let file = OpenOptions::new().read(true).write(true).open(path).map_err(|e| {
+            format!("opening {}: {e} (the tasks do not share this host's shared memory)", path.display())
+        })?;
         let bytes = total_bytes(members, region_bytes);
         let len = file.metadata().map_err(|e| format!("reading {}: {e}", path.display()))?.len();
         if len != bytes as u64 {
