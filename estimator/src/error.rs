@@ -46,7 +46,7 @@ pub enum EstimatorError {
         None => "another task of the cluster was asked to stop".to_string(),
     }, match step {
         Some(step) => format!("stopped at global step {step}, which is checkpointed: run again to resume"),
-        None => "stopped evaluating".to_string(),
+        None => "stopped evaluating or predicting; what was written stays".to_string(),
     })]
     Preempted { signal: Option<crate::preemption::Signal>, step: Option<u64> },
 

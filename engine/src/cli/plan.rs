@@ -15,8 +15,11 @@ pub fn plan(args: &PlanArgs) -> Result<(), CliError> {
     let spec = args.common.load(Vec::new())?;
     // A dry run of `engine run`: the input sections are opened and checked as training
     // would, so a missing file or an impossible size fails here, at its line.
-    crate::job::train_input_fn(&spec)?;
-    crate::job::eval_input_fn(&spec)?;
+    let train = crate::job::train_input_fn(&spec)?;
+    crate::job::check_model_inputs(&spec, &train, Mode::Train)?;
+    if let Some(eval) = crate::job::eval_input_fn(&spec)? {
+        crate::job::check_model_inputs(&spec, &eval, Mode::Eval)?;
+    }
     let strategy = args.common.strategy(&spec, args.mode);
     let plan = lower::compile(&spec, args.mode, strategy)?;
     if args.dot.as_deref().is_some_and(|p| p.as_os_str() == "-") {

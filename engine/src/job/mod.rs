@@ -126,3 +126,36 @@ pub fn input_error(spec: &Spec, section: &FieldPath, error: InputError) -> SpecE
         other => spec.error(section.clone(), crate::spec::ErrorKind::Invalid(other.to_string())),
     }
 }
+
+/// Lowers the spec's model onto the placeholders `input` provides for `mode` (one pipeline),
+/// as training does: a model that does not fit its input (a missing feature, another shape)
+/// is refused at `model...` by `engine plan` as by `engine run`.
+pub fn check_model_inputs(spec: &Spec, input: &SpecInputFn, mode: crate::lower::Mode) -> Result<(), crate::cli::CliError> {
+    use engine_estimator::input::InputContext;
+    use engine_graph::{Graph, GraphBuilder, Shape};
+    let estimator_mode = match mode {
+        crate::lower::Mode::Train => engine_estimator::Mode::Train,
+        crate::lower::Mode::Eval => engine_estimator::Mode::Eval,
+        crate::lower::Mode::Predict => engine_estimator::Mode::Predict,
+    };
+    let single = InputContext { num_input_pipelines: 1, input_pipeline_id: 0, num_replicas_in_sync: 1 };
+    let schema = engine_estimator::InputFn::dataset(input, estimator_mode, &single)
+        .and_then(|d| d.schema())
+        .map_err(engine_estimator::EstimatorError::from)?;
+    let mut graph = Graph::new();
+    let mut b = GraphBuilder::new(&mut graph);
+    let mut features = std::collections::BTreeMap::new();
+    for f in &schema.features {
+        let p = b.placeholder(&f.name, f.dtype, Shape::batched(&f.shape)).map_err(engine_estimator::EstimatorError::from)?;
+        features.insert(f.name.clone(), p);
+    }
+    let labels = match (&schema.label, mode) {
+        (Some(l), crate::lower::Mode::Train | crate::lower::Mode::Eval) => {
+            Some(b.placeholder("labels", l.dtype, Shape::batched(&l.shape)).map_err(engine_estimator::EstimatorError::from)?)
+        }
+        _ => None,
+    };
+    let provided = crate::lower::ProvidedInputs { features, labels };
+    crate::lower::build_model_on(spec, mode, &mut b, spec.job.run_config.seed(), Some(&provided))?;
+    Ok(())
+}

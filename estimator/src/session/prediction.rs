@@ -20,6 +20,10 @@ pub struct Predictions {
 
 impl Predictions {
     fn fill(&mut self) -> Result<bool> {
+        // Asked to stop: the predictions written so far stay, the rest is not computed.
+        if let Some(signal) = crate::preemption::requested() {
+            return Err(EstimatorError::Preempted { signal: Some(signal), step: None });
+        }
         let Some(batch) = self.input.next() else { return Ok(false) };
         let batch = batch?;
         let rows = batch.ids.len().min(batch.len);
