@@ -34,13 +34,16 @@ fn main() -> anyhow::Result<()> {
     g.roles.loss = Some(loss);
     g.roles.inputs.insert("x".into(), x);
     g.roles.inputs.insert("labels".into(), y);
-    let mut pm = PassManager::new().with(engine_graph::autodiff::Autodiff).with(ApplyOptimizer {
-        config: OptimizerConfig {
-            optimizer: Optimizer::Sgd { momentum: 0.0, nesterov: false },
-            learning_rate: LearningRate::Constant(0.05),
-            clip_global_norm: None,
-        },
-    });
+    let mut pm = PassManager::new()
+        .with(engine_graph::autodiff::Autodiff)
+        .with(ApplyOptimizer {
+            config: OptimizerConfig {
+                optimizer: Optimizer::Sgd { momentum: 0.0, nesterov: false },
+                learning_rate: LearningRate::Constant(0.05),
+                clip_global_norm: None,
+            },
+        })
+        .with(CheckNumericsPass);
     for p in optimization_passes() {
         pm.push(p);
     }
@@ -63,12 +66,14 @@ fn main() -> anyhow::Result<()> {
     let mut first = None;
     let steps = 100;
     let mut t = Instant::now();
-    let mut agg: BTreeMap<&str, f64> = BTreeMap::new();
+    let mut agg: BTreeMap<String, f64> = BTreeMap::new();
+    let by_node = std::env::var("BY_NODE").is_ok();
     for s in 0..steps {
-        let profile = s >= 20 && s < 40;
+        let profile = (20..40).contains(&s);
         let out = exec.run(&mut vars, &feeds, &fetch, RunOptions { step: s, replica: 0, profile })?;
         for tm in &out.timings {
-            *agg.entry(tm.op).or_default() += tm.duration.as_secs_f64() * 1000.0 / 20.0;
+            let key = if by_node { format!("{} {}", tm.op, tm.node) } else { tm.op.to_string() };
+            *agg.entry(key).or_default() += tm.duration.as_secs_f64() * 1000.0 / 20.0;
         }
         if s == 0 {
             first = Some(t0.elapsed());
@@ -83,7 +88,7 @@ fn main() -> anyhow::Result<()> {
     let mut v: Vec<_> = agg.into_iter().collect();
     v.sort_by(|a, b| b.1.partial_cmp(&a.1).unwrap());
     for (op, ms) in v.iter().take(12) {
-        println!("  {op:<24} {ms:.3} ms");
+        println!("  {op:<60} {ms:.3} ms");
     }
     Ok(())
 }

@@ -163,6 +163,15 @@ fn feeds(m: &Model) -> Result<BTreeMap<String, HostTensor>> {
 
 /// One training step; returns the loss and every variable after it.
 fn step(m: &Model, optimize: bool) -> Result<(f64, BTreeMap<String, HostTensor>, Vec<&'static str>)> {
+    step_with(m, optimize, true)
+}
+
+/// `step` with the native CPU kernels or burn's generic ones (what other devices run).
+fn step_with(
+    m: &Model,
+    optimize: bool,
+    native: bool,
+) -> Result<(f64, BTreeMap<String, HostTensor>, Vec<&'static str>)> {
     let mut g = build(m)?;
     let optimizer = if m.adam {
         Optimizer::Adam { beta1: 0.9, beta2: 0.999, epsilon: 1e-7 }
@@ -179,7 +188,7 @@ fn step(m: &Model, optimize: bool) -> Result<(f64, BTreeMap<String, HostTensor>,
     passes.run(&mut g)?;
     let plan = Arc::new(Plan::new(g, passes.log().to_vec())?);
     let ops = plan.schedule.iter().map(|&id| plan.graph.node(id).op.name()).collect();
-    let exec = Executor::new(plan.clone(), Device::cpu(), Precision::F32)?;
+    let exec = Executor::new(plan.clone(), Device::cpu(), Precision::F32)?.with_native_kernels(native);
     let mut vars = VariableStore::new();
     exec.initialize(&mut vars, 99)?;
     let fetch = [
@@ -225,10 +234,81 @@ proptest! {
     }
 }
 
-/// The tutorial CNN's shape, where every fusion applies at once.
+/// The tutorial CNN's shape, where every fusion applies at once (the convolution block
+/// included), with the native kernels and with the generic ones.
 #[test]
 fn the_tutorial_cnn_shape_is_equivalent() -> Result<()> {
-    equivalent(&Model {
+    let m = tutorial_cnn();
+    equivalent(&m)?;
+    let (_, _, ops) = step(&m, true)?;
+    for fused in ["_FusedConv2DMaxPool", "_FusedMaxPoolConv2DBackpropFilter"] {
+        anyhow::ensure!(ops.contains(&fused), "{fused} not formed: {ops:?}");
+    }
+    anyhow::ensure!(!ops.contains(&"MaxPool") && !ops.contains(&"MaxPoolGrad"), "{ops:?}");
+    let (loss_native, native, _) = step_with(&m, true, true)?;
+    let (loss_generic, generic, _) = step_with(&m, true, false)?;
+    anyhow::ensure!(
+        (loss_native - loss_generic).abs() <= 1e-5 * (1.0 + loss_native.abs()),
+        "{loss_native} vs {loss_generic}"
+    );
+    for (name, a) in &native {
+        anyhow::ensure!(close(a, &generic[name]), "{name}: native and generic fused kernels differ");
+    }
+    Ok(())
+}
+
+/// A second convolution block needs its input gradient: the pool's gradient is rebuilt
+/// from the argmax for it, the filter gradient is not fused.
+#[test]
+fn a_pooled_block_whose_input_needs_a_gradient_is_equivalent() -> Result<()> {
+    let m = Model { channels: 3, ..tutorial_cnn() };
+    let mut g = build(&m)?;
+    // Make the input a variable's product, so the block's input gradient is needed.
+    let x = g.roles.inputs["x"];
+    let mut b = GraphBuilder::new(&mut g);
+    let scale = b.variable("input_scale", &[3], Initializer::Ones, true)?;
+    let scaled = b.mul(x, scale)?;
+    let consumers = g.outlet_consumers(x);
+    for (node, input) in consumers {
+        if node != scaled.node {
+            g.set_input(node, input, scaled);
+        }
+    }
+    let config = OptimizerConfig {
+        optimizer: Optimizer::Sgd { momentum: 0.0, nesterov: false },
+        learning_rate: LearningRate::Constant(0.1),
+        clip_global_norm: None,
+    };
+    let run = |optimize: bool, native: bool| -> Result<(BTreeMap<String, HostTensor>, Vec<&'static str>)> {
+        let mut g = g.clone();
+        let mut passes = PassManager::new().with(Autodiff).with(ApplyOptimizer { config: config.clone() });
+        if optimize {
+            optimization_passes().into_iter().for_each(|p| passes.push(p));
+        }
+        passes.run(&mut g)?;
+        let plan = Arc::new(Plan::new(g, passes.log().to_vec())?);
+        let ops = plan.schedule.iter().map(|&id| plan.graph.node(id).op.name()).collect();
+        let exec = Executor::new(plan.clone(), Device::cpu(), Precision::F32)?.with_native_kernels(native);
+        let mut vars = VariableStore::new();
+        exec.initialize(&mut vars, 99)?;
+        let train_op = plan.graph.roles.train_op.ok_or_else(|| anyhow!("no train op"))?;
+        exec.run(&mut vars, &feeds(&m)?, &[train_op], RunOptions::default())?;
+        Ok((vars.export()?, ops))
+    };
+    let (plain, _) = run(false, true)?;
+    for native in [true, false] {
+        let (fused, ops) = run(true, native)?;
+        anyhow::ensure!(ops.contains(&"_FusedConv2DMaxPool") && ops.contains(&"MaxPoolGradWithArgmax"), "{ops:?}");
+        anyhow::ensure!(!ops.contains(&"_FusedMaxPoolConv2DBackpropFilter"), "{ops:?}");
+        for (name, a) in &plain {
+            anyhow::ensure!(close(a, &fused[name]), "{name} differs (native kernels: {native})");
+        }
+    }
+    Ok(())
+}
+
+fn tutorial_cnn() -> Model {
+    Model {
         side: 12,
         channels: 1,
         conv: Some(Conv {
@@ -245,5 +325,5 @@ fn the_tutorial_cnn_shape_is_equivalent() -> Result<()> {
         batch: 4,
         loss: 0,
         adam: false,
-    })
+    }
 }

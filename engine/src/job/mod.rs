@@ -130,7 +130,11 @@ pub fn input_error(spec: &Spec, section: &FieldPath, error: InputError) -> SpecE
 /// Lowers the spec's model onto the placeholders `input` provides for `mode` (one pipeline),
 /// as training does: a model that does not fit its input (a missing feature, another shape)
 /// is refused at `model...` by `engine plan` as by `engine run`.
-pub fn check_model_inputs(spec: &Spec, input: &SpecInputFn, mode: crate::lower::Mode) -> Result<(), crate::cli::CliError> {
+pub fn check_model_inputs(
+    spec: &Spec,
+    input: &SpecInputFn,
+    mode: crate::lower::Mode,
+) -> Result<(), crate::cli::CliError> {
     use engine_estimator::input::InputContext;
     use engine_graph::{Graph, GraphBuilder, Shape};
     let estimator_mode = match mode {
@@ -146,13 +150,16 @@ pub fn check_model_inputs(spec: &Spec, input: &SpecInputFn, mode: crate::lower::
     let mut b = GraphBuilder::new(&mut graph);
     let mut features = std::collections::BTreeMap::new();
     for f in &schema.features {
-        let p = b.placeholder(&f.name, f.dtype, Shape::batched(&f.shape)).map_err(engine_estimator::EstimatorError::from)?;
+        let p = b
+            .placeholder(&f.name, f.dtype, Shape::batched(&f.shape))
+            .map_err(engine_estimator::EstimatorError::from)?;
         features.insert(f.name.clone(), p);
     }
     let labels = match (&schema.label, mode) {
-        (Some(l), crate::lower::Mode::Train | crate::lower::Mode::Eval) => {
-            Some(b.placeholder("labels", l.dtype, Shape::batched(&l.shape)).map_err(engine_estimator::EstimatorError::from)?)
-        }
+        (Some(l), crate::lower::Mode::Train | crate::lower::Mode::Eval) => Some(
+            b.placeholder("labels", l.dtype, Shape::batched(&l.shape))
+                .map_err(engine_estimator::EstimatorError::from)?,
+        ),
         _ => None,
     };
     let provided = crate::lower::ProvidedInputs { features, labels };

@@ -126,8 +126,8 @@ op_set! {
     // shape
     Reshape, Transpose, Concat, Slice, Pad, BroadcastTo, Size,
     // neural network
-    Conv2d, Conv2dBackpropInput, Conv2dBackpropFilter, MaxPool2d, MaxPool2dGrad, AvgPool2d,
-    AvgPool2dGrad, Dropout,
+    Conv2d, Conv2dBackpropInput, Conv2dBackpropFilter, MaxPool2d, MaxPool2dGrad, MaxPoolGradWithArgmax,
+    AvgPool2d, AvgPool2dGrad, Dropout,
     // fused losses
     SparseSoftmaxCrossEntropy, SoftmaxCrossEntropy, SigmoidCrossEntropy,
     // comparisons and conversions
@@ -135,7 +135,7 @@ op_set! {
     // state
     Assign, Group,
     // formed by fusion passes after autodiff
-    FusedConv2d, FusedMatMul,
+    FusedConv2d, FusedMatMul, FusedConv2dMaxPool, FusedMaxPoolConv2dBackpropFilter,
     // inserted by strategies
     AllReduce, Transfer,
     // inserted by the check-numerics pass

@@ -107,14 +107,19 @@ pub(crate) fn generic(op: &Op, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Resul
         BroadcastTo(_) => Ok(vec![shape::broadcast_to(first(inputs, ctx)?, ctx)?]),
         Conv2d(c) => one(conv::forward(c, inputs, ctx)?),
         Conv2dBackpropInput(c) => one(conv::backprop_input(c, inputs, ctx)?),
-        Conv2dBackpropFilter(c) => {
-            let bias = match (c.with_bias, inputs.get(1)) {
-                (true, Some(Value::Float(gy))) => Some(sum_leading(gy.clone(), 3)),
-                _ => None,
-            };
-            let mut out = vec![Value::Float(conv::backprop_filter(c, inputs, ctx)?)];
-            out.extend(bias.map(Value::Float));
-            Ok(out)
+        Conv2dBackpropFilter(c) => filter_grad_with_bias(c, inputs, ctx),
+        FusedMaxPoolConv2dBackpropFilter(f) => {
+            let mut it = inputs.into_iter();
+            let x = it.next().ok_or_else(|| ctx.err("missing input"))?;
+            let gy = pool::max_backward_with_argmax(&f.unpool(), it.collect(), ctx)?;
+            filter_grad_with_bias(&f.filter_grad(), vec![x, Value::Float(gy)], ctx)
+        }
+        MaxPoolGradWithArgmax(m) => one(pool::max_backward_with_argmax(m, inputs, ctx)?),
+        FusedConv2dMaxPool(f) => {
+            let (head, bias) = split_bias(inputs, ctx)?;
+            let y = conv::forward(&f.conv().conv(), head, ctx)?;
+            let y = bias_activation(y, bias, f.activation);
+            pool::max_forward(&engine_graph::ops::MaxPool2d { window: f.pool }, vec![Value::Float(y)], ctx)
         }
         FusedConv2d(f) => {
             let (head, bias) = split_bias(inputs, ctx)?;
@@ -175,6 +180,22 @@ pub(crate) fn non_finite(v: &Value, ctx: &KernelCtx<'_>) -> Result<(usize, usize
     }
     let values = v.to_f64_vec()?;
     Ok((values.iter().filter(|x| x.is_nan()).count(), values.iter().filter(|x| x.is_infinite()).count()))
+}
+
+/// `Conv2DBackpropFilter`, and with `with_bias` the bias gradient (the output gradient
+/// summed over batch and space) as a second output.
+fn filter_grad_with_bias(
+    c: &engine_graph::ops::Conv2dBackpropFilter,
+    inputs: Vec<Value>,
+    ctx: &KernelCtx<'_>,
+) -> Result<Vec<Value>> {
+    let bias = match (c.with_bias, inputs.get(1)) {
+        (true, Some(Value::Float(gy))) => Some(sum_leading(gy.clone(), 3)),
+        _ => None,
+    };
+    let mut out = vec![Value::Float(conv::backprop_filter(c, inputs, ctx)?)];
+    out.extend(bias.map(Value::Float));
+    Ok(out)
 }
 
 fn first(inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Result<Value> {

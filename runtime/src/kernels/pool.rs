@@ -15,9 +15,9 @@ use crate::{
     Result, Value,
     value::{B, T},
 };
-use burn::backend::ops::{FloatTensorOps, IntTensorOps, ModuleOps};
+use burn::backend::ops::{ActivationOps, FloatTensorOps, IntTensorOps, ModuleOps};
 use burn::tensor::{IntDType, Shape as BurnShape, Slice};
-use engine_graph::ops::{AvgPool2dGrad, MaxPool2d, MaxPool2dGrad, Window};
+use engine_graph::ops::{AvgPool2dGrad, MaxPool2d, MaxPool2dGrad, MaxPoolGradWithArgmax, Window};
 
 /// `[top, bottom, left, right]` pads and whether burn's symmetric padding can express them.
 fn pads(w: &Window, hw: [usize; 2], ctx: &KernelCtx<'_>) -> Result<([usize; 4], bool)> {
@@ -65,6 +65,33 @@ pub(super) fn max_backward(m: &MaxPool2dGrad, inputs: Vec<Value>, ctx: &KernelCt
         x = pad_with(x, &spatial_pads(p), f32::NEG_INFINITY);
         [0, 0]
     };
+    let idx = B::int_permute(idx, &INT_NHWC_TO_NCHW);
+    let r =
+        B::max_pool2d_with_indices_backward(x, m.window.kernel, m.window.strides, pad, [1, 1], false, to_nchw(gy), idx);
+    let g = if symmetric { r.x_grad } else { crop(r.x_grad, p, hw) };
+    Ok(to_nhwc(g))
+}
+
+/// The pool's input gradient from the pooled values, argmax and pooled gradient: burn's
+/// backward on a zero tensor of the input's shape (it reads only the shape), the ReLU mask
+/// applied to the pooled gradient first.
+pub(super) fn max_backward_with_argmax(
+    m: &MaxPoolGradWithArgmax,
+    inputs: Vec<Value>,
+    ctx: &KernelCtx<'_>,
+) -> Result<T> {
+    let mut it = inputs.into_iter();
+    let pooled = ctx.float(it.next().ok_or_else(|| ctx.err("missing pooled values"))?)?;
+    let Some(Value::Int(idx)) = it.next() else { return Err(ctx.err("argmax positions must be integers")) };
+    let gy = ctx.float(it.next().ok_or_else(|| ctx.err("missing gradient"))?)?;
+    let gy = if m.relu_mask { B::relu_backward(pooled, gy) } else { gy };
+    let gd = dims(&gy);
+    let hw = m.input_hw;
+    let (p, symmetric) = pads(&m.window, hw, ctx)?;
+    let (padded, pad) =
+        if symmetric { (hw, [p[0], p[2]]) } else { ([hw[0] + p[0] + p[1], hw[1] + p[2] + p[3]], [0, 0]) };
+    let x =
+        B::float_zeros(BurnShape::from(vec![gd[0], gd[3], padded[0], padded[1]]), ctx.device, ctx.precision.dtype());
     let idx = B::int_permute(idx, &INT_NHWC_TO_NCHW);
     let r =
         B::max_pool2d_with_indices_backward(x, m.window.kernel, m.window.strides, pad, [1, 1], false, to_nchw(gy), idx);

@@ -97,6 +97,21 @@ pub(super) fn int_tensor(data: Vec<i64>, shape: &[usize], device: &DispatchDevic
     B::int_from_data(TensorData::new(data, shape.to_vec()), device)
 }
 
+/// `s` as f32, when `E` is f32: the hand-written SIMD kernels are f32 only.
+pub(super) fn as_f32<E: Elem>(s: &[E]) -> Option<&[f32]> {
+    if std::any::TypeId::of::<E>() != std::any::TypeId::of::<f32>() {
+        return None;
+    }
+    bytemuck::try_cast_slice(s).ok()
+}
+
+pub(super) fn as_f32_mut<E: Elem>(s: &mut [E]) -> Option<&mut [f32]> {
+    if std::any::TypeId::of::<E>() != std::any::TypeId::of::<f32>() {
+        return None;
+    }
+    bytemuck::try_cast_slice_mut(s).ok()
+}
+
 /// Rayon chunking that depends only on the problem size and the pool size, so results
 /// (float sums in particular) are the same from run to run.
 pub(super) fn chunks(n: usize) -> usize {

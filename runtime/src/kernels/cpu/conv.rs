@@ -6,6 +6,7 @@
 use super::{
     buffer::{Elem, chunks, tensor, view},
     gemm::{Mat, gemm},
+    patches::PatchIndex,
     simd::multiversion,
 };
 use crate::{Result, Value, kernels::KernelCtx, value::T};
@@ -14,23 +15,23 @@ use rayon::prelude::*;
 
 /// The sizes of one convolution.
 #[derive(Clone, Copy)]
-struct Geometry {
-    n: usize,
-    h: usize,
-    w: usize,
-    c: usize,
-    kh: usize,
-    kw: usize,
-    oh: usize,
-    ow: usize,
-    sh: usize,
-    sw: usize,
-    top: usize,
-    left: usize,
+pub(super) struct Geometry {
+    pub n: usize,
+    pub h: usize,
+    pub w: usize,
+    pub c: usize,
+    pub kh: usize,
+    pub kw: usize,
+    pub oh: usize,
+    pub ow: usize,
+    pub sh: usize,
+    pub sw: usize,
+    pub top: usize,
+    pub left: usize,
 }
 
 impl Geometry {
-    fn new(
+    pub(super) fn new(
         n: usize,
         hw: [usize; 2],
         c: usize,
@@ -56,13 +57,13 @@ impl Geometry {
             left: p[2],
         })
     }
-    fn patch(&self) -> usize {
+    pub(super) fn patch(&self) -> usize {
         self.kh * self.kw * self.c
     }
-    fn pixels(&self) -> usize {
+    pub(super) fn pixels(&self) -> usize {
         self.oh * self.ow
     }
-    fn image(&self) -> usize {
+    pub(super) fn image(&self) -> usize {
         self.h * self.w * self.c
     }
 }
@@ -71,7 +72,7 @@ multiversion! {
     /// Rows of output pixels, columns of (ky, kx, channel) taps; zeros where the window
     /// leaves the image. With stride 1 the taps of one kernel row are contiguous in the
     /// input, so a whole in-bounds run is copied at once.
-    fn im2col<E: Elem>(x: &[E], g: &Geometry, cols: &mut [E]) {
+    pub(super) fn im2col<E: Elem>(x: &[E], g: &Geometry, cols: &mut [E]) {
         let k = g.patch();
         let run = g.kw * g.c;
         for oy in 0..g.oh {
@@ -161,31 +162,92 @@ fn convolve<E: Elem>(c: &Conv2d, x: T, w: T, post: Option<(&[E], Activation)>, c
     let [kh, kw, _, f] = shape4(&super::super::dims(&w), "filter", ctx)?;
     let g = Geometry::new(n, [h, wd], ch, [kh, kw], c.strides, c.padding, ctx)?;
     let (xs, ws) = (view::<E>(&x), view::<E>(&w));
-    let (p, k) = (g.pixels(), g.patch());
+    let p = g.pixels();
     if post.is_some_and(|(b, _)| b.len() != f) {
         return Err(ctx.err("bias length differs from the output channels"));
     }
     let mut out = vec![E::zero(); n * p * f];
     let threads = inner_threads(&g);
+    let method = Method::of(&g);
     let ok = out
         .par_chunks_mut(p * f)
         .zip(xs.par_chunks(g.image()))
-        .map_init(
-            || vec![E::zero(); p * k],
-            |cols, (y, x)| {
-                im2col(x, &g, cols);
-                let ok = gemm(p, f, k, y, false, Mat::row_major(cols, k), Mat::row_major(&ws, f), threads);
-                if let Some((bias, act)) = post {
-                    super::elementwise::bias_activation(y, bias, act);
-                }
-                ok
-            },
-        )
+        .map_init(Vec::new, |cols, (y, x)| conv_image(x, &g, &method, &ws, f, post, y, cols, threads))
         .all(|ok| ok);
     if !ok {
         return Err(ctx.err("matrix sizes do not fit the buffers"));
     }
     Ok(tensor(out, &[n, g.oh, g.ow, f], ctx.device))
+}
+
+/// How one image of a convolution is computed: small patches directly from the image
+/// (see `direct_conv`), others as `im2col(x) · W` with `gemm`.
+pub(super) enum Method {
+    Direct(PatchIndex),
+    Gemm,
+}
+
+impl Method {
+    pub(super) fn of(g: &Geometry) -> Method {
+        if g.patch() <= super::direct_conv::MAX_DIRECT_PATCH {
+            Method::Direct(PatchIndex::new(g))
+        } else {
+            Method::Gemm
+        }
+    }
+}
+
+/// One image: `y = activation(conv(x, w) + bias)`. `scratch` holds the patch matrix or a
+/// padded copy of the image (grown on first use). False if a product did not fit.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn conv_image<E: Elem>(
+    x: &[E],
+    g: &Geometry,
+    method: &Method,
+    ws: &[E],
+    f: usize,
+    post: Option<(&[E], Activation)>,
+    y: &mut [E],
+    scratch: &mut Vec<E>,
+    threads: usize,
+) -> bool {
+    if let Method::Direct(index) = method {
+        let (bias, act) = match post {
+            Some((b, a)) => (Some(b), a),
+            None => (None, Activation::Linear),
+        };
+        super::direct_conv::forward_image(x, g, index, ws, f, bias, act, y, scratch);
+        return true;
+    }
+    let (p, k) = (g.pixels(), g.patch());
+    scratch.resize(p * k, E::zero());
+    im2col(x, g, scratch);
+    let ok = gemm(p, f, k, y, false, Mat::row_major(scratch, k), Mat::row_major(ws, f), threads);
+    if let Some((bias, act)) = post {
+        super::elementwise::bias_activation(y, bias, act);
+    }
+    ok
+}
+
+/// One image's filter gradient added to `acc (k x f)`.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn filter_grad_image<E: Elem>(
+    x: &[E],
+    g: &Geometry,
+    method: &Method,
+    dy: &[E],
+    f: usize,
+    acc: &mut [E],
+    scratch: &mut Vec<E>,
+) -> bool {
+    if let Method::Direct(index) = method {
+        super::direct_conv::filter_grad_image(x, g, index, dy, f, acc, scratch);
+        return true;
+    }
+    let (p, k) = (g.pixels(), g.patch());
+    scratch.resize(p * k, E::zero());
+    im2col(x, g, scratch);
+    gemm(k, f, p, acc, true, Mat::transposed(scratch, k), Mat::row_major(dy, f), 1)
 }
 
 /// The filter gradient, and with `with_bias` the bias gradient from the same pass.
@@ -204,16 +266,16 @@ pub(super) fn backprop_filter<E: Elem>(
         return Err(ctx.err("output gradient does not match the convolution"));
     }
     let per_task = chunks(n);
+    let method = Method::of(&g);
     let partials: Vec<Option<(Vec<E>, Vec<E>)>> = (0..n.div_ceil(per_task))
         .into_par_iter()
         .map(|t| {
             let mut acc = vec![E::zero(); k * f];
             let mut bias = vec![E::zero(); if c.with_bias { f } else { 0 }];
-            let mut cols = vec![E::zero(); p * k];
+            let mut cols = Vec::new();
             for i in t * per_task..((t + 1) * per_task).min(n) {
-                im2col(&xs[i * g.image()..][..g.image()], &g, &mut cols);
                 let dy = &gys[i * p * f..][..p * f];
-                if !gemm(k, f, p, &mut acc, true, Mat::transposed(&cols, k), Mat::row_major(dy, f), 1) {
+                if !filter_grad_image(&xs[i * g.image()..][..g.image()], &g, &method, dy, f, &mut acc, &mut cols) {
                     return None;
                 }
                 if c.with_bias {

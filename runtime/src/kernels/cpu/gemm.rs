@@ -80,3 +80,44 @@ pub(super) fn gemm<E: Elem>(
     }
     true
 }
+
+#[cfg(test)]
+mod probe {
+    use super::*;
+
+    /// Times `dst = lhs · rhs` for the dense layer's three products, as written and as the
+    /// transposed product `dstᵀ = rhsᵀ · lhsᵀ` (the same memory, other strides).
+    #[test]
+    #[ignore = "timing probe"]
+    fn dense_products_probe() {
+        let (b, d, u) = (64usize, 5408usize, 64usize);
+        let x: Vec<f32> = (0..b * d).map(|i| (i % 7) as f32).collect();
+        let w: Vec<f32> = (0..d * u).map(|i| (i % 5) as f32).collect();
+        let gh: Vec<f32> = (0..b * u).map(|i| (i % 3) as f32).collect();
+        let best = |f: &mut dyn FnMut()| {
+            (0..20)
+                .map(|_| {
+                    let t = std::time::Instant::now();
+                    f();
+                    t.elapsed()
+                })
+                .min()
+                .unwrap_or_default()
+        };
+        let mut out = vec![0.0f32; b * d.max(u)];
+        let mut outw = vec![0.0f32; d * u];
+        // forward: [b x d] · [d x u]
+        let fwd = best(&mut || {
+            gemm(b, u, d, &mut out, false, Mat::row_major(&x, d), Mat::row_major(&w, u), 1);
+        });
+        // grad input: [b x u] · [d x u]ᵀ -> [b x d]
+        let gin = best(&mut || {
+            gemm(b, d, u, &mut out, false, Mat::row_major(&gh, u), Mat::transposed(&w, u), 1);
+        });
+        // grad weights: [b x d]ᵀ · [b x u] -> [d x u]
+        let gw = best(&mut || {
+            gemm(d, u, b, &mut outw, false, Mat::transposed(&x, d), Mat::row_major(&gh, u), 1);
+        });
+        println!("fwd {fwd:?} grad input {gin:?} grad weights {gw:?}");
+    }
+}

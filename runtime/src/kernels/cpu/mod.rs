@@ -10,10 +10,14 @@
 
 mod buffer;
 mod conv;
+mod conv_pool;
+mod direct_conv;
 mod elementwise;
 mod gemm;
 mod matmul;
+mod microkernel;
 mod numerics;
+mod patches;
 mod pool;
 mod reduce;
 mod simd;
@@ -55,6 +59,9 @@ fn dispatch<E: buffer::Elem>(op: &Op, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -
         Op::Conv2d(c) => float(conv::forward::<E>(c, inputs, ctx)),
         Op::Conv2dBackpropFilter(c) => Ok(conv::backprop_filter::<E>(c, inputs, ctx)),
         Op::FusedConv2d(c) => float(conv::fused::<E>(c, inputs, ctx)),
+        Op::FusedConv2dMaxPool(c) => Ok(conv_pool::forward::<E>(c, inputs, ctx)),
+        Op::FusedMaxPoolConv2dBackpropFilter(c) => Ok(conv_pool::backprop_filter::<E>(c, inputs, ctx)),
+        Op::MaxPoolGradWithArgmax(m) => float(pool::max_backward_with_argmax::<E>(m, inputs, ctx)),
         Op::FusedMatMul(m) => float(matmul::fused::<E>(m, inputs, ctx)),
         Op::Conv2dBackpropInput(c) => float(conv::backprop_input::<E>(c, inputs, ctx)),
         Op::MaxPool2d(p) => Ok(pool::max_forward::<E>(&p.window, inputs, ctx)),

@@ -11,39 +11,46 @@ use crate::{
     kernels::{KernelCtx, dims},
     value::T,
 };
-use engine_graph::ops::{AvgPool2dGrad, Window};
+use engine_graph::ops::{AvgPool2dGrad, MaxPoolGradWithArgmax, Window};
 use rayon::prelude::*;
 
-struct Plane {
-    h: usize,
-    w: usize,
-    c: usize,
-    oh: usize,
-    ow: usize,
+pub(super) struct Plane {
+    pub h: usize,
+    pub w: usize,
+    pub c: usize,
+    pub oh: usize,
+    pub ow: usize,
     win: Window,
     top: usize,
     left: usize,
 }
 
 impl Plane {
-    fn new(win: &Window, hw: [usize; 2], c: usize, ctx: &KernelCtx<'_>) -> Result<Self> {
+    pub(super) fn new(win: &Window, hw: [usize; 2], c: usize, ctx: &KernelCtx<'_>) -> Result<Self> {
         let ([oh, ow], p) = win.output(hw).map_err(|e| ctx.err(e))?;
         Ok(Plane { h: hw[0], w: hw[1], c, oh, ow, win: *win, top: p[0], left: p[2] })
     }
 
+    #[cfg(test)]
+    pub(super) fn for_probe(win: &Window, hw: [usize; 2], c: usize) -> Result<Self> {
+        let ([oh, ow], p) =
+            win.output(hw).map_err(|e| crate::RuntimeError::Kernel { node: "probe".into(), op: "probe", reason: e })?;
+        Ok(Plane { h: hw[0], w: hw[1], c, oh, ow, win: *win, top: p[0], left: p[2] })
+    }
+
     /// The input rows and columns the window of output `(oy, ox)` covers.
-    fn cells(&self, oy: usize, ox: usize) -> (std::ops::Range<usize>, std::ops::Range<usize>) {
+    pub(super) fn cells(&self, oy: usize, ox: usize) -> (std::ops::Range<usize>, std::ops::Range<usize>) {
         let y0 = (oy * self.win.strides[0]) as isize - self.top as isize;
         let x0 = (ox * self.win.strides[1]) as isize - self.left as isize;
         let clip = |a: isize, k: usize, n: usize| (a.max(0) as usize)..((a + k as isize).clamp(0, n as isize) as usize);
         (clip(y0, self.win.kernel[0], self.h), clip(x0, self.win.kernel[1], self.w))
     }
 
-    fn image(&self) -> usize {
+    pub(super) fn image(&self) -> usize {
         self.h * self.w * self.c
     }
 
-    fn pooled(&self) -> usize {
+    pub(super) fn pooled(&self) -> usize {
         self.oh * self.ow * self.c
     }
 }
@@ -63,15 +70,25 @@ pub(super) fn max_forward<E: Elem>(win: &Window, inputs: Vec<Value>, ctx: &Kerne
     out.par_chunks_mut(pl.pooled())
         .zip(arg.par_chunks_mut(pl.pooled()))
         .zip(xs.par_chunks(pl.image()))
-        .for_each_init(|| vec![0i32; c], |pos, ((y, a), x)| max_image(x, y, a, pos, &pl));
+        .for_each_init(|| vec![0i32; c], |pos, ((y, a), x)| pool_image(x, y, a, pos, &pl));
     let shape = [n, pl.oh, pl.ow, c];
     Ok(vec![Value::Float(tensor(out, &shape, ctx.device)), Value::Int(int_tensor(arg, &shape, ctx.device))])
+}
+
+/// One image's max pooling with argmax: the f32 SIMD kernel where it applies.
+pub(super) fn pool_image<E: Elem>(x: &[E], y: &mut [E], a: &mut [i64], pos: &mut [i32], pl: &Plane) {
+    if let (Some(x32), Some(y32)) = (super::buffer::as_f32(x), super::buffer::as_f32_mut(y))
+        && super::microkernel::max_pool_f32(x32, y32, a, pl)
+    {
+        return;
+    }
+    max_image(x, y, a, pos, pl);
 }
 
 multiversion! {
     /// One image. Each window starts from its first cell (a window always has one), so the
     /// inner loop is a branch-free select over contiguous channels.
-    fn max_image<E: Elem>(x: &[E], y: &mut [E], a: &mut [i64], pos: &mut [i32], pl: &Plane) {
+    pub(super) fn max_image<E: Elem>(x: &[E], y: &mut [E], a: &mut [i64], pos: &mut [i32], pl: &Plane) {
         let c = pl.c;
         for oy in 0..pl.oh {
             for ox in 0..pl.ow {
@@ -140,6 +157,45 @@ fn scatter_image<E: Elem>(dx: &mut [E], a: &[i64], dy: &[E], c: usize, plane: i6
             }
         }
     }
+}
+
+/// The pooled gradient `dy` of one image put back on the cells its argmax names, in a
+/// zeroed `dx`. With `pooled`, the pool read a ReLU's output: a gradient whose pooled value
+/// is not positive is dropped (`MaxPoolGradWithArgmax`'s mask).
+pub(super) fn unpool_image<E: Elem>(dx: &mut [E], a: &[i64], dy: &[E], c: usize, plane: i64, pooled: Option<&[E]>) {
+    for (q, (arow, grow)) in a.chunks_exact(c).zip(dy.chunks_exact(c)).enumerate() {
+        for (ch, (&cell, &g)) in arow.iter().zip(grow).enumerate() {
+            if (0..plane).contains(&cell) && pooled.is_none_or(|p| p[q * c + ch] > E::zero()) {
+                dx[cell as usize * c + ch] += g;
+            }
+        }
+    }
+}
+
+pub(super) fn max_backward_with_argmax<E: Elem>(
+    m: &MaxPoolGradWithArgmax,
+    inputs: Vec<Value>,
+    ctx: &KernelCtx<'_>,
+) -> Result<T> {
+    let mut it = inputs.into_iter();
+    let (Some(Value::Float(pooled)), Some(Value::Int(idx)), Some(Value::Float(gy))) = (it.next(), it.next(), it.next())
+    else {
+        return Err(ctx.err("expected (pooled values, argmax, gradient)"));
+    };
+    let [n, _, _, c] = nhwc(&gy, ctx)?;
+    let pl = Plane::new(&m.window, m.input_hw, c, ctx)?;
+    let (idx, gys, ps) = (ints(&idx), view::<E>(&gy), view::<E>(&pooled));
+    if idx.len() != n * pl.pooled() || gys.len() != idx.len() || ps.len() != idx.len() {
+        return Err(ctx.err("argmax, pooled values and gradient do not match the pooling"));
+    }
+    let plane = (pl.h * pl.w) as i64;
+    let mut out = vec![E::zero(); n * pl.image()];
+    out.par_chunks_mut(pl.image())
+        .zip(idx.par_chunks(pl.pooled()))
+        .zip(gys.par_chunks(pl.pooled()))
+        .zip(ps.par_chunks(pl.pooled()))
+        .for_each(|(((dx, a), dy), p)| unpool_image(dx, a, dy, c, plane, m.relu_mask.then_some(p)));
+    Ok(tensor(out, &[n, pl.h, pl.w, c], ctx.device))
 }
 
 pub(super) fn avg_forward<E: Elem>(win: &Window, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Result<T> {

@@ -1,0 +1,402 @@
+//! Register-blocked f32 microkernels with AVX2 and FMA, for the small products where the
+//! `gemm` crate's packing and setup cost more than the arithmetic: a convolution over a
+//! handful of taps (a first layer), its filter gradient (also straight from a pooled
+//! gradient), and max pooling with its argmax.
+//!
+//! Each function has the same contract whatever the CPU: the caller passes slices and the
+//! functions check every bound before touching memory, returning false (having done
+//! nothing) where they do not apply. On x86-64 with AVX2 and FMA (checked once at run time)
+//! the loops run on eight-float registers; elsewhere, and for f64, the callers' portable
+//! loops do the same arithmetic.
+
+use super::pool::Plane;
+
+/// The taps of a convolution's patches read in place: tap `t` of pixel `p` is
+/// `image[base[p] + offset[t]]` (see `patches::PatchIndex`).
+#[derive(Clone, Copy)]
+pub(super) struct Taps<'a> {
+    pub image: &'a [f32],
+    pub base: &'a [usize],
+    pub offset: &'a [usize],
+}
+
+impl Taps<'_> {
+    /// Whether `m` pixels of `k` taps each can be read.
+    fn fits(&self, m: usize, k: usize) -> bool {
+        let far = |s: &[usize], n: usize| s.get(..n).map(|s| s.iter().copied().max().unwrap_or(0));
+        match (far(self.base, m), far(self.offset, k)) {
+            (Some(b), Some(o)) => m == 0 || k == 0 || b + o < self.image.len(),
+            _ => false,
+        }
+    }
+}
+
+/// `out[p, c] = init[c] + Σ_t taps[p, t] · w[t, c]` for `p < m`, `c < n` (`w` is `k x n`,
+/// `out` is `m x n`, row-major), then `max(·, 0)` if `relu`; `init` is zeros when `None`.
+pub(super) fn conv_f32(
+    taps: Taps<'_>,
+    w: &[f32],
+    init: Option<&[f32]>,
+    relu: bool,
+    out: &mut [f32],
+    (m, k, n): (usize, usize, usize),
+) -> bool {
+    if !taps.fits(m, k) || w.len() < k * n || out.len() < m * n || init.is_some_and(|i| i.len() < n) {
+        return false;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if super::simd::has_avx2() {
+        // SAFETY: AVX2 and FMA are present; every slice was checked to hold what is read.
+        unsafe { avx2::conv(taps, w, init, relu, out, m, k, n) };
+        return true;
+    }
+    false
+}
+
+/// `acc[t, c] += Σ_p taps[p, t] · g[p, c]` (`g` is `m x n`, `acc` is `k x n`): the filter
+/// gradient over `m` pixels.
+pub(super) fn filter_grad_f32(taps: Taps<'_>, g: &[f32], acc: &mut [f32], (m, k, n): (usize, usize, usize)) -> bool {
+    if !taps.fits(m, k) || g.len() < m * n || acc.len() < k * n {
+        return false;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if super::simd::has_avx2() {
+        // SAFETY: as above.
+        unsafe { avx2::filter_grad(taps, g, acc, m, k, n) };
+        return true;
+    }
+    false
+}
+
+/// Max pooling of one NHWC image with the argmax (the cell `y * w + x` of each maximum),
+/// eight channels per register; the first maximal cell of a window wins, as in the
+/// portable loop. Needs the channels in eights.
+pub(super) fn max_pool_f32(x: &[f32], pooled: &mut [f32], argmax: &mut [i64], pl: &Plane) -> bool {
+    if !pl.c.is_multiple_of(8) || x.len() < pl.image() || pooled.len() < pl.pooled() || argmax.len() < pl.pooled() {
+        return false;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if super::simd::has_avx2() {
+        // SAFETY: AVX2 is present and the slices hold the image and its pooling.
+        unsafe { avx2::max_pool(x, pooled, argmax, pl) };
+        return true;
+    }
+    false
+}
+
+/// Most taps `pooled_filter_grad_f32` keeps in registers.
+pub(super) const MAX_POOLED_TAPS: usize = 12;
+
+/// The filter gradient of one image straight from its pooled gradient: `acc[t, c] +=
+/// Σ_cells taps[cell, t] · g[cell, c]`, where `g[cell, c]` is the pooled gradient of each
+/// window whose argmax for channel `c` is that cell (dropped where `pooled` is given and
+/// not positive: the ReLU mask), built in registers and never stored. `bias` gets the kept
+/// pooled gradients summed. Needs the channels in eights and at most `MAX_POOLED_TAPS` taps.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn pooled_filter_grad_f32(
+    taps: Taps<'_>,
+    k: usize,
+    argmax: &[i64],
+    gradient: &[f32],
+    pooled: Option<&[f32]>,
+    pl: &Plane,
+    acc: &mut [f32],
+    bias: Option<&mut [f32]>,
+) -> bool {
+    let (c, q) = (pl.c, pl.pooled());
+    let short = !taps.fits(pl.h * pl.w, k) || argmax.len() < q || gradient.len() < q || acc.len() < k * c;
+    if c % 8 != 0
+        || k == 0
+        || k > MAX_POOLED_TAPS
+        || short
+        || pooled.is_some_and(|p| p.len() < q)
+        || bias.as_ref().is_some_and(|b| b.len() < c)
+    {
+        return false;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if super::simd::has_avx2() {
+        macro_rules! taps_of {
+            ($($k:literal),*) => {
+                match k {
+                    // SAFETY: AVX2 is present; the slices were checked above; k == K.
+                    $($k => unsafe { avx2::pooled_filter_grad::<$k>(taps, argmax, gradient, pooled, pl, acc, bias) },)*
+                    _ => return false,
+                }
+            };
+        }
+        taps_of!(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12);
+        return true;
+    }
+    false
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use super::{Plane, Taps};
+    use std::arch::x86_64::*;
+
+    /// Pixels per block: they share every load of a filter row.
+    const ROWS: usize = 4;
+
+    #[target_feature(enable = "avx2,fma")]
+    #[allow(clippy::too_many_arguments)]
+    pub(super) unsafe fn conv(
+        taps: Taps<'_>,
+        w: &[f32],
+        init: Option<&[f32]>,
+        relu: bool,
+        out: &mut [f32],
+        m: usize,
+        k: usize,
+        n: usize,
+    ) {
+        let full_cols = n - n % 16;
+        let full_rows = m - m % ROWS;
+        for p0 in (0..full_rows).step_by(ROWS) {
+            for c0 in (0..full_cols).step_by(16) {
+                // SAFETY: p0 + ROWS <= m, c0 + 16 <= n, t < k: inside the checked slices.
+                unsafe { conv_block(taps, w, init, relu, out, p0, c0, k, n) };
+            }
+        }
+        // The pixels and channels that do not fill a block.
+        for p in 0..m {
+            let cols = if p < full_rows { full_cols..n } else { 0..n };
+            for c in cols {
+                let mut s = init.map_or(0.0, |i| i[c]);
+                for t in 0..k {
+                    s += taps.image[taps.base[p] + taps.offset[t]] * w[t * n + c];
+                }
+                out[p * n + c] = if relu && s < 0.0 { 0.0 } else { s };
+            }
+        }
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn conv_block(
+        taps: Taps<'_>,
+        w: &[f32],
+        init: Option<&[f32]>,
+        relu: bool,
+        out: &mut [f32],
+        p0: usize,
+        c0: usize,
+        k: usize,
+        n: usize,
+    ) {
+        // SAFETY: the caller guarantees p0 + ROWS <= m and c0 + 16 <= n.
+        unsafe {
+            let start = match init {
+                Some(i) => [_mm256_loadu_ps(i.as_ptr().add(c0)), _mm256_loadu_ps(i.as_ptr().add(c0 + 8))],
+                None => [_mm256_setzero_ps(); 2],
+            };
+            let mut acc = [start; ROWS];
+            let image = taps.image.as_ptr();
+            let bases: [*const f32; ROWS] = std::array::from_fn(|r| image.add(*taps.base.get_unchecked(p0 + r)));
+            for t in 0..k {
+                let wrow = w.as_ptr().add(t * n + c0);
+                let (w0, w1) = (_mm256_loadu_ps(wrow), _mm256_loadu_ps(wrow.add(8)));
+                let off = *taps.offset.get_unchecked(t);
+                for (pair, base) in acc.iter_mut().zip(bases) {
+                    let x = _mm256_broadcast_ss(&*base.add(off));
+                    pair[0] = _mm256_fmadd_ps(x, w0, pair[0]);
+                    pair[1] = _mm256_fmadd_ps(x, w1, pair[1]);
+                }
+            }
+            for (r, pair) in acc.iter().enumerate() {
+                let (mut v0, mut v1) = (pair[0], pair[1]);
+                if relu {
+                    v0 = _mm256_max_ps(v0, _mm256_setzero_ps());
+                    v1 = _mm256_max_ps(v1, _mm256_setzero_ps());
+                }
+                let dst = out.as_mut_ptr().add((p0 + r) * n + c0);
+                _mm256_storeu_ps(dst, v0);
+                _mm256_storeu_ps(dst.add(8), v1);
+            }
+        }
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn filter_grad(taps: Taps<'_>, g: &[f32], acc: &mut [f32], m: usize, k: usize, n: usize) {
+        let full = n - n % 16;
+        for c0 in (0..full).step_by(16) {
+            let mut t0 = 0;
+            while t0 < k {
+                // Up to six taps at a time: with two registers of channels each, twelve
+                // accumulators, which leaves room for the loaded gradient.
+                // SAFETY: t0 + taps <= k, c0 + 16 <= n.
+                t0 += unsafe {
+                    match k - t0 {
+                        1 => taps_block::<1>(taps, g, acc, t0, c0, m, n),
+                        2 => taps_block::<2>(taps, g, acc, t0, c0, m, n),
+                        3 => taps_block::<3>(taps, g, acc, t0, c0, m, n),
+                        4 => taps_block::<4>(taps, g, acc, t0, c0, m, n),
+                        5 => taps_block::<5>(taps, g, acc, t0, c0, m, n),
+                        _ => taps_block::<6>(taps, g, acc, t0, c0, m, n),
+                    }
+                };
+            }
+        }
+        for t in 0..k {
+            for c in full..n {
+                let mut s = 0.0;
+                for p in 0..m {
+                    s += taps.image[taps.base[p] + taps.offset[t]] * g[p * n + c];
+                }
+                acc[t * n + c] += s;
+            }
+        }
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn taps_block<const T: usize>(
+        taps: Taps<'_>,
+        g: &[f32],
+        acc: &mut [f32],
+        t0: usize,
+        c0: usize,
+        m: usize,
+        n: usize,
+    ) -> usize {
+        // SAFETY: the caller guarantees t0 + T <= k and c0 + 16 <= n; p < m.
+        unsafe {
+            let offs: [usize; T] = std::array::from_fn(|j| *taps.offset.get_unchecked(t0 + j));
+            let mut sums = [[_mm256_setzero_ps(); 2]; T];
+            for p in 0..m {
+                let row = g.as_ptr().add(p * n + c0);
+                let (g0, g1) = (_mm256_loadu_ps(row), _mm256_loadu_ps(row.add(8)));
+                let base = taps.image.as_ptr().add(*taps.base.get_unchecked(p));
+                for (pair, off) in sums.iter_mut().zip(offs) {
+                    let x = _mm256_broadcast_ss(&*base.add(off));
+                    pair[0] = _mm256_fmadd_ps(x, g0, pair[0]);
+                    pair[1] = _mm256_fmadd_ps(x, g1, pair[1]);
+                }
+            }
+            for (j, pair) in sums.iter().enumerate() {
+                let dst = acc.as_mut_ptr().add((t0 + j) * n + c0);
+                _mm256_storeu_ps(dst, _mm256_add_ps(_mm256_loadu_ps(dst), pair[0]));
+                _mm256_storeu_ps(dst.add(8), _mm256_add_ps(_mm256_loadu_ps(dst.add(8)), pair[1]));
+            }
+        }
+        T
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn max_pool(x: &[f32], pooled: &mut [f32], argmax: &mut [i64], pl: &Plane) {
+        let c = pl.c;
+        for oy in 0..pl.oh {
+            for ox in 0..pl.ow {
+                let o = (oy * pl.ow + ox) * c;
+                let (rows, cols) = pl.cells(oy, ox);
+                let first = rows.start * pl.w + cols.start;
+                for c0 in (0..c).step_by(8) {
+                    // SAFETY: cells lie in the image and c0 + 8 <= c; o + c0 + 8 <= pooled.
+                    unsafe {
+                        let mut best = _mm256_loadu_ps(x.as_ptr().add(first * c + c0));
+                        let mut at = _mm256_set1_epi32(first as i32);
+                        for iy in rows.clone() {
+                            for ix in cols.clone() {
+                                let cell = iy * pl.w + ix;
+                                let v = _mm256_loadu_ps(x.as_ptr().add(cell * c + c0));
+                                let greater = _mm256_cmp_ps::<_CMP_GT_OQ>(v, best);
+                                best = _mm256_blendv_ps(best, v, greater);
+                                at = _mm256_blendv_epi8(
+                                    at,
+                                    _mm256_set1_epi32(cell as i32),
+                                    _mm256_castps_si256(greater),
+                                );
+                            }
+                        }
+                        _mm256_storeu_ps(pooled.as_mut_ptr().add(o + c0), best);
+                        let dst = argmax.as_mut_ptr().add(o + c0) as *mut __m256i;
+                        _mm256_storeu_si256(dst, _mm256_cvtepi32_epi64(_mm256_castsi256_si128(at)));
+                        _mm256_storeu_si256(dst.add(1), _mm256_cvtepi32_epi64(_mm256_extracti128_si256::<1>(at)));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Eight channels of a pooled position's argmax, narrowed to 32 bits (cells are small).
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    unsafe fn argmax8(p: *const i64) -> __m256i {
+        // SAFETY: the caller guarantees eight readable i64 at `p`.
+        unsafe {
+            let lo = _mm256_loadu_si256(p as *const __m256i);
+            let hi = _mm256_loadu_si256(p.add(4) as *const __m256i);
+            // The low 32 bits of each 64-bit lane, in order.
+            let pick = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
+            let lo = _mm256_permutevar8x32_epi32(lo, pick);
+            let hi = _mm256_permutevar8x32_epi32(hi, pick);
+            _mm256_permute2x128_si256::<0x20>(lo, hi)
+        }
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    #[allow(clippy::too_many_arguments)]
+    pub(super) unsafe fn pooled_filter_grad<const K: usize>(
+        taps: Taps<'_>,
+        argmax: &[i64],
+        gradient: &[f32],
+        pooled: Option<&[f32]>,
+        pl: &Plane,
+        acc: &mut [f32],
+        mut bias: Option<&mut [f32]>,
+    ) {
+        let c = pl.c;
+        let plane = (pl.h * pl.w) as i32;
+        // SAFETY (whole function): every pointer stays within the slices the caller checked:
+        // pooled positions < pl.pooled(), c0 + 8 <= c, K taps, cells of a window < h * w.
+        unsafe {
+            let offs: [usize; K] = std::array::from_fn(|t| *taps.offset.get_unchecked(t));
+            for c0 in (0..c).step_by(8) {
+                let mut sums = [_mm256_setzero_ps(); K];
+                let mut bias_sum = _mm256_setzero_ps();
+                for oy in 0..pl.oh {
+                    for ox in 0..pl.ow {
+                        let o = (oy * pl.ow + ox) * c + c0;
+                        let mut g = _mm256_loadu_ps(gradient.as_ptr().add(o));
+                        if let Some(p) = pooled {
+                            let positive =
+                                _mm256_cmp_ps::<_CMP_GT_OQ>(_mm256_loadu_ps(p.as_ptr().add(o)), _mm256_setzero_ps());
+                            g = _mm256_and_ps(g, positive);
+                        }
+                        let at = argmax8(argmax.as_ptr().add(o));
+                        // A position outside the plane (none, for a well-formed argmax) adds nothing.
+                        let inside = _mm256_and_si256(
+                            _mm256_cmpgt_epi32(at, _mm256_set1_epi32(-1)),
+                            _mm256_cmpgt_epi32(_mm256_set1_epi32(plane), at),
+                        );
+                        g = _mm256_and_ps(g, _mm256_castsi256_ps(inside));
+                        bias_sum = _mm256_add_ps(bias_sum, g);
+                        let (rows, cols) = pl.cells(oy, ox);
+                        for iy in rows {
+                            for ix in cols.clone() {
+                                let cell = iy * pl.w + ix;
+                                let here = _mm256_cmpeq_epi32(at, _mm256_set1_epi32(cell as i32));
+                                let gc = _mm256_and_ps(g, _mm256_castsi256_ps(here));
+                                let base = taps.image.as_ptr().add(*taps.base.get_unchecked(cell));
+                                for (s, off) in sums.iter_mut().zip(offs) {
+                                    *s = _mm256_fmadd_ps(_mm256_broadcast_ss(&*base.add(off)), gc, *s);
+                                }
+                            }
+                        }
+                    }
+                }
+                for (t, s) in sums.iter().enumerate() {
+                    let dst = acc.as_mut_ptr().add(t * c + c0);
+                    _mm256_storeu_ps(dst, _mm256_add_ps(_mm256_loadu_ps(dst), *s));
+                }
+                if let Some(b) = bias.as_deref_mut() {
+                    let dst = b.as_mut_ptr().add(c0);
+                    _mm256_storeu_ps(dst, _mm256_add_ps(_mm256_loadu_ps(dst), bias_sum));
+                }
+            }
+        }
+    }
+}
