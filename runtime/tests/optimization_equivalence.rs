@@ -241,7 +241,7 @@ fn the_tutorial_cnn_shape_is_equivalent() -> Result<()> {
     let m = tutorial_cnn();
     equivalent(&m)?;
     let (_, _, ops) = step(&m, true)?;
-    for fused in ["_FusedConv2DMaxPool", "_FusedMaxPoolConv2DBackpropFilter"] {
+    for fused in ["_FusedConv2DMaxPool", "_FusedMaxPoolConv2DBackpropFilter", "_FusedElementwise"] {
         anyhow::ensure!(ops.contains(&fused), "{fused} not formed: {ops:?}");
     }
     anyhow::ensure!(!ops.contains(&"MaxPool") && !ops.contains(&"MaxPoolGrad"), "{ops:?}");

@@ -115,6 +115,7 @@ fn the_training_plan_differentiates_every_variable_but_not_the_input() -> TestRe
             "fuse-relu-into-pool-grad",
             "fuse-bias-into-filter-grad",
             "fuse-conv-pool",
+            "fuse-elementwise",
             "dead-code-elimination"
         ]
     );

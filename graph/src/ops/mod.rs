@@ -135,7 +135,7 @@ op_set! {
     // state
     Assign, Group,
     // formed by fusion passes after autodiff
-    FusedConv2d, FusedMatMul, FusedConv2dMaxPool, FusedMaxPoolConv2dBackpropFilter,
+    FusedConv2d, FusedMatMul, FusedConv2dMaxPool, FusedMaxPoolConv2dBackpropFilter, FusedElementwise,
     // inserted by strategies
     AllReduce, Transfer,
     // inserted by the check-numerics pass

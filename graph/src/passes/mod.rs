@@ -10,6 +10,7 @@ mod dce;
 mod fuse_bias_activation;
 mod fuse_bias_into_filter_grad;
 mod fuse_conv_pool;
+mod fuse_elementwise;
 mod fuse_relu_into_pool_grad;
 mod liveness;
 mod schedule;
@@ -21,6 +22,7 @@ pub use dce::DeadCodeElimination;
 pub use fuse_bias_activation::FuseBiasActivation;
 pub use fuse_bias_into_filter_grad::FuseBiasIntoFilterGrad;
 pub use fuse_conv_pool::FuseConvPool;
+pub use fuse_elementwise::FuseElementwise;
 pub use fuse_relu_into_pool_grad::FuseReluIntoPoolGrad;
 pub use liveness::{Liveness, liveness};
 pub use schedule::schedule;
@@ -42,6 +44,7 @@ pub fn optimization_passes() -> Vec<Box<dyn Pass>> {
         Box::new(FuseReluIntoPoolGrad),
         Box::new(FuseBiasIntoFilterGrad),
         Box::new(FuseConvPool),
+        Box::new(FuseElementwise),
         Box::new(DeadCodeElimination),
     ]
 }

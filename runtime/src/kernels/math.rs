@@ -50,6 +50,53 @@ pub(super) fn binary(op: &Op, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Result
     }
 }
 
+/// `_FusedElementwise` on any backend: the program's instructions one kernel at a time.
+pub(super) fn fused_elementwise(
+    f: &engine_graph::ops::FusedElementwise,
+    inputs: Vec<Value>,
+    ctx: &KernelCtx<'_>,
+) -> Result<Value> {
+    use engine_graph::ops::{self, ElementOp, Operand};
+    let mut temps: Vec<Value> = Vec::with_capacity(f.program.len());
+    for ins in &f.program {
+        let arg = |o: Operand| {
+            match o {
+                Operand::Input(k) => inputs.get(k).cloned(),
+                Operand::Temp(t) => temps.get(t).cloned(),
+            }
+            .ok_or_else(|| ctx.err("fused elementwise operand out of range"))
+        };
+        let a = arg(ins.args[0])?;
+        let value = if ins.op.arity() == 1 {
+            let op = match ins.op {
+                ElementOp::Neg => Op::Neg(ops::Neg),
+                ElementOp::Exp => Op::Exp(ops::Exp),
+                ElementOp::Log => Op::Log(ops::Log),
+                ElementOp::Sqrt => Op::Sqrt(ops::Sqrt),
+                _ => Op::Square(ops::Square),
+            };
+            Value::Float(unary(&op, vec![a], ctx)?)
+        } else {
+            let op = match ins.op {
+                ElementOp::Add => Op::Add(ops::Add),
+                ElementOp::Sub => Op::Sub(ops::Sub),
+                ElementOp::Mul => Op::Mul(ops::Mul),
+                ElementOp::Div => Op::Div(ops::Div),
+                ElementOp::Maximum => Op::Maximum(ops::Maximum),
+                _ => Op::Minimum(ops::Minimum),
+            };
+            binary(&op, vec![a, arg(ins.args[1])?], ctx)?
+        };
+        temps.push(value);
+    }
+    let out = temps.pop().ok_or_else(|| ctx.err("empty fused elementwise program"))?;
+    // A program of single-element inputs broadcasts to the output's shape.
+    Ok(match out {
+        Value::Float(t) => Value::Float(super::expand_float(t, &ctx.out_shape(0)?)),
+        other => other,
+    })
+}
+
 pub(super) fn add_n(inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Result<T> {
     let mut it = inputs.into_iter();
     let mut acc = ctx.float(it.next().ok_or_else(|| ctx.err("AddN needs an input"))?)?;

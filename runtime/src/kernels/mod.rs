@@ -131,6 +131,7 @@ pub(crate) fn generic(op: &Op, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Resul
             let y = math::matmul(&f.matmul(), head, ctx)?;
             one(bias_activation(y, bias, f.activation))
         }
+        FusedElementwise(f) => Ok(vec![math::fused_elementwise(f, inputs, ctx)?]),
         MaxPool2d(p) => pool::max_forward(p, inputs, ctx),
         MaxPool2dGrad(p) => {
             let x = match (p.relu_mask, inputs.first()) {

@@ -6,11 +6,13 @@
 mod activation;
 mod fused_conv2d;
 mod fused_conv2d_max_pool;
+mod fused_elementwise;
 mod fused_matmul;
 mod fused_max_pool_conv2d_backprop_filter;
 
 pub use activation::Activation;
 pub use fused_conv2d::FusedConv2d;
 pub use fused_conv2d_max_pool::FusedConv2dMaxPool;
+pub use fused_elementwise::{ElementOp, FusedElementwise, Instr, Operand, is_single};
 pub use fused_matmul::FusedMatMul;
 pub use fused_max_pool_conv2d_backprop_filter::FusedMaxPoolConv2dBackpropFilter;

@@ -13,6 +13,7 @@ mod conv;
 mod conv_pool;
 mod direct_conv;
 mod elementwise;
+mod fused_elementwise;
 mod gemm;
 mod matmul;
 mod microkernel;
@@ -73,6 +74,7 @@ fn dispatch<E: buffer::Elem>(op: &Op, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -
             elementwise::binary::<E>(op, inputs, ctx)
         }
         Op::Relu(_) | Op::ReluGrad(_) => float(elementwise::relu::<E>(op, inputs, ctx)),
+        Op::FusedElementwise(f) => fused_elementwise::fused::<E>(f, inputs, ctx),
         Op::ReduceSum(r) => reduce::sum::<E>(&r.axes, false, inputs, ctx),
         Op::ReduceMean(r) => reduce::sum::<E>(&r.axes, true, inputs, ctx),
         _ => Err(inputs),

@@ -1,0 +1,149 @@
+//! `_FusedElementwise`: the program evaluated over chunks that stay in L1, written once.
+//!
+//! The output reuses the first full-size input the executor handed over for the last
+//! time (a gradient, usually), so an optimizer update allocates nothing.
+
+use super::{
+    Outcome,
+    buffer::{Elem, into_vec, tensor, view},
+    simd::multiversion,
+};
+use crate::{
+    Value,
+    kernels::{KernelCtx, dims},
+    value::T,
+};
+use engine_graph::ops::{ElementOp, FusedElementwise, Instr, Operand};
+use rayon::prelude::*;
+use std::borrow::Cow;
+
+/// Elements per chunk: the program's temporaries for one chunk fit in L1.
+const CHUNK: usize = 256;
+/// Below this many elements a second thread costs more than it saves.
+const PARALLEL_MIN: usize = 1 << 16;
+
+enum Src<'a, E: Clone> {
+    Full(Cow<'a, [E]>),
+    Single(E),
+    /// The output buffer, read before each chunk of it is written.
+    Out,
+}
+
+pub(super) fn fused<E: Elem>(f: &FusedElementwise, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Outcome {
+    if inputs.len() != f.inputs || !inputs.iter().all(|v| matches!(v, Value::Float(_))) {
+        return Err(inputs);
+    }
+    let Ok(shape) = ctx.out_shape(0) else { return Err(inputs) };
+    let n: usize = shape.iter().product();
+    let mut held: Vec<Option<T>> = inputs
+        .into_iter()
+        .map(|v| match v {
+            Value::Float(t) => Some(t),
+            _ => None,
+        })
+        .collect();
+    let sizes: Vec<usize> = held.iter().map(|t| t.as_ref().map_or(0, |t| dims(t).iter().product())).collect();
+    if sizes.iter().any(|s| *s != n && *s != 1) || !sizes.contains(&n) {
+        return Err(held.into_iter().map(|t| t.map_or(Value::Unit, Value::Float)).collect());
+    }
+    // The output buffer: a full input taken over in place when it is the last reference
+    // (into_vec copies otherwise, which is no worse than a fresh buffer).
+    let out_input = sizes.iter().position(|s| *s == n && n > 1);
+    let mut buf: Vec<E> = match out_input.and_then(|k| held[k].take()) {
+        Some(t) => into_vec::<E>(t),
+        None => vec![E::zero(); n],
+    };
+    if buf.len() != n {
+        return Ok(Err(ctx.err("fused elementwise input has the wrong length")));
+    }
+    let srcs: Vec<Src<'_, E>> = held
+        .iter()
+        .enumerate()
+        .map(|(k, t)| match t {
+            None => Src::Out,
+            Some(t) if sizes[k] == 1 => Src::Single(view::<E>(t).first().copied().unwrap_or_else(E::zero)),
+            Some(t) => Src::Full(view::<E>(t)),
+        })
+        .collect();
+    if srcs.iter().any(|s| matches!(s, Src::Full(v) if v.len() != n)) {
+        return Ok(Err(ctx.err("fused elementwise input has the wrong length")));
+    }
+    let per_task = if n >= PARALLEL_MIN && rayon::current_num_threads() > 1 {
+        (n / rayon::current_num_threads()).div_ceil(CHUNK) * CHUNK
+    } else {
+        n.max(1)
+    };
+    buf.par_chunks_mut(per_task).enumerate().for_each(|(i, part)| region(&f.program, &srcs, i * per_task, part));
+    Ok(Ok(vec![Value::Float(tensor(buf, &shape, ctx.device))]))
+}
+
+/// Elements `start..start + out.len()` of the result, into `out`.
+fn region<E: Elem>(program: &[Instr], srcs: &[Src<'_, E>], start: usize, out: &mut [E]) {
+    let mut temps = vec![[E::zero(); CHUNK]; program.len()];
+    let singles: Vec<[E; CHUNK]> = srcs
+        .iter()
+        .map(|s| match s {
+            Src::Single(v) => [*v; CHUNK],
+            _ => [E::zero(); CHUNK],
+        })
+        .collect();
+    for at in (0..out.len()).step_by(CHUNK) {
+        let len = CHUNK.min(out.len() - at);
+        {
+            let out_chunk: &[E] = &out[at..at + len];
+            let args: Vec<&[E]> = srcs
+                .iter()
+                .zip(&singles)
+                .map(|(s, single)| match s {
+                    Src::Full(v) => &v[start + at..start + at + len],
+                    Src::Single(_) => &single[..len],
+                    Src::Out => out_chunk,
+                })
+                .collect();
+            eval_chunk(program, &args, &mut temps, len);
+        }
+        if let Some(last) = temps.last() {
+            out[at..at + len].copy_from_slice(&last[..len]);
+        }
+    }
+}
+
+multiversion! {
+    /// Runs the program over `len` elements: instruction `i` writes `temps[i]`.
+    fn eval_chunk<E: Elem>(program: &[Instr], args: &[&[E]], temps: &mut [[E; CHUNK]], len: usize) {
+        for (i, ins) in program.iter().enumerate() {
+            let (done, rest) = temps.split_at_mut(i);
+            let Some(out) = rest.first_mut() else { return };
+            let out = &mut out[..len];
+            let operand = |o: Operand| -> &[E] {
+                match o {
+                    Operand::Input(k) => args.get(k).map_or(&[][..], |a| &a[..len.min(a.len())]),
+                    Operand::Temp(t) => done.get(t).map_or(&[][..], |t| &t[..len]),
+                }
+            };
+            let a = operand(ins.args[0]);
+            if ins.op.arity() == 1 {
+                let each = out.iter_mut().zip(a);
+                match ins.op {
+                    ElementOp::Neg => each.for_each(|(o, x)| *o = -*x),
+                    ElementOp::Exp => each.for_each(|(o, x)| *o = x.exp()),
+                    ElementOp::Log => each.for_each(|(o, x)| *o = x.ln()),
+                    ElementOp::Sqrt => each.for_each(|(o, x)| *o = x.sqrt()),
+                    _ => each.for_each(|(o, x)| *o = *x * *x),
+                }
+                continue;
+            }
+            let b = operand(ins.args[1]);
+            let pairs = out.iter_mut().zip(a.iter().zip(b));
+            match ins.op {
+                ElementOp::Add => pairs.for_each(|(o, (x, y))| *o = *x + *y),
+                ElementOp::Sub => pairs.for_each(|(o, (x, y))| *o = *x - *y),
+                ElementOp::Mul => pairs.for_each(|(o, (x, y))| *o = *x * *y),
+                ElementOp::Div => pairs.for_each(|(o, (x, y))| *o = *x / *y),
+                // Ties keep `x`, as the unfused kernels do.
+                ElementOp::Maximum => pairs.for_each(|(o, (x, y))| *o = if *y > *x { *y } else { *x }),
+                _ => pairs.for_each(|(o, (x, y))| *o = if *y < *x { *y } else { *x }),
+            }
+        }
+    }
+}
