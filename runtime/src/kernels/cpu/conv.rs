@@ -285,15 +285,27 @@ pub(super) fn backprop_filter<E: Elem>(
             Some((acc, bias))
         })
         .collect();
-    let mut total = vec![E::zero(); k * f];
-    let mut bias = vec![E::zero(); if c.with_bias { f } else { 0 }];
+    sum_filter_grads(partials, c.with_bias, [g.kh, g.kw, ch, f], ctx)
+}
+
+/// The filter gradient (`[kh, kw, c, f]`) and, `with_bias`, the bias gradient (`[f]`): the
+/// sums of the threads' partial gradients (`None` where a part's buffers did not fit).
+pub(super) fn sum_filter_grads<E: Elem>(
+    partials: Vec<Option<(Vec<E>, Vec<E>)>>,
+    with_bias: bool,
+    shape: [usize; 4],
+    ctx: &KernelCtx<'_>,
+) -> Result<Vec<Value>> {
+    let f = shape[3];
+    let mut total = vec![E::zero(); shape.iter().product()];
+    let mut bias = vec![E::zero(); if with_bias { f } else { 0 }];
     for part in partials {
         let (w, b) = part.ok_or_else(|| ctx.err("matrix sizes do not fit the buffers"))?;
         total.iter_mut().zip(w).for_each(|(t, v)| *t += v);
         bias.iter_mut().zip(b).for_each(|(t, v)| *t += v);
     }
-    let mut out = vec![Value::Float(tensor(total, &[g.kh, g.kw, ch, f], ctx.device))];
-    if c.with_bias {
+    let mut out = vec![Value::Float(tensor(total, &shape, ctx.device))];
+    if with_bias {
         out.push(Value::Float(tensor(bias, &[f], ctx.device)));
     }
     Ok(out)

@@ -127,18 +127,7 @@ pub(super) fn backprop_filter<E: Elem>(
             Some((acc, bias))
         })
         .collect();
-    let mut total = vec![E::zero(); k * f];
-    let mut bias = vec![E::zero(); if op.with_bias { f } else { 0 }];
-    for part in partials {
-        let (w, b) = part.ok_or_else(|| ctx.err("matrix sizes do not fit the buffers"))?;
-        total.iter_mut().zip(w).for_each(|(t, v)| *t += v);
-        bias.iter_mut().zip(b).for_each(|(t, v)| *t += v);
-    }
-    let mut out = vec![Value::Float(tensor(total, &[g.kh, g.kw, ch, f], ctx.device))];
-    if op.with_bias {
-        out.push(Value::Float(tensor(bias, &[f], ctx.device)));
-    }
-    Ok(out)
+    super::conv::sum_filter_grads(partials, op.with_bias, [g.kh, g.kw, ch, f], ctx)
 }
 
 /// The f32 SIMD path of the fused backward for one image: the unpooled gradient is built in
