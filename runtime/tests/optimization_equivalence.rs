@@ -172,13 +172,24 @@ fn step_with(
     optimize: bool,
     native: bool,
 ) -> Result<(f64, BTreeMap<String, HostTensor>, Vec<&'static str>)> {
-    let mut g = build(m)?;
     let optimizer = if m.adam {
         Optimizer::Adam { beta1: 0.9, beta2: 0.999, epsilon: 1e-7 }
     } else {
         Optimizer::Sgd { momentum: 0.9, nesterov: true }
     };
     let config = OptimizerConfig { optimizer, learning_rate: LearningRate::Constant(0.1), clip_global_norm: None };
+    train_step(build(m)?, m, config, optimize, native)
+}
+
+/// Differentiates `g`, applies `config`, optionally optimizes, and runs one step from the
+/// same initial variables: the loss, every variable after the step and the scheduled ops.
+fn train_step(
+    mut g: Graph,
+    m: &Model,
+    config: OptimizerConfig,
+    optimize: bool,
+    native: bool,
+) -> Result<(f64, BTreeMap<String, HostTensor>, Vec<&'static str>)> {
     let mut passes = PassManager::new().with(Autodiff).with(ApplyOptimizer { config });
     if optimize {
         for p in optimization_passes() {
@@ -280,20 +291,8 @@ fn a_pooled_block_whose_input_needs_a_gradient_is_equivalent() -> Result<()> {
         clip_global_norm: None,
     };
     let run = |optimize: bool, native: bool| -> Result<(BTreeMap<String, HostTensor>, Vec<&'static str>)> {
-        let mut g = g.clone();
-        let mut passes = PassManager::new().with(Autodiff).with(ApplyOptimizer { config: config.clone() });
-        if optimize {
-            optimization_passes().into_iter().for_each(|p| passes.push(p));
-        }
-        passes.run(&mut g)?;
-        let plan = Arc::new(Plan::new(g, passes.log().to_vec())?);
-        let ops = plan.schedule.iter().map(|&id| plan.graph.node(id).op.name()).collect();
-        let exec = Executor::new(plan.clone(), Device::cpu(), Precision::F32)?.with_native_kernels(native);
-        let mut vars = VariableStore::new();
-        exec.initialize(&mut vars, 99)?;
-        let train_op = plan.graph.roles.train_op.ok_or_else(|| anyhow!("no train op"))?;
-        exec.run(&mut vars, &feeds(&m)?, &[train_op], RunOptions::default())?;
-        Ok((vars.export()?, ops))
+        let (_, vars, ops) = train_step(g.clone(), &m, config.clone(), optimize, native)?;
+        Ok((vars, ops))
     };
     let (plain, _) = run(false, true)?;
     for native in [true, false] {
