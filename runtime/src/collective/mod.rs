@@ -48,9 +48,32 @@ pub trait Collective: Send + Sync {
     fn abort(&self, reason: &str, retryable: bool);
 }
 
-/// Sums `src` into `dst`.
-pub(crate) fn accumulate<T: Copy + std::ops::AddAssign>(dst: &mut [T], src: &[T]) {
-    dst.iter_mut().zip(src).for_each(|(d, s)| *d += *s);
+/// An element type collectives sum: f32 (training) or f64 (equivalence checks).
+///
+/// Every transport sums in f64 and narrows once, in the same order (see
+/// `transport/all_reduce.rs`), so that in-process replicas, shared memory and the network
+/// give the same bits.
+pub(crate) trait Summand: Copy + Send + Sync + 'static {
+    fn widen(self) -> f64;
+    fn narrow(wide: f64) -> Self;
+}
+
+impl Summand for f32 {
+    fn widen(self) -> f64 {
+        self as f64
+    }
+    fn narrow(wide: f64) -> Self {
+        wide as f32
+    }
+}
+
+impl Summand for f64 {
+    fn widen(self) -> f64 {
+        self
+    }
+    fn narrow(wide: f64) -> Self {
+        wide
+    }
 }
 
 /// Turns a sum into what `op` asks for.

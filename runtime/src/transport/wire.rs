@@ -5,6 +5,7 @@
 //! needs no offset: its (step, index) tag says where it goes, and a payload of the wrong
 //! length is a protocol error, not a buffer overrun.
 
+use crate::collective::Summand;
 use bytes::Bytes;
 use std::ops::{AddAssign, Range};
 
@@ -54,7 +55,7 @@ impl Kind {
 
 /// An element type the collectives carry: f32 (training) or f64 (equivalence checks).
 pub(super) trait Element:
-    bytemuck::Pod + Default + AddAssign + std::ops::DivAssign + From<u16> + Send + Sync + 'static
+    bytemuck::Pod + Default + AddAssign + std::ops::DivAssign + From<u16> + Summand
 {
     const BYTES: usize;
     /// The all-reduce kind of this element type.
@@ -62,10 +63,6 @@ pub(super) trait Element:
 
     fn to_le(self, out: &mut Vec<u8>);
     fn from_le(bytes: &[u8]) -> Self;
-    /// Widened to f64: small all-reduces sum in f64 as the in-process group does, so that
-    /// both give the same bits.
-    fn widen(self) -> f64;
-    fn narrow(wide: f64) -> Self;
 }
 
 impl Element for f32 {
@@ -80,12 +77,6 @@ impl Element for f32 {
         raw.copy_from_slice(bytes);
         f32::from_le_bytes(raw)
     }
-    fn widen(self) -> f64 {
-        self as f64
-    }
-    fn narrow(wide: f64) -> Self {
-        wide as f32
-    }
 }
 
 impl Element for f64 {
@@ -99,12 +90,6 @@ impl Element for f64 {
         let mut raw = [0u8; 8];
         raw.copy_from_slice(bytes);
         f64::from_le_bytes(raw)
-    }
-    fn widen(self) -> f64 {
-        self
-    }
-    fn narrow(wide: f64) -> Self {
-        wide
     }
 }
 
