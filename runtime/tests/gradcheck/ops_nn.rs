@@ -17,7 +17,10 @@ fn conv2d_valid() -> Result<()> {
 fn conv2d_same_strided_asymmetric() -> Result<()> {
     // 6 wide, kernel 2, stride 2 -> SAME pads nothing; 5 wide, kernel 2 -> pads one after.
     check(&[input(&[1, 5, 6, 2]), input(&[2, 2, 2, 2])], |b, x| b.conv2d(x[0], x[1], [2, 2], Padding::Same))?;
-    check(&[input(&[1, 5, 5, 1]), input(&[3, 3, 1, 2])], |b, x| b.conv2d(x[0], x[1], [1, 1], Padding::Same))
+    check(&[input(&[1, 5, 5, 1]), input(&[3, 3, 1, 2])], |b, x| b.conv2d(x[0], x[1], [1, 1], Padding::Same))?;
+    // Stride 1 with an even kernel: SAME pads one row and column after only, so the input
+    // gradient (a convolution of the padded output gradient) is padded one before only.
+    check(&[input(&[2, 4, 5, 3]), input(&[2, 4, 3, 2])], |b, x| b.conv2d(x[0], x[1], [1, 1], Padding::Same))
 }
 
 #[test]

@@ -1,6 +1,7 @@
 //! Convolution as patch matrices times the filter: `y = im2col(x) · W`, with the HWIO
 //! filter read as a `(kh*kw*c) x f` matrix in place. Backward: `dW = Σ im2col(x)ᵀ · dy`
-//! and `dx = col2im(dy · Wᵀ)`. Work is split by image across the rayon pool; filter
+//! and, for stride 1, `dx` as the convolution of `dy` with the turned filter (otherwise
+//! `dx = col2im(dy · Wᵀ)`). Work is split by image across the rayon pool; filter
 //! gradients are summed in a fixed order so results do not depend on timing.
 
 use super::{
@@ -318,27 +319,73 @@ pub(super) fn backprop_input<E: Elem>(c: &Conv2dBackpropInput, inputs: Vec<Value
     let g = Geometry::new(n, c.input_hw, ch, [kh, kw], c.strides, c.padding, ctx)?;
     let (ws, gys) = (view::<E>(&w), view::<E>(&gy));
     let (p, k) = (g.pixels(), g.patch());
-    if gys.len() != n * p * f {
+    if gys.len() != n * p * f || ws.len() != k * f {
         return Err(ctx.err("output gradient does not match the convolution"));
     }
     let mut out = vec![E::zero(); n * g.image()];
-    let threads = inner_threads(&g);
-    let ok = out
-        .par_chunks_mut(g.image())
-        .zip(gys.par_chunks(p * f))
-        .map_init(
-            || vec![E::zero(); p * k],
-            |cols, (dx, dy)| {
-                let ok = gemm(p, k, f, cols, false, Mat::row_major(dy, f), Mat::transposed(&ws, f), threads);
-                col2im(cols, &g, dx);
-                ok
-            },
-        )
-        .all(|ok| ok);
+    let ok = if g.sh == 1 && g.sw == 1 {
+        input_grad_as_convolution(&g, &ws, f, &gys, &mut out)
+    } else {
+        let threads = inner_threads(&g);
+        out.par_chunks_mut(g.image())
+            .zip(gys.par_chunks(p * f))
+            .map_init(
+                || vec![E::zero(); p * k],
+                |cols, (dx, dy)| {
+                    let ok = gemm(p, k, f, cols, false, Mat::row_major(dy, f), Mat::transposed(&ws, f), threads);
+                    col2im(cols, &g, dx);
+                    ok
+                },
+            )
+            .all(|ok| ok)
+    };
     if !ok {
         return Err(ctx.err("matrix sizes do not fit the buffers"));
     }
     Ok(tensor(out, &[n, g.h, g.w, ch], ctx.device))
+}
+
+/// The input gradient of a stride-1 convolution is itself a convolution: of the output
+/// gradient, padded by `k - 1 - pad` on each side, with the filter turned 180° and its
+/// channel axes swapped. So it runs on the forward kernels (direct for small patches,
+/// `im2col` + `gemm` otherwise), with no `col2im` scatter-add.
+fn input_grad_as_convolution<E: Elem>(g: &Geometry, w: &[E], f: usize, dy: &[E], dx: &mut [E]) -> bool {
+    let (kh, kw, c) = (g.kh, g.kw, g.c);
+    // `rotated[ky][kx][j][i] = w[kh-1-ky][kw-1-kx][i][j]`: HWIO with I = f, O = c.
+    let mut rotated = vec![E::zero(); w.len()];
+    for ky in 0..kh {
+        for kx in 0..kw {
+            let src = &w[((kh - 1 - ky) * kw + (kw - 1 - kx)) * c * f..][..c * f];
+            let dst = &mut rotated[(ky * kw + kx) * f * c..][..f * c];
+            for i in 0..c {
+                for j in 0..f {
+                    dst[j * c + i] = src[i * f + j];
+                }
+            }
+        }
+    }
+    let gradient = Geometry {
+        n: g.n,
+        h: g.oh,
+        w: g.ow,
+        c: f,
+        kh,
+        kw,
+        oh: g.h,
+        ow: g.w,
+        sh: 1,
+        sw: 1,
+        top: kh - 1 - g.top,
+        left: kw - 1 - g.left,
+    };
+    let threads = inner_threads(&gradient);
+    let method = Method::of(&gradient);
+    dx.par_chunks_mut(g.image())
+        .zip(dy.par_chunks(gradient.image()))
+        .map_init(Vec::new, |scratch, (dx, dy)| {
+            conv_image(dy, &gradient, &method, &rotated, c, None, dx, scratch, threads)
+        })
+        .all(|ok| ok)
 }
 
 #[cfg(test)]

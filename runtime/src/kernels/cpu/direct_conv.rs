@@ -1,6 +1,6 @@
-//! Direct convolution for small patches (a first layer: one to three input channels), where
-//! `gemm` spends more time packing and setting up a product with an inner dimension of 9
-//! than computing. The image's patch matrix (`im2col`: a few kilobytes for such patches) is
+//! Direct convolution for small patches (a first layer: one to three input channels; up to
+//! a 3x3 window over 16 channels), where `gemm` spends more time packing and setting up a
+//! product with a short inner dimension than computing. The image's patch matrix (`im2col`: a few kilobytes for such patches) is
 //! multiplied by the filter with register-blocked f32 microkernels on AVX2 and FMA, and by
 //! plain loops otherwise (other CPUs, f64 gradient checks).
 
@@ -13,7 +13,7 @@ use super::{
 use engine_graph::ops::Activation;
 
 /// Patches up to this many taps (`kh * kw * channels`) are convolved directly.
-pub(super) const MAX_DIRECT_PATCH: usize = 32;
+pub(super) const MAX_DIRECT_PATCH: usize = 256;
 
 /// The f32 view of an image's taps, when `E` is f32.
 pub(super) fn taps_f32<'a, E: Elem>(image: &'a [E], index: &'a PatchIndex) -> Option<Taps<'a>> {
@@ -125,7 +125,9 @@ mod tests {
     }
 
     fn check<E: Elem + std::fmt::Debug>(tolerance: E) {
-        for (c, stride, pad, f) in [(1, 1, 0, 32), (3, 2, 1, 19), (2, 1, 1, 5), (1, 1, 1, 40), (1, 1, 0, 16)] {
+        for (c, stride, pad, f) in
+            [(1, 1, 0, 32), (3, 2, 1, 19), (2, 1, 1, 5), (1, 1, 1, 40), (1, 1, 0, 16), (16, 1, 1, 16)]
+        {
             let g = geometry(c, stride, pad);
             let value = |i: usize, m: usize, s: usize| {
                 E::from((i * m) % s).unwrap_or(E::zero()) - E::from(s / 2).unwrap_or(E::zero())

@@ -121,3 +121,43 @@ mod probe {
         println!("fwd {fwd:?} grad input {gin:?} grad weights {gw:?}");
     }
 }
+
+#[cfg(test)]
+mod conv_probe {
+    use super::*;
+
+    /// GFLOP/s of the three per-image products of a 3x3 convolution with 64 input and 64
+    /// output channels on a 28x28 image (the VGG spec's second layer).
+    #[test]
+    #[ignore = "timing probe"]
+    fn conv_products_probe() {
+        let (p, k, f) = (784usize, 576usize, 64usize);
+        let cols: Vec<f32> = (0..p * k).map(|i| (i % 7) as f32).collect();
+        let w: Vec<f32> = (0..k * f).map(|i| (i % 5) as f32).collect();
+        let dy: Vec<f32> = (0..p * f).map(|i| (i % 3) as f32).collect();
+        let rate = |f: &mut dyn FnMut()| {
+            let t = (0..30)
+                .map(|_| {
+                    let t = std::time::Instant::now();
+                    f();
+                    t.elapsed()
+                })
+                .min()
+                .unwrap_or_default();
+            2.0 * (p * k * 64) as f64 / t.as_secs_f64() / 1e9
+        };
+        let mut y = vec![0.0f32; p * f];
+        let mut dw = vec![0.0f32; k * f];
+        let mut dcols = vec![0.0f32; p * k];
+        let fwd = rate(&mut || {
+            gemm(p, f, k, &mut y, false, Mat::row_major(&cols, k), Mat::row_major(&w, f), 1);
+        });
+        let filter = rate(&mut || {
+            gemm(k, f, p, &mut dw, true, Mat::transposed(&cols, k), Mat::row_major(&dy, f), 1);
+        });
+        let input = rate(&mut || {
+            gemm(p, k, f, &mut dcols, false, Mat::row_major(&dy, f), Mat::transposed(&w, f), 1);
+        });
+        println!("GFLOP/s: forward {fwd:.1} filter {filter:.1} input {input:.1}");
+    }
+}
