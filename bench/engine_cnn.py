@@ -1,13 +1,17 @@
-"""Engine benchmark: the real `engine` binary training the tutorial CNN on Fashion-MNIST.
+"""Engine benchmark: the real `engine` binary training a benchmark model on Fashion-MNIST.
 
-The counterpart of tf_estimator_cnn.py: it runs `engine run specs/fashion_mnist_cnn.ron`
-as a child process and prints one JSON object on stdout with the same fields (examples/s,
-wall and CPU ms per step over the timed steps, time from process start to the end of the
-first training step). Standard library only; any python3 runs it.
+The counterpart of tf_estimator.py: it runs `engine run specs/fashion_mnist_<model>.ron`
+(`--model cnn|mlp|residual|vgg`, default cnn, or any `--spec`) as a child process and
+prints one JSON object on stdout with the same fields (examples/s, wall and CPU ms per
+step over the timed steps, time from process start to the end of the first training
+step). The batch size and the length of an `--eval` run come from the spec, as in
+tf_estimator.py. The name is historical (it began with the tutorial CNN only). Standard
+library only; any python3 runs it.
 
     cargo build --release -p engine-cli
     python3 bench/engine_cnn.py --threads 1 --steps 1000 --warmup 100
-    python3 bench/engine_cnn.py --eval          # 2814 steps (3 epochs) and test accuracy
+    python3 bench/engine_cnn.py --model vgg --threads 1      # 30 timed steps after 5, batch 128
+    python3 bench/engine_cnn.py --eval          # the spec's max_steps (CNN: 2814, 3 epochs), test accuracy
 
 How it measures (see bench/README.md):
 - Timed window: the engine logs `loss = ..., step = N` after step N has run, every
@@ -17,7 +21,7 @@ How it measures (see bench/README.md):
   monotonic clock (the measurement does not rely on the program under test); the
   engine's own millisecond timestamps of the same two lines are reported beside them.
 - CPU: the child's utime + stime (all threads) from /proc/<pid>/stat, sampled when the
-  window's two lines arrive, as tf_estimator_cnn.py takes process_time() over its window.
+  window's two lines arrive, as tf_estimator.py takes process_time() over its window.
   Cross-check: getrusage(RUSAGE_CHILDREN) totals of this run and of a second, short run
   (`warmup + 1` steps, same start-up) whose difference, divided by `steps`, is CPU per
   step with the start-up taken out.
@@ -36,8 +40,11 @@ import sys
 import tempfile
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-EPOCH3_STEPS = 2814  # 3 epochs of 60000 at batch 64, the spec's train_spec.max_steps
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+sys.dont_write_bytecode = True
+sys.path.insert(0, HERE)
+import _models  # noqa: E402
 
 # `I 21:55:20.556 engine] loss = 0.9336241, step = 100 (1.079 sec)`; the prefix is UTC.
 LOG_LINE = re.compile(rb"^([IWED]) (\d\d):(\d\d):(\d\d)\.(\d{3}) engine\] (.*)$")
@@ -53,31 +60,58 @@ def parse_args():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--engine", default=os.path.join(REPO, "target", "release", "engine"),
                    help="the engine binary (default: target/release/engine)")
-    p.add_argument("--spec", default=os.path.join(REPO, "specs", "fashion_mnist_cnn.ron"))
+    p.add_argument("--model", choices=sorted(_models.MODELS), default=None,
+                   help="train specs/fashion_mnist_<model>.ron (default cnn)")
+    p.add_argument("--spec", default=None, help="a spec of one's own instead of --model's")
     p.add_argument("--threads", type=int, default=None,
                    help="pin the engine to N CPUs and set RAYON_NUM_THREADS=N (default: rayon's default, all CPUs)")
-    p.add_argument("--steps", type=int, default=1000, help="timed steps after warm-up (default 1000)")
-    p.add_argument("--warmup", type=int, default=100, help="untimed steps first (default 100)")
-    p.add_argument("--log-every", type=int, default=100,
-                   help="run_config.log_step_count_steps (default 100, the engine's and TF's default); "
-                        "--warmup and --steps must be multiples of it")
-    p.add_argument("--batch-size", type=int, default=64, help="train_input.batch_size (default 64)")
+    p.add_argument("--steps", type=int, default=None,
+                   help="timed steps after warm-up (default per model: " + _models.defaults_text("steps")
+                        + "; 1000 for a --spec of one's own)")
+    p.add_argument("--warmup", type=int, default=None,
+                   help="untimed steps first (default per model: " + _models.defaults_text("warmup")
+                        + "; 100 for --spec)")
+    p.add_argument("--log-every", type=int, default=None,
+                   help="run_config.log_step_count_steps; --warmup and --steps must be multiples of it "
+                        "(default: the largest divisor of both up to 100, the engine's and TF's default)")
+    p.add_argument("--batch-size", type=int, default=None,
+                   help="train_input.batch_size (default: the spec's)")
     p.add_argument("--seed", type=int, default=None, help="run_config.random_seed (default: the spec's)")
     p.add_argument("--eval", action="store_true",
-                   help=f"train {EPOCH3_STEPS} steps (3 epochs) with the spec's evaluation; report test accuracy")
+                   help="train the spec's train_spec.max_steps with its evaluation; report test accuracy")
     p.add_argument("--no-cpu-check", action="store_true",
                    help="skip the second, short run behind cpu_ms_per_step_rusage_diff")
     p.add_argument("--set", action="append", default=[], metavar="PATH=VALUE",
                    help="more spec overrides, passed to the engine as --set")
     p.add_argument("--log", default=None, help="also write the engine's stderr to this file")
     a = p.parse_args()
-    if a.steps < 1 or a.warmup < 0 or a.batch_size < 1 or a.log_every < 1:
+    if a.model is not None and a.spec is not None:
+        p.error("give --model or --spec, not both")
+    if a.spec is None:
+        a.model = a.model or "cnn"
+        a.spec = _models.spec_path(a.model)
+    else:
+        a.spec = os.path.abspath(a.spec)  # the engine runs in the repository root
+        a.model = _models.model_of_spec(a.spec)
+    try:
+        a.facts = _models.spec_facts(a.spec)
+    except _models.SpecError as e:
+        p.error(str(e))
+    defaults = _models.MODELS.get(a.model, {"steps": 1000, "warmup": 100})
+    a.steps = defaults["steps"] if a.steps is None else a.steps
+    a.warmup = defaults["warmup"] if a.warmup is None else a.warmup
+    a.batch_size = a.facts["batch_size"] if a.batch_size is None else a.batch_size
+    if a.steps < 1 or a.warmup < 0 or a.batch_size < 1 or (a.log_every is not None and a.log_every < 1):
         p.error("--steps, --batch-size and --log-every must be >= 1, --warmup >= 0")
+    if a.log_every is None:
+        a.log_every = _models.default_log_every(a.warmup, 100 if a.eval else a.steps)
     if a.eval:
-        last_logged = (EPOCH3_STEPS - 1) // a.log_every * a.log_every
+        max_steps = a.facts["max_steps"]
+        last_logged = (max_steps - 1) // a.log_every * a.log_every
         a.steps = last_logged - a.warmup
         if a.steps < 1:
-            p.error(f"--warmup must be below {last_logged} with --eval")
+            p.error(f"--warmup must be below {last_logged} (the last logged step before the spec's "
+                    f"max_steps {max_steps}) with --eval")
     if a.warmup % a.log_every or a.steps % a.log_every:
         p.error(f"--warmup ({a.warmup}) and --steps ({a.steps}) must be multiples of --log-every ({a.log_every}): "
                 "the window is cut at the engine's `step = N` log lines")
@@ -116,7 +150,7 @@ def engine_command(args, max_steps, model_dir):
            "--set", f"train_input.batch_size={args.batch_size}",
            "--set", f"run_config.log_step_count_steps={args.log_every}"]
     if not args.eval:
-        # tf_estimator_cnn.py calls Estimator.train: no evaluation.
+        # tf_estimator.py calls Estimator.train: no evaluation.
         cmd += ["--set", "eval_input=None"]
     if args.seed is not None:
         cmd += ["--set", f"run_config.random_seed={args.seed}"]
@@ -143,7 +177,7 @@ def child_env_and_pin(threads):
 
 def run_engine(args, max_steps, window, env, cpus):
     """Runs the engine once; returns what was seen. `window` = (first, last) logged step, or None."""
-    model_dir = tempfile.mkdtemp(prefix="engine_cnn_")
+    model_dir = tempfile.mkdtemp(prefix=f"engine_{args.model or 'spec'}_")
     cmd = engine_command(args, max_steps, model_dir)
     seen = {"log_steps": {}, "rates": [], "stderr": []}
     try:
@@ -242,16 +276,16 @@ def engine_version(path):
 
 def main():
     args = parse_args()
-    if not os.path.isfile(args.spec):
-        raise BenchError(f"{args.spec}: spec not found")
     version = engine_version(args.engine)
     env, cpus = child_env_and_pin(args.threads)
     env_start = {"nproc": os.cpu_count(), "cpus_allowed": cpus, "loadavg": list(os.getloadavg())}
     window = (args.warmup, args.warmup + args.steps)
-    max_steps = EPOCH3_STEPS if args.eval else args.warmup + args.steps + 1
+    max_steps = args.facts["max_steps"] if args.eval else args.warmup + args.steps + 1
     seen = run_engine(args, max_steps, window, env, cpus)
     report = {
-        "bench": "engine_cnn",
+        "bench": f"engine_{args.model}" if args.model else "engine_cnn",
+        "model": args.model,
+        "spec": os.path.relpath(os.path.abspath(args.spec), REPO),
         "engine": version,
         "engine_path": os.path.abspath(args.engine),
         "command": engine_command(args, max_steps, "<tempdir>"),

@@ -1,0 +1,133 @@
+"""TensorFlow Estimator twins of the benchmark specs (specs/fashion_mnist_*.ron).
+
+Each model_fn builds, with tf.keras layers inside a tf.compat.v1 Estimator model_fn, the
+model, loss, optimizer and metrics its spec describes, so that a comparison with the
+engine measures the same workload. TF 1 optimizers are used because the engine follows
+TensorFlow 1's definitions (MomentumOptimizer's `accum = m * accum + g; var -= lr * accum`,
+AdamOptimizer's epsilon 1e-8). Keras' default initializers (glorot_uniform kernels, zero
+biases) are the engine's defaults too. TensorFlow is imported inside the functions: the
+scripts set thread counts and CPU affinity before it starts its pools.
+"""
+
+import _tfcommon as common
+
+
+def _head(tf, mode, logits, labels, optimizer_fn, regularization=None, top_k=None):
+    """EstimatorSpec for sparse softmax cross-entropy on `logits`.
+
+    The loss is the batch mean plus `regularization` (a scalar tensor or None) in training
+    and evaluation, as the engine's head does. `optimizer_fn(global_step)` returns the
+    optimizer. `top_k` adds a `top_{k}_accuracy` metric in evaluation.
+    """
+    predictions = tf.argmax(logits, axis=1)
+    if mode == tf.estimator.ModeKeys.PREDICT:
+        return tf.estimator.EstimatorSpec(mode, predictions={"class": predictions})
+    loss = tf.compat.v1.losses.sparse_softmax_cross_entropy(labels=labels, logits=logits)
+    if regularization is not None:
+        loss = loss + regularization
+    if mode == tf.estimator.ModeKeys.EVAL:
+        metrics = {"accuracy": tf.compat.v1.metrics.accuracy(labels=labels, predictions=predictions)}
+        if top_k:
+            hit = tf.math.in_top_k(targets=labels, predictions=logits, k=top_k)
+            metrics[f"top_{top_k}_accuracy"] = tf.compat.v1.metrics.mean(tf.cast(hit, tf.float32))
+        return tf.estimator.EstimatorSpec(mode, loss=loss, eval_metric_ops=metrics)
+    global_step = tf.compat.v1.train.get_global_step()
+    train_op = optimizer_fn(global_step).minimize(loss, global_step=global_step)
+    return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op)
+
+
+def mlp_model_fn():
+    """specs/fashion_mnist_mlp.ron: Flatten, Dense 256 relu (he_normal), Dropout 0.2,
+    Dense 128 relu (he_normal), Dense 10; momentum SGD (0.9) with a staircase exponential
+    decay of the learning rate (0.1, halved every 1000 steps)."""
+    import tensorflow as tf
+
+    layers = tf.keras.layers
+
+    def model_fn(features, labels, mode):
+        training = mode == tf.estimator.ModeKeys.TRAIN
+        x = layers.Flatten()(features)
+        x = layers.Dense(256, activation="relu", kernel_initializer="he_normal")(x)
+        x = layers.Dropout(0.2)(x, training=training)
+        x = layers.Dense(128, activation="relu", kernel_initializer="he_normal")(x)
+        logits = layers.Dense(10)(x)
+
+        def optimizer(global_step):
+            lr = tf.compat.v1.train.exponential_decay(0.1, global_step, 1000, 0.5, staircase=True)
+            return tf.compat.v1.train.MomentumOptimizer(lr, momentum=0.9)
+
+        return _head(tf, mode, logits, labels, optimizer)
+
+    return model_fn
+
+
+def residual_model_fn():
+    """specs/fashion_mnist_residual.ron: stem Conv 16 3x3 SAME relu; block: Conv 16 3x3 SAME
+    relu, Conv 16 3x3 SAME linear, added to the stem, relu; MaxPool 2; Flatten; Dense 64
+    relu with an L2(1e-4) kernel penalty (added to the loss); Dropout 0.2; Dense 10; Adam
+    0.001; accuracy and top-3 accuracy in evaluation."""
+    import tensorflow as tf
+
+    layers = tf.keras.layers
+
+    def model_fn(features, labels, mode):
+        training = mode == tf.estimator.ModeKeys.TRAIN
+        stem = layers.Conv2D(16, 3, padding="same", activation="relu", name="stem")(features)
+        x = layers.Conv2D(16, 3, padding="same", activation="relu", name="block_conv1")(stem)
+        x = layers.Conv2D(16, 3, padding="same", name="block_conv2")(x)
+        x = layers.Activation("relu", name="block_out")(layers.Add(name="block_sum")([stem, x]))
+        x = layers.MaxPooling2D(2, name="pool")(x)
+        x = layers.Flatten(name="flatten")(x)
+        hidden = layers.Dense(64, activation="relu", name="hidden",
+                              kernel_regularizer=tf.keras.regularizers.L2(1e-4))
+        x = hidden(x)
+        x = layers.Dropout(0.2, name="dropout")(x, training=training)
+        logits = layers.Dense(10, name="logits")(x)
+        # Keras layers called in a model_fn keep their penalties in `layer.losses`
+        # (L2(l) is l * sum(w^2)); an Estimator user adds them to the loss.
+        regularization = tf.add_n(hidden.losses)
+
+        def optimizer(global_step):
+            return tf.compat.v1.train.AdamOptimizer(0.001)
+
+        return _head(tf, mode, logits, labels, optimizer, regularization=regularization, top_k=3)
+
+    return model_fn
+
+
+def vgg_model_fn():
+    """specs/fashion_mnist_vgg.ron: Conv 64 3x3 SAME relu x2, MaxPool 2, Conv 128 3x3 SAME
+    relu x2, MaxPool 2, Flatten, Dense 256 relu, Dense 10; momentum SGD (0.01, 0.9)."""
+    import tensorflow as tf
+
+    layers = tf.keras.layers
+
+    def model_fn(features, labels, mode):
+        x = features
+        for filters in (64, 128):
+            x = layers.Conv2D(filters, 3, padding="same", activation="relu")(x)
+            x = layers.Conv2D(filters, 3, padding="same", activation="relu")(x)
+            x = layers.MaxPooling2D(2)(x)
+        x = layers.Flatten()(x)
+        x = layers.Dense(256, activation="relu")(x)
+        logits = layers.Dense(10)(x)
+
+        def optimizer(global_step):
+            return tf.compat.v1.train.MomentumOptimizer(0.01, momentum=0.9)
+
+        return _head(tf, mode, logits, labels, optimizer)
+
+    return model_fn
+
+
+# The tutorial CNN's twin stays in _tfcommon.py, shared with tf_mwms_estimator.py.
+MODEL_FNS = {
+    "cnn": lambda: common.make_model_fn(0.05),
+    "mlp": mlp_model_fn,
+    "residual": residual_model_fn,
+    "vgg": vgg_model_fn,
+}
+
+
+def make_model_fn(model):
+    return MODEL_FNS[model]()
