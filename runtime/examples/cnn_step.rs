@@ -3,9 +3,43 @@ use engine_graph::optimizer::*;
 use engine_graph::passes::*;
 use engine_graph::*;
 use engine_runtime::*;
+use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
+
+/// Counts heap allocations and their bytes, to report what one steady-state step
+/// allocates (the figure a static memory plan would bring to zero).
+struct Counting;
+
+static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
+static BYTES: AtomicUsize = AtomicUsize::new(0);
+
+// SAFETY: forwards to the system allocator unchanged; the counters are side effects only.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        BYTES.fetch_add(layout.size(), Ordering::Relaxed);
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        BYTES.fetch_add(layout.size(), Ordering::Relaxed);
+        unsafe { System.alloc_zeroed(layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        BYTES.fetch_add(new_size, Ordering::Relaxed);
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
 
 fn main() -> anyhow::Result<()> {
     let t0 = Instant::now();
@@ -68,8 +102,12 @@ fn main() -> anyhow::Result<()> {
     let mut t = Instant::now();
     let mut agg: BTreeMap<String, f64> = BTreeMap::new();
     let by_node = std::env::var("BY_NODE").is_ok();
+    let mut counted = (0, 0);
     for s in 0..steps {
         let profile = (20..40).contains(&s);
+        if s == 50 {
+            counted = (ALLOCATIONS.load(Ordering::Relaxed), BYTES.load(Ordering::Relaxed));
+        }
         let out = exec.run(&mut vars, &feeds, &fetch, RunOptions { step: s, replica: 0, profile })?;
         for tm in &out.timings {
             let key = if by_node { format!("{} {}", tm.op, tm.node) } else { tm.op.to_string() };
@@ -83,7 +121,14 @@ fn main() -> anyhow::Result<()> {
             t = Instant::now();
         }
     }
+    let (allocations, bytes) =
+        (ALLOCATIONS.load(Ordering::Relaxed) - counted.0, BYTES.load(Ordering::Relaxed) - counted.1);
     let dt = t.elapsed().as_secs_f64() / (steps - 10) as f64;
+    println!(
+        "steady state (steps 50..{steps}): {:.0} allocations, {:.2} MB allocated per step",
+        allocations as f64 / (steps - 50) as f64,
+        bytes as f64 / (steps - 50) as f64 / 1e6
+    );
     println!("first step at {:?}; {:.2} ms/step; {:.0} examples/s", first.unwrap(), dt * 1000.0, 64.0 / dt);
     let mut v: Vec<_> = agg.into_iter().collect();
     v.sort_by(|a, b| b.1.partial_cmp(&a.1).unwrap());
