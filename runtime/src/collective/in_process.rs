@@ -120,14 +120,20 @@ impl Member {
         Ok((post.address.load(Ordering::Relaxed) as *mut T, post.len.load(Ordering::Relaxed)))
     }
 
-    /// Every member's tensor, checked to have `len` elements.
+    /// Every member's tensor, checked to have `len` elements. Every member reaches the same
+    /// verdict from the same posts; on a mismatch they all still meet once before failing,
+    /// so that nobody posts its next operation over posts another is still checking.
     fn same_len<T>(&self, op: &str, len: usize) -> Result<()> {
-        for rank in 0..self.shared.size {
+        let verdict = (0..self.shared.size).try_for_each(|rank| {
             if self.posted::<T>(op, rank)?.1 != len {
                 return Err(mismatch(op, "ranks disagree on the size"));
             }
+            Ok(())
+        });
+        if verdict.is_err() {
+            self.pass();
         }
-        Ok(())
+        verdict
     }
 
     /// Sums chunk `c` over every member, in the ring's order for that chunk
@@ -239,10 +245,9 @@ impl Collective for Member {
         let n = self.shared.size;
         // Posted for reading only: nobody writes through it.
         self.post("all_gather", data.as_ptr().cast_mut(), data.len())?;
-        let mut parts = Vec::with_capacity(n);
-        for rank in 0..n {
-            parts.push(self.posted::<f32>("all_gather", rank)?);
-        }
+        let parts: Result<Vec<_>> = (0..n).map(|rank| self.posted::<f32>("all_gather", rank)).collect();
+        // As in `same_len`: everyone meets before failing.
+        let parts = parts.inspect_err(|_| self.pass())?;
         let mut out = Vec::with_capacity(parts.iter().map(|p| p.1).sum());
         for (address, len) in parts {
             // SAFETY: every tensor is valid and unchanged until the meeting below.

@@ -85,6 +85,18 @@ pub(super) fn gemm<E: Elem>(
 mod probe {
     use super::*;
 
+    /// The fastest of `runs` calls of `f`: the figure least disturbed by other work.
+    pub(super) fn fastest(runs: usize, f: &mut dyn FnMut()) -> std::time::Duration {
+        (0..runs)
+            .map(|_| {
+                let t = std::time::Instant::now();
+                f();
+                t.elapsed()
+            })
+            .min()
+            .unwrap_or_default()
+    }
+
     /// Times `dst = lhs · rhs` for the dense layer's three products, as written and as the
     /// transposed product `dstᵀ = rhsᵀ · lhsᵀ` (the same memory, other strides).
     #[test]
@@ -94,16 +106,7 @@ mod probe {
         let x: Vec<f32> = (0..b * d).map(|i| (i % 7) as f32).collect();
         let w: Vec<f32> = (0..d * u).map(|i| (i % 5) as f32).collect();
         let gh: Vec<f32> = (0..b * u).map(|i| (i % 3) as f32).collect();
-        let best = |f: &mut dyn FnMut()| {
-            (0..20)
-                .map(|_| {
-                    let t = std::time::Instant::now();
-                    f();
-                    t.elapsed()
-                })
-                .min()
-                .unwrap_or_default()
-        };
+        let best = |f: &mut dyn FnMut()| fastest(20, f);
         let mut out = vec![0.0f32; b * d.max(u)];
         let mut outw = vec![0.0f32; d * u];
         // forward: [b x d] · [d x u]
@@ -135,17 +138,7 @@ mod conv_probe {
         let cols: Vec<f32> = (0..p * k).map(|i| (i % 7) as f32).collect();
         let w: Vec<f32> = (0..k * f).map(|i| (i % 5) as f32).collect();
         let dy: Vec<f32> = (0..p * f).map(|i| (i % 3) as f32).collect();
-        let rate = |f: &mut dyn FnMut()| {
-            let t = (0..30)
-                .map(|_| {
-                    let t = std::time::Instant::now();
-                    f();
-                    t.elapsed()
-                })
-                .min()
-                .unwrap_or_default();
-            2.0 * (p * k * 64) as f64 / t.as_secs_f64() / 1e9
-        };
+        let rate = |g: &mut dyn FnMut()| 2.0 * (p * k * f) as f64 / probe::fastest(30, g).as_secs_f64() / 1e9;
         let mut y = vec![0.0f32; p * f];
         let mut dw = vec![0.0f32; k * f];
         let mut dcols = vec![0.0f32; p * k];
