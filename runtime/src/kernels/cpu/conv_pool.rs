@@ -12,13 +12,14 @@ use super::{
     microkernel::{MAX_POOLED_TAPS, pooled_filter_grad_f32},
     patches::PatchIndex,
     pool::{Plane, pool_image, unpool_image},
+    pooled_conv::{MAX_TAPS, conv_max_pool_f32},
 };
 use crate::{
     Result, Value,
     kernels::{KernelCtx, dims},
     value::T,
 };
-use engine_graph::ops::{FusedConv2dMaxPool, FusedMaxPoolConv2dBackpropFilter};
+use engine_graph::ops::{Activation, FusedConv2dMaxPool, FusedMaxPoolConv2dBackpropFilter};
 use rayon::prelude::*;
 
 fn shape4(t: &T, what: &str, ctx: &KernelCtx<'_>) -> Result<[usize; 4]> {
@@ -47,6 +48,11 @@ pub(super) fn forward<E: Elem>(op: &FusedConv2dMaxPool, inputs: Vec<Value>, ctx:
         .map_init(
             || (vec![E::zero(); g.pixels() * f], Vec::new(), vec![0i32; f]),
             |(y, cols, pos), ((out, arg), x)| {
+                if let Method::Direct(index) = &method
+                    && pooled_in_registers(x, &g, index, &ws, &bias, op.activation, &pl, out, arg, cols)
+                {
+                    return true;
+                }
                 let ok = conv_image(x, &g, &method, &ws, f, Some((&bias, op.activation)), y, cols, threads);
                 pool_image(y, out, arg, pos, &pl);
                 ok
@@ -130,6 +136,33 @@ pub(super) fn backprop_filter<E: Elem>(
     super::conv::sum_filter_grads(partials, op.with_bias, [g.kh, g.kw, ch, f], ctx)
 }
 
+/// The f32 SIMD path of the fused forward for one image: convolution and pooling in
+/// registers (see `pooled_conv`). False when it does not apply.
+#[allow(clippy::too_many_arguments)]
+fn pooled_in_registers<E: Elem>(
+    x: &[E],
+    g: &Geometry,
+    index: &PatchIndex,
+    w: &[E],
+    bias: &[E],
+    act: Activation,
+    pl: &Plane,
+    pooled: &mut [E],
+    argmax: &mut [i64],
+    padded: &mut Vec<E>,
+) -> bool {
+    let k = g.patch();
+    if k > MAX_TAPS {
+        return false;
+    }
+    let image = index.image(x, g, padded);
+    let (Some(taps), Some(w), Some(bias), Some(out)) = (taps_f32(image, index), as_f32(w), as_f32(bias), as_f32_mut(pooled))
+    else {
+        return false;
+    };
+    conv_max_pool_f32(taps, k, w, bias, act == Activation::Relu, pl, out, argmax)
+}
+
 /// The f32 SIMD path of the fused backward for one image: the unpooled gradient is built in
 /// registers and multiplied by the image's patch matrix at once (see
 /// `microkernel::pooled_filter_grad_f32`). False when it does not apply.
@@ -168,7 +201,7 @@ fn in_registers<E: Elem>(
 #[cfg(test)]
 mod probe {
     use super::*;
-    use engine_graph::ops::{Activation, Padding, Window};
+    use engine_graph::ops::{Padding, Window};
 
     #[test]
     #[ignore = "timing probe"]
@@ -198,6 +231,14 @@ mod probe {
             }
             let pool = t.elapsed();
             let t = std::time::Instant::now();
+            if let Method::Direct(index) = &method {
+                for _ in 0..64 {
+                    let w = &w[..];
+                    pooled_in_registers(&x, &g, index, w, &bias, Activation::Relu, &pl, &mut out, &mut arg, &mut cols);
+                }
+            }
+            let fused = t.elapsed();
+            let t = std::time::Instant::now();
             for _ in 0..64 {
                 dy.iter_mut().for_each(|v| *v = 0.0);
                 unpool_image(&mut dy, &arg, &out, 32, 676, Some(&out));
@@ -214,7 +255,7 @@ mod probe {
                 in_registers(&x, &g, &index, &arg, &out, Some(&out), &pl, &mut acc, &mut bias_acc, &mut cols);
             }
             println!(
-                "conv {conv:?} pool {pool:?} unpool {unpool:?} filter grad {grad:?} fused grad {:?} (64 images)",
+                "conv {conv:?} pool {pool:?} (in registers {fused:?}) unpool {unpool:?} filter grad {grad:?} fused grad {:?} (64 images)",
                 t.elapsed()
             );
         }

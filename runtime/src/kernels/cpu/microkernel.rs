@@ -22,7 +22,7 @@ pub(super) struct Taps<'a> {
 
 impl Taps<'_> {
     /// Whether `m` pixels of `k` taps each can be read.
-    fn fits(&self, m: usize, k: usize) -> bool {
+    pub(super) fn fits(&self, m: usize, k: usize) -> bool {
         let far = |s: &[usize], n: usize| s.get(..n).map(|s| s.iter().copied().max().unwrap_or(0));
         match (far(self.base, m), far(self.offset, k)) {
             (Some(b), Some(o)) => m == 0 || k == 0 || b + o < self.image.len(),
@@ -101,7 +101,7 @@ pub(super) fn pooled_filter_grad_f32(
     pooled: Option<&[f32]>,
     pl: &Plane,
     acc: &mut [f32],
-    bias: Option<&mut [f32]>,
+    mut bias: Option<&mut [f32]>,
 ) -> bool {
     let (c, q) = (pl.c, pl.pooled());
     let short = !taps.fits(pl.h * pl.w, k) || argmax.len() < q || gradient.len() < q || acc.len() < k * c;
@@ -113,6 +113,9 @@ pub(super) fn pooled_filter_grad_f32(
         || bias.as_ref().is_some_and(|b| b.len() < c)
     {
         return false;
+    }
+    if super::pooled_conv::pooled_filter_grad_avx512(taps, k, argmax, gradient, pooled, pl, acc, bias.as_deref_mut()) {
+        return true;
     }
     #[cfg(target_arch = "x86_64")]
     if super::simd::has_avx2() {

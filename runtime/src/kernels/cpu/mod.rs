@@ -20,6 +20,7 @@ mod microkernel;
 mod numerics;
 mod patches;
 mod pool;
+mod pooled_conv;
 mod reduce;
 mod simd;
 

@@ -46,6 +46,11 @@ impl Plane {
         (clip(y0, self.win.kernel[0], self.h), clip(x0, self.win.kernel[1], self.w))
     }
 
+    /// Most cells a window covers (edge windows may cover fewer).
+    pub(super) fn window_cells(&self) -> usize {
+        self.win.kernel[0] * self.win.kernel[1]
+    }
+
     pub(super) fn image(&self) -> usize {
         self.h * self.w * self.c
     }
