@@ -330,3 +330,52 @@ fn tutorial_cnn() -> Model {
         adam: false,
     }
 }
+
+/// A residual block (`relu(h + conv(h))`, `h` itself a ReLU's output): forward, the skip's
+/// add and the ReLU after it fuse into one elementwise pass; backward, the sum of `h`'s two
+/// gradients (an `AddN`) and `h`'s ReLU gradient fuse into another. Both kernels, native
+/// and generic, compute what the unfused graph does.
+#[test]
+fn a_residual_block_is_equivalent() -> Result<()> {
+    let m = Model { side: 6, channels: 2, conv: None, dense: vec![], classes: 3, batch: 4, loss: 0, adam: false };
+    let mut g = Graph::new();
+    let mut b = GraphBuilder::new(&mut g);
+    let x = b.placeholder("x", DType::F32, Shape::batched(&[m.side, m.side, m.channels]))?;
+    let init = Initializer::RandomNormal { mean: 0.0, stddev: 0.4 };
+    let conv = |b: &mut GraphBuilder<'_>, h: Outlet, name: &str| -> Result<Outlet> {
+        let w = b.variable(&format!("{name}/kernel"), &[3, 3, 2, 2], init.clone(), true)?;
+        let bias = b.variable(&format!("{name}/bias"), &[2], init.clone(), true)?;
+        let y = b.conv2d(h, w, [1, 1], Padding::Same)?;
+        Ok(b.add(y, bias)?)
+    };
+    let stem = conv(&mut b, x, "stem")?;
+    let h = b.relu(stem)?;
+    let inner = conv(&mut b, h, "inner")?;
+    let sum = b.add(h, inner)?;
+    let out = b.relu(sum)?;
+    let flat = b.flatten(out)?;
+    let w = b.variable("dense/kernel", &[m.side * m.side * 2, m.classes], Initializer::GlorotUniform, true)?;
+    let logits = b.matmul(flat, w)?;
+    let labels = b.placeholder("labels", DType::I64, Shape::batched(&[]))?;
+    let per_example = b.sparse_softmax_cross_entropy(logits, labels)?;
+    let loss = b.reduce_mean(per_example, &[], false)?;
+    g.roles.loss = Some(loss);
+    g.roles.inputs.insert("x".into(), x);
+    g.roles.inputs.insert("labels".into(), labels);
+    let config = OptimizerConfig {
+        optimizer: Optimizer::Sgd { momentum: 0.0, nesterov: false },
+        learning_rate: LearningRate::Constant(0.1),
+        clip_global_norm: None,
+    };
+    let (loss_plain, plain, _) = train_step(g.clone(), &m, config.clone(), false, true)?;
+    let (_, _, ops) = train_step(g.clone(), &m, config.clone(), true, true)?;
+    anyhow::ensure!(!ops.contains(&"AddN") && !ops.contains(&"Relu"), "not fused: {ops:?}");
+    for native in [true, false] {
+        let (loss, vars, _) = train_step(g.clone(), &m, config.clone(), true, native)?;
+        anyhow::ensure!((loss - loss_plain).abs() <= 1e-5 * (1.0 + loss_plain.abs()), "{loss} vs {loss_plain}");
+        for (name, a) in &plain {
+            anyhow::ensure!(close(a, &vars[name]), "{name} differs (native kernels: {native})");
+        }
+    }
+    Ok(())
+}

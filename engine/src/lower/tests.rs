@@ -1,6 +1,6 @@
 use super::*;
 use crate::spec::{ErrorKind, FieldPath, Override, Spec, SpecError, Strategy};
-use engine_graph::{DType, Graph, GraphBuilder, Op, Plan, derive_seed};
+use engine_graph::{DType, Graph, GraphBuilder, Op, Plan, derive_seed, ops::ElementOp};
 
 const CNN: &str = include_str!("../../../specs/fashion_mnist_cnn.ron");
 const RESIDUAL: &str = include_str!("../../../specs/fashion_mnist_residual.ron");
@@ -189,12 +189,19 @@ fn a_residual_functional_model_lowers() -> TestResult {
     assert!(graph.roles.fetches.contains_key("regularization_loss"));
     assert_eq!(graph.roles.inputs.keys().map(String::as_str).collect::<Vec<_>>(), ["image", "labels"]);
     let plan = training_plan(&spec, Strategy::OneDevice)?;
-    // The stem's output feeds the block and the sum: its two gradients are summed.
+    // The stem's output feeds the block and the sum: its two gradients are summed, in the
+    // same elementwise pass as the stem ReLU's gradient.
     let stem_grad_sums = plan
         .schedule
         .iter()
         .map(|&id| plan.graph.node(id))
-        .filter(|n| n.op.name() == "AddN" && n.name.contains("stem/Relu"))
+        .filter(|n| match &n.op {
+            Op::FusedElementwise(f) => {
+                n.name.contains("stem/Relu")
+                    && f.program.iter().map(|i| i.op).eq([ElementOp::Add, ElementOp::ReluGrad])
+            }
+            op => op.name() == "AddN" && n.name.contains("stem/Relu"),
+        })
         .count();
     assert_eq!(stem_grad_sums, 1);
     assert_eq!(plan.graph.roles.gradients.len(), 10);

@@ -2,7 +2,7 @@
 
 use super::{Pass, fuse_bias_activation::sole_consumer};
 use crate::{
-    DType, Fact, Graph, NodeId, Op, Outlet, Result,
+    DType, Fact, Graph, Node, NodeId, Op, Outlet, Result,
     ops::{ElementOp, FusedElementwise, Instr, Operand, is_single},
 };
 
@@ -15,7 +15,8 @@ use crate::{
 ///
 /// On the tutorial CNN this turns each SGD update `var - lr * g` into one pass over the
 /// variable; Adam's nine ops per variable become three (the two moments and the update,
-/// each also assigned).
+/// each also assigned). On a residual block, the skip's add and the ReLU after it become
+/// one pass forward, and the two gradients' sum and the ReLU's gradient one backward.
 #[derive(Debug, Default)]
 pub struct FuseElementwise;
 
@@ -28,7 +29,7 @@ impl Pass for FuseElementwise {
         let mut changed = false;
         let order = g.topological_order()?;
         for &id in order.iter().rev() {
-            if !g.contains(id) || element_op(&g.node(id).op).is_none() || absorbed_by_consumer(g, id)? {
+            if !g.contains(id) || element_op(g.node(id)).is_none() || absorbed_by_consumer(g, id)? {
                 continue;
             }
             if fuse_tree(g, id)? {
@@ -39,9 +40,11 @@ impl Pass for FuseElementwise {
     }
 }
 
-fn element_op(op: &Op) -> Option<ElementOp> {
-    Some(match op {
+fn element_op(node: &Node) -> Option<ElementOp> {
+    Some(match &node.op {
         Op::Add(_) => ElementOp::Add,
+        // The sum of two gradients (a residual's fork, read back) is one add.
+        Op::AddN(_) if node.inputs.len() == 2 => ElementOp::Add,
         Op::Sub(_) => ElementOp::Sub,
         Op::Mul(_) => ElementOp::Mul,
         Op::Div(_) => ElementOp::Div,
@@ -52,6 +55,8 @@ fn element_op(op: &Op) -> Option<ElementOp> {
         Op::Log(_) => ElementOp::Log,
         Op::Sqrt(_) => ElementOp::Sqrt,
         Op::Square(_) => ElementOp::Square,
+        Op::Relu(_) => ElementOp::Relu,
+        Op::ReluGrad(_) => ElementOp::ReluGrad,
         _ => return None,
     })
 }
@@ -60,7 +65,7 @@ fn element_op(op: &Op) -> Option<ElementOp> {
 fn absorbed_by_consumer(g: &Graph, id: NodeId) -> Result<bool> {
     let out = Outlet::from(id);
     let Some(consumer) = sole_consumer(g, out) else { return Ok(false) };
-    if element_op(&g.node(consumer).op).is_none() || g.node(consumer).device != g.node(id).device {
+    if element_op(g.node(consumer)).is_none() || g.node(consumer).device != g.node(id).device {
         return Ok(false);
     }
     Ok(g.fact(out)? == g.fact(Outlet::from(consumer))?)
@@ -80,11 +85,11 @@ impl Tree {
     /// `None` if a leaf has a shape the kernel cannot read.
     fn grow(&mut self, g: &Graph, id: NodeId) -> Result<Option<Operand>> {
         let node = g.node(id);
-        let Some(op) = element_op(&node.op) else { return Ok(None) };
+        let Some(op) = element_op(node) else { return Ok(None) };
         let mut args = [Operand::Input(0); 2];
         for (slot, &input) in node.inputs.iter().enumerate().take(op.arity()) {
             let fusable = input.output == 0
-                && element_op(&g.node(input.node).op).is_some()
+                && element_op(g.node(input.node)).is_some()
                 && sole_consumer(g, input) == Some(id)
                 && g.node(input.node).device == self.device
                 && *g.fact(input)? == self.root_fact;

@@ -67,7 +67,13 @@ pub(super) fn fused_elementwise(
             .ok_or_else(|| ctx.err("fused elementwise operand out of range"))
         };
         let a = arg(ins.args[0])?;
-        let value = if ins.op.arity() == 1 {
+        let value = if matches!(ins.op, ElementOp::Relu | ElementOp::ReluGrad) {
+            let (op, args) = match ins.op {
+                ElementOp::Relu => (Op::Relu(ops::Relu), vec![a]),
+                _ => (Op::ReluGrad(ops::ReluGrad), vec![a, arg(ins.args[1])?]),
+            };
+            Value::Float(super::activation::run(&op, args, ctx)?)
+        } else if ins.op.arity() == 1 {
             let op = match ins.op {
                 ElementOp::Neg => Op::Neg(ops::Neg),
                 ElementOp::Exp => Op::Exp(ops::Exp),

@@ -24,6 +24,10 @@ pub enum ElementOp {
     Log,
     Sqrt,
     Square,
+    /// `max(x, 0)`, zero for NaN as the unfused kernel.
+    Relu,
+    /// `ReluGrad(y, dy)`: `dy` where `y > 0`, else zero.
+    ReluGrad,
 }
 
 impl ElementOp {
@@ -34,7 +38,8 @@ impl ElementOp {
             | ElementOp::Mul
             | ElementOp::Div
             | ElementOp::Maximum
-            | ElementOp::Minimum => 2,
+            | ElementOp::Minimum
+            | ElementOp::ReluGrad => 2,
             _ => 1,
         }
     }

@@ -46,13 +46,15 @@ pub(super) fn forward<E: Elem>(op: &FusedConv2dMaxPool, inputs: Vec<Value>, ctx:
         .zip(argmax.par_chunks_mut(pl.pooled()))
         .zip(xs.par_chunks(g.image()))
         .map_init(
-            || (vec![E::zero(); g.pixels() * f], Vec::new(), vec![0i32; f]),
+            || (Vec::new(), Vec::new(), vec![0i32; f]),
             |(y, cols, pos), ((out, arg), x)| {
                 if let Method::Direct(index) = &method
                     && pooled_in_registers(x, &g, index, &ws, &bias, op.activation, &pl, out, arg, cols)
                 {
                     return true;
                 }
+                // The convolution's plane, made only where it is not kept in registers.
+                y.resize(g.pixels() * f, E::zero());
                 let ok = conv_image(x, &g, &method, &ws, f, Some((&bias, op.activation)), y, cols, threads);
                 pool_image(y, out, arg, pos, &pl);
                 ok

@@ -129,6 +129,7 @@ multiversion! {
                     ElementOp::Exp => each.for_each(|(o, x)| *o = x.exp()),
                     ElementOp::Log => each.for_each(|(o, x)| *o = x.ln()),
                     ElementOp::Sqrt => each.for_each(|(o, x)| *o = x.sqrt()),
+                    ElementOp::Relu => each.for_each(|(o, x)| *o = if *x > E::zero() { *x } else { E::zero() }),
                     _ => each.for_each(|(o, x)| *o = *x * *x),
                 }
                 continue;
@@ -142,6 +143,7 @@ multiversion! {
                 ElementOp::Div => pairs.for_each(|(o, (x, y))| *o = *x / *y),
                 // Ties keep `x`, as the unfused kernels do.
                 ElementOp::Maximum => pairs.for_each(|(o, (x, y))| *o = if *y > *x { *y } else { *x }),
+                ElementOp::ReluGrad => pairs.for_each(|(o, (y, dy))| *o = if *y > E::zero() { *dy } else { E::zero() }),
                 _ => pairs.for_each(|(o, (x, y))| *o = if *y < *x { *y } else { *x }),
             }
         }
