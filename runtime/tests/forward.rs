@@ -243,3 +243,21 @@ fn integer_step_arithmetic() -> Result<()> {
     assert_eq!(out.fetched[0].to_host()?, HostTensor::scalar_i64(42));
     Ok(())
 }
+
+/// Dropout's native kernel draws the generic kernel's mask (the same stream, bit for bit,
+/// which `eval` checks), keeps about `1 - rate` of the units scaled by `1 / (1 - rate)`,
+/// and lets a NaN through where its unit is dropped, as `x * 0` does.
+#[test]
+fn dropout_native_and_generic_masks_agree() -> Result<()> {
+    let mut x = random(&[64, 50], 11);
+    if let HostData::F32(v) = &mut x.data {
+        v[7] = f32::NAN;
+    }
+    let y = eval(&[x.clone()], |b, xs| b.dropout(xs[0], 0.25, 5))?;
+    let (xs, ys) = (x.as_f32().unwrap_or_default(), y.as_f32().unwrap_or_default());
+    anyhow::ensure!(ys[7].is_nan(), "a NaN input must stay NaN, dropped or not");
+    let kept = ys.iter().zip(xs).filter(|(y, x)| **y != 0.0 && (**y - **x / 0.75).abs() <= 1e-6).count();
+    let fraction = kept as f64 / (xs.len() - 1) as f64;
+    anyhow::ensure!((fraction - 0.75).abs() < 0.03, "kept {fraction} of the units, expected about 0.75");
+    Ok(())
+}

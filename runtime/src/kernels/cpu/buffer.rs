@@ -54,12 +54,16 @@ pub(super) fn view<E: Elem>(t: &T) -> Cow<'_, [E]> {
     }
 }
 
+/// Whether `t` is the only reference to a whole contiguous buffer, which `into_vec` then
+/// takes over without copying.
+pub(super) fn is_whole_and_unique(t: &T) -> bool {
+    flex(t).is_some_and(|f| f.is_unique() && f.layout().contiguous_offsets() == Some((0, f.layout().num_elements())))
+}
+
 /// The elements as an owned vector; no copy when the executor handed over the only
 /// reference to a contiguous buffer, which lets elementwise kernels work in place.
 pub(super) fn into_vec<E: Elem>(t: T) -> Vec<E> {
-    let whole = flex(&t)
-        .is_some_and(|f| f.is_unique() && f.layout().contiguous_offsets() == Some((0, f.layout().num_elements())));
-    if !whole {
+    if !is_whole_and_unique(&t) {
         return view::<E>(&t).into_owned();
     }
     match read_sync(B::float_into_data(t)) {

@@ -1,11 +1,11 @@
 //! `_FusedElementwise`: the program evaluated over chunks that stay in L1, written once.
 //!
 //! The output reuses the first full-size input the executor handed over for the last
-//! time (a gradient, usually), so an optimizer update allocates nothing.
+//! time (a gradient, usually), so an optimizer update allocates at most its result.
 
 use super::{
     Outcome,
-    buffer::{Elem, into_vec, tensor, view},
+    buffer::{Elem, into_vec, is_whole_and_unique, tensor, view},
     simd::multiversion,
 };
 use crate::{
@@ -47,8 +47,11 @@ pub(super) fn fused<E: Elem>(f: &FusedElementwise, inputs: Vec<Value>, ctx: &Ker
         return Err(held.into_iter().map(|t| t.map_or(Value::Unit, Value::Float)).collect());
     }
     // The output buffer: a full input taken over in place when it is the last reference
-    // (into_vec copies otherwise, which is no worse than a fresh buffer).
-    let out_input = sizes.iter().position(|s| *s == n && n > 1);
+    // (a gradient, usually; a variable read is shared with the store, and copying it
+    // would cost a read more than a fresh buffer).
+    let out_input = (0..held.len()).find(|&k| {
+        sizes[k] == n && n > 1 && held[k].as_ref().is_some_and(is_whole_and_unique)
+    });
     let mut buf: Vec<E> = match out_input.and_then(|k| held[k].take()) {
         Some(t) => into_vec::<E>(t),
         None => vec![E::zero(); n],

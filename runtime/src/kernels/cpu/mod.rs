@@ -12,6 +12,7 @@ mod buffer;
 mod conv;
 mod conv_pool;
 mod direct_conv;
+mod dropout;
 mod elementwise;
 mod fused_elementwise;
 mod gemm;
@@ -76,6 +77,7 @@ fn dispatch<E: buffer::Elem>(op: &Op, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -
         }
         Op::Relu(_) | Op::ReluGrad(_) => float(elementwise::relu::<E>(op, inputs, ctx)),
         Op::FusedElementwise(f) => fused_elementwise::fused::<E>(f, inputs, ctx),
+        Op::Dropout(d) => Ok(dropout::run::<E>(d, inputs, ctx)),
         Op::ReduceSum(r) => reduce::sum::<E>(&r.axes, false, inputs, ctx),
         Op::ReduceMean(r) => reduce::sum::<E>(&r.axes, true, inputs, ctx),
         _ => Err(inputs),
