@@ -51,16 +51,68 @@ pub(super) fn gemm<E: Elem>(
         }
         return true;
     }
-    let parallelism = if threads > 1 { gemm::Parallelism::Rayon(threads) } else { gemm::Parallelism::None };
     // SAFETY: every index the product touches was checked above: dst holds m*n row-major
     // elements, lhs and rhs fit their strides; the slices outlive the call and dst is
     // borrowed mutably, so nothing aliases it.
+    unsafe { raw(m, n, k, dst.as_mut_ptr(), accumulate, lhs, rhs, threads) };
+    true
+}
+
+/// `lhs (m x k) * rhs (k x n)` in a new row-major buffer that the product writes once:
+/// zeroing it first (as `vec![0; m * n]` does) was a pass over every output of a dense
+/// layer's gradients for nothing. `None` if a matrix does not fit its slice.
+pub(super) fn product<E: Elem>(
+    m: usize,
+    n: usize,
+    k: usize,
+    lhs: Mat<'_, E>,
+    rhs: Mat<'_, E>,
+    threads: usize,
+) -> Option<Vec<E>> {
+    if !lhs.fits(m, k) || !rhs.fits(k, n) {
+        return None;
+    }
+    if m == 0 || n == 0 || k == 0 {
+        return Some(vec![E::zero(); m * n]);
+    }
+    let mut out = Vec::with_capacity(m * n);
+    // SAFETY: lhs and rhs fit their strides (checked above) and `out` has room for m*n
+    // elements. With `accumulate` false the gemm crate never reads the destination: it
+    // zeroes its alpha and the first pass over the inner dimension stores `beta · acc`
+    // into every element (later passes read only what the first one wrote), so every
+    // element is initialized when the call returns and `set_len` exposes no uninitialized
+    // memory.
+    unsafe {
+        raw(m, n, k, out.as_mut_ptr(), false, lhs, rhs, threads);
+        out.set_len(m * n);
+    }
+    Some(out)
+}
+
+/// The gemm crate's call, unchecked.
+///
+/// # Safety
+/// `dst` must be valid for writes of `m * n` row-major elements (and reads, with
+/// `accumulate`), and `lhs`/`rhs` must fit `m x k` and `k x n`; m, n and k are non-zero.
+#[allow(clippy::too_many_arguments)]
+unsafe fn raw<E: Elem>(
+    m: usize,
+    n: usize,
+    k: usize,
+    dst: *mut E,
+    accumulate: bool,
+    lhs: Mat<'_, E>,
+    rhs: Mat<'_, E>,
+    threads: usize,
+) {
+    let parallelism = if threads > 1 { gemm::Parallelism::Rayon(threads) } else { gemm::Parallelism::None };
+    // SAFETY: the caller's contract.
     unsafe {
         gemm::gemm(
             m,
             n,
             k,
-            dst.as_mut_ptr(),
+            dst,
             1,
             n as isize,
             accumulate,
@@ -78,7 +130,43 @@ pub(super) fn gemm<E: Elem>(
             parallelism,
         );
     }
-    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `product` writes every element of its uninitialized buffer and reads none: the
+    /// allocator is handed back NaN-filled blocks of the same size first, so a read of the
+    /// destination would show. Shapes cover the gemv paths (m or n = 1), transposed
+    /// operands, and an inner dimension past the crate's depth blocking (later depth
+    /// blocks accumulate into what the first wrote).
+    #[test]
+    fn a_product_into_a_new_buffer_writes_every_element() {
+        for (m, n, k) in [(1, 7, 5), (9, 1, 4), (13, 17, 3), (64, 48, 1100), (5, 5, 0)] {
+            let lhs: Vec<f32> = (0..m * k).map(|i| ((i * 7) % 11) as f32 - 5.0).collect();
+            let rhs: Vec<f32> = (0..k * n).map(|i| ((i * 5) % 13) as f32 - 6.0).collect();
+            let mut want = vec![0.0f32; m * n];
+            for i in 0..m {
+                for j in 0..n {
+                    want[i * n + j] = (0..k).map(|t| lhs[i * k + t] * rhs[t * n + j]).sum();
+                }
+            }
+            for transposed in [false, true] {
+                drop(std::hint::black_box(vec![f32::NAN; m * n]));
+                let (l, lt): (Vec<f32>, _) = if transposed {
+                    let t = (0..k * m).map(|i| lhs[(i % m) * k + i / m]).collect();
+                    (t, true)
+                } else {
+                    (lhs.clone(), false)
+                };
+                let a = if lt { Mat::transposed(&l, m) } else { Mat::row_major(&l, k) };
+                let got = product(m, n, k, a, Mat::row_major(&rhs, n), 1);
+                assert_eq!(got.as_deref(), Some(&want[..]), "{m}x{n}x{k} transposed {transposed}");
+            }
+        }
+        assert!(product(3, 3, 3, Mat::row_major(&[0.0f32; 8], 3), Mat::row_major(&[0.0f32; 9], 3), 1).is_none());
+    }
 }
 
 #[cfg(test)]

@@ -2,7 +2,7 @@
 
 use super::{
     buffer::{Elem, tensor, view},
-    gemm::{Mat, gemm},
+    gemm::{self, Mat},
 };
 use crate::{
     Result, Value,
@@ -32,10 +32,9 @@ fn product<E: Elem>(mm: &MatMul, a: T, b: T, post: Option<(&[E], Activation)>, c
     let (av, bv) = (view::<E>(&a), view::<E>(&b));
     let lhs = if mm.transpose_a { Mat::transposed(&av, ad[1]) } else { Mat::row_major(&av, ad[1]) };
     let rhs = if mm.transpose_b { Mat::transposed(&bv, bd[1]) } else { Mat::row_major(&bv, bd[1]) };
-    let mut out = vec![E::zero(); m * n];
-    if !gemm(m, n, k, &mut out, false, lhs, rhs, rayon::current_num_threads()) {
+    let Some(mut out) = gemm::product(m, n, k, lhs, rhs, rayon::current_num_threads()) else {
         return Err(ctx.err(format!("matrices {ad:?} and {bd:?} do not fit")));
-    }
+    };
     if let Some((bias, act)) = post {
         if bias.len() != n {
             return Err(ctx.err("bias length differs from the output columns"));
