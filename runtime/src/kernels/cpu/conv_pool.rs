@@ -12,7 +12,7 @@ use super::{
     microkernel::{MAX_POOLED_TAPS, pooled_filter_grad_f32},
     patches::PatchIndex,
     pool::{Plane, pool_image, unpool_image},
-    pooled_conv::{MAX_TAPS, conv_max_pool_f32},
+    pooled_conv::{conv_max_pool_f32, forward_applies},
 };
 use crate::{
     Result, Value,
@@ -154,7 +154,7 @@ fn pooled_in_registers<E: Elem>(
     padded: &mut Vec<E>,
 ) -> bool {
     let k = g.patch();
-    if k > MAX_TAPS {
+    if !forward_applies(k, pl) {
         return false;
     }
     let image = index.image(x, g, padded);

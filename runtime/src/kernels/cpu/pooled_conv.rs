@@ -16,10 +16,20 @@
 use super::{microkernel::Taps, pool::Plane};
 
 /// Most taps (`kh * kw * channels`): beyond, im2col and GEMM serve better.
-pub(super) const MAX_TAPS: usize = 32;
+const MAX_TAPS: usize = 32;
 
 /// Most cells of a pooling window (a 2x2 window, or a clipped edge of a larger one).
 const MAX_CELLS: usize = 4;
+
+/// Whether `conv_max_pool_f32` runs for `k` taps and this pooling on this CPU: callers
+/// ask before preparing its input (a padded copy of the image) for nothing.
+pub(super) fn forward_applies(k: usize, pl: &Plane) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    let cpu = has_avx512();
+    #[cfg(not(target_arch = "x86_64"))]
+    let cpu = false;
+    cpu && k > 0 && k <= MAX_TAPS && pl.c.is_multiple_of(16) && pl.window_cells() <= MAX_CELLS
+}
 
 /// `pooled` and `argmax` (the cell `y * w + x` of the plane, first maximal cell winning)
 /// of `act(conv + bias)`, where the convolution's output plane is the pooling's input
@@ -41,7 +51,7 @@ pub(super) fn conv_max_pool_f32(
         && bias.len() >= c
         && pooled.len() >= pl.pooled()
         && argmax.len() >= pl.pooled();
-    if !fits || k == 0 || k > MAX_TAPS || !c.is_multiple_of(16) || pl.window_cells() > MAX_CELLS {
+    if !fits || !forward_applies(k, pl) {
         return false;
     }
     #[cfg(target_arch = "x86_64")]
