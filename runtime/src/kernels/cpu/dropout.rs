@@ -5,7 +5,7 @@
 use super::buffer::{Elem, tensor, view};
 use crate::{
     Result, Value,
-    kernels::{KernelCtx, dims, dropout::draw},
+    kernels::{KernelCtx, dims, dropout::mask},
 };
 use engine_graph::ops::Dropout;
 
@@ -14,12 +14,7 @@ pub(super) fn run<E: Elem>(d: &Dropout, inputs: Vec<Value>, ctx: &KernelCtx<'_>)
     let [x] = ctx.floats(inputs)?;
     let shape = dims(&x);
     let xs = view::<E>(&x);
-    let n = xs.len();
-    let mut kept = vec![false; n];
-    let scale = draw(d, n, ctx, |i, k| kept[i] = k);
-    // The f32 mask holds the f64 scale rounded once, as the generic kernel's does.
-    let scale = E::from(scale).ok_or_else(|| ctx.err("dropout scale out of range"))?;
-    let mask: Vec<E> = kept.iter().map(|&k| if k { scale } else { E::zero() }).collect();
+    let mask = mask::<E>(d, xs.len(), ctx)?;
     // Dropped units are multiplied too: a NaN or infinity stays visible, as unfused.
     let out: Vec<E> = xs.iter().zip(&mask).map(|(x, m)| *x * *m).collect();
     Ok(vec![Value::Float(tensor(out, &shape, ctx.device)), Value::Float(tensor(mask, &shape, ctx.device))])
