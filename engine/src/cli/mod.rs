@@ -78,6 +78,12 @@ pub struct PlanArgs {
     /// The batch size for the statistics (1 to 65536); defaults to the input's `batch_size`.
     #[arg(long, value_name = "N", value_parser = parse_batch)]
     pub batch: Option<usize>,
+    /// The device the plan is placed on, as for `engine run` (the device must exist here).
+    #[arg(long, default_value = "cpu")]
+    pub device: Device,
+    /// Replica devices for `mirrored` and `central_storage`, as for `engine run`.
+    #[arg(long, value_delimiter = ',', value_name = "LIST")]
+    pub devices: Vec<String>,
 }
 
 #[derive(Debug, Args)]

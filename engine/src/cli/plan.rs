@@ -5,6 +5,7 @@ use crate::{
     lower::{self, Mode},
     spec::{Spec, input_batch_size},
 };
+use engine_estimator::strategy::StrategyOptions;
 use engine_graph::{Op, Plan};
 use std::fmt::Write;
 
@@ -21,13 +22,18 @@ pub fn plan(args: &PlanArgs) -> Result<(), CliError> {
         crate::job::check_model_inputs(&spec, &eval, Mode::Eval)?;
     }
     let strategy = args.common.strategy(&spec, args.mode);
-    let plan = lower::compile(&spec, args.mode, strategy)?;
+    let options = StrategyOptions {
+        device: args.device.to_string(),
+        devices: (!args.devices.is_empty()).then(|| args.devices.clone()),
+        ..StrategyOptions::default()
+    };
+    let plan = lower::compile_with(&spec, args.mode, strategy, &options)?;
     if args.dot.as_deref().is_some_and(|p| p.as_os_str() == "-") {
         super::output(&plan.graph.to_dot());
         return Ok(());
     }
     let batch = args.batch.unwrap_or_else(|| default_batch(&spec, args.mode));
-    let replicas = engine_estimator::strategy::strategy_by_name(strategy.name(), &Default::default())
+    let replicas = engine_estimator::strategy::strategy_by_name(strategy.name(), &options)
         .map(|s| s.local_devices().len())
         .unwrap_or(1);
     engine_estimator::check_model_memory(&plan, batch, replicas, &engine_estimator::Resources::of_this_machine())?;

@@ -33,7 +33,7 @@ mod sequential;
 pub use build::{LayerOutput, ModelGraph, ProvidedInputs, build_model, build_model_on};
 pub use error::LowerError;
 pub use limits::{MAX_ELEMENTS, MAX_LAYER_FLOPS};
-pub use plan::{compile, eval_plan, predict_plan, training_plan};
+pub use plan::{compile, compile_with, eval_plan, predict_plan, training_plan};
 
 use std::{fmt, str::FromStr};
 

@@ -122,9 +122,9 @@ impl StrategyOptions {
     /// The replica devices: explicit ones, else one CPU device per available core.
     pub fn replica_devices(&self) -> Result<Vec<Device>> {
         match &self.devices {
-            Some(list) => list.iter().map(|d| Ok(Device::parse(d)?)).collect(),
+            Some(list) => list.iter().map(|d| Ok(announced(Device::parse(d)?))).collect(),
             None => {
-                let base = Device::parse(&self.device)?;
+                let base = announced(Device::parse(&self.device)?);
                 if base.kind != engine_runtime::DeviceKind::Cpu {
                     return Ok(vec![base]);
                 }
@@ -135,10 +135,24 @@ impl StrategyOptions {
     }
 }
 
+/// Logs which hardware a device is (an accelerator's name), once per process and device.
+fn announced(device: Device) -> Device {
+    static SEEN: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    if let Some(hardware) = device.hardware() {
+        let mut seen = SEEN.lock().unwrap_or_else(|p| p.into_inner());
+        let name = device.to_string();
+        if !seen.contains(&name) {
+            log::info!("{name} is {hardware}");
+            seen.push(name);
+        }
+    }
+    device
+}
+
 /// Resolves a strategy by name.
 pub fn strategy_by_name(name: &str, options: &StrategyOptions) -> Result<Box<dyn Strategy>> {
     match name {
-        "default" | "one_device" => Ok(Box::new(DefaultStrategy::new(name, Device::parse(&options.device)?))),
+        "default" | "one_device" => Ok(Box::new(DefaultStrategy::new(name, announced(Device::parse(&options.device)?)))),
         "mirrored" => Ok(Box::new(MirroredStrategy::new(options)?)),
         "central_storage" => Ok(Box::new(CentralStorageStrategy::new(options)?)),
         "multi_worker" => Ok(Box::new(MultiWorkerStrategy::new(options)?)),

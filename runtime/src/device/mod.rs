@@ -21,11 +21,13 @@ pub struct Device {
     pub kind: DeviceKind,
     pub index: usize,
     inner: DispatchDevice,
+    /// What the backend calls the hardware (the adapter's name), for logs and plans.
+    name: Option<String>,
 }
 
 impl Device {
     pub fn cpu() -> Self {
-        Device { kind: DeviceKind::Cpu, index: 0, inner: DispatchDevice::Flex(FlexDevice) }
+        Device { kind: DeviceKind::Cpu, index: 0, inner: DispatchDevice::Flex(FlexDevice), name: None }
     }
 
     /// Parses `cpu`, `cpu:N`, `wgpu[:N]`, `cuda[:N]`. CPU indices name logical devices
@@ -38,9 +40,7 @@ impl Device {
         };
         match name {
             "cpu" => Ok(Device { index, ..Device::cpu() }),
-            "wgpu" => {
-                wgpu_device(index).ok_or_else(|| err("this build has no wgpu backend (rebuild with `--features wgpu`)"))
-            }
+            "wgpu" => wgpu_device(index).map_err(|reason| err(&reason)),
             "cuda" => {
                 cuda_device(index).ok_or_else(|| err("this build has no cuda backend (rebuild with `--features cuda`)"))
             }
@@ -51,18 +51,25 @@ impl Device {
     pub fn dispatch(&self) -> &DispatchDevice {
         &self.inner
     }
+
+    /// The hardware's own name where the backend reports one (`NVIDIA H100 80GB HBM3`).
+    pub fn hardware(&self) -> Option<&str> {
+        self.name.as_deref()
+    }
 }
 
 #[cfg(feature = "wgpu")]
-fn wgpu_device(index: usize) -> Option<Device> {
-    use burn::backend::{CubeDevice, WgpuDevice};
-    let dev = if index == 0 { WgpuDevice::DefaultDevice } else { WgpuDevice::DiscreteGpu(index) };
-    Some(Device { kind: DeviceKind::Wgpu, index, inner: DispatchDevice::Cube(CubeDevice::Wgpu(dev)) })
+mod wgpu;
+
+#[cfg(feature = "wgpu")]
+fn wgpu_device(index: usize) -> std::result::Result<Device, String> {
+    let (dev, name) = wgpu::open(index)?;
+    Ok(Device { kind: DeviceKind::Wgpu, index, inner: DispatchDevice::Cube(dev), name: Some(name) })
 }
 
 #[cfg(not(feature = "wgpu"))]
-fn wgpu_device(_: usize) -> Option<Device> {
-    None
+fn wgpu_device(_: usize) -> std::result::Result<Device, String> {
+    Err("this build has no wgpu backend (rebuild with `--features wgpu`)".into())
 }
 
 #[cfg(feature = "cuda")]
@@ -72,6 +79,7 @@ fn cuda_device(index: usize) -> Option<Device> {
         kind: DeviceKind::Cuda,
         index,
         inner: DispatchDevice::Cube(CubeDevice::Cuda(CudaDevice::new(index))),
+        name: None,
     })
 }
 
