@@ -10,7 +10,7 @@
 
 use crate::{
     Collective, Device, Exchange, Precision, Result, RuntimeError, Value, VariableStore,
-    kernels::{self, KernelCtx},
+    kernels::{self, Finiteness, KernelCtx},
 };
 use engine_graph::{Dim, HostTensor, NodeId, Op, Outlet, Plan, Shape};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -71,6 +71,19 @@ pub struct NonFinite {
     pub nan: usize,
     pub infinite: usize,
     pub elements: usize,
+}
+
+impl NonFinite {
+    fn new(check: &engine_graph::ops::CheckNumerics, node: &engine_graph::Node, nan: usize, infinite: usize, value: &Value) -> Self {
+        NonFinite {
+            message: check.message.clone(),
+            node: node.name.clone(),
+            order: check.order,
+            nan,
+            infinite,
+            elements: value.shape().iter().product(),
+        }
+    }
 }
 
 impl std::fmt::Display for NonFinite {
@@ -352,6 +365,8 @@ impl Executor {
         let mut slots: Vec<Option<Value>> = vec![None; self.slots];
         let mut assignments: Vec<(String, Value)> = Vec::new();
         let mut non_finite: Vec<NonFinite> = Vec::new();
+        // Device-side finiteness probes: (probe, step index, the checked value).
+        let mut probes: Vec<(crate::value::T, usize, Value)> = Vec::new();
         let mut timings = Vec::new();
         let mut collectives = Vec::new();
         // Launched collectives by step index, and which of their output slots are still
@@ -431,16 +446,12 @@ impl Executor {
                     match op {
                         Op::CheckNumerics(check) => {
                             let value = inputs.pop().ok_or_else(|| ctx.err("missing input"))?;
-                            let (nan, infinite) = kernels::non_finite(&value, &ctx)?;
-                            if nan + infinite > 0 {
-                                non_finite.push(NonFinite {
-                                    message: check.message.clone(),
-                                    node: node.name.clone(),
-                                    order: check.order,
-                                    nan,
-                                    infinite,
-                                    elements: value.shape().iter().product(),
-                                });
+                            match kernels::finiteness(&value, &ctx) {
+                                Finiteness::Counted(nan, infinite) if nan + infinite > 0 => {
+                                    non_finite.push(NonFinite::new(check, node, nan, infinite, &value));
+                                }
+                                Finiteness::Counted(..) => {}
+                                Finiteness::Probe(p) => probes.push((p, index, value.clone())),
                             }
                             vec![value]
                         }
@@ -469,6 +480,16 @@ impl Executor {
         rest.sort_unstable();
         for index in rest {
             self.land(index, &mut launched, &mut waiting, &mut slots, &mut collectives, batch)?;
+        }
+        let flags = kernels::read_probes(probes.iter().map(|p| p.0.clone()).collect())?;
+        for ((_, index, value), flag) in probes.iter().zip(flags) {
+            if flag != 0.0 {
+                let node = g.node(self.steps[*index].node);
+                if let Op::CheckNumerics(check) = &node.op {
+                    let (nan, infinite) = kernels::count_non_finite(value)?;
+                    non_finite.push(NonFinite::new(check, node, nan, infinite, value));
+                }
+            }
         }
         // The step commits all of its assignments or, when a check saw a value that is not
         // finite, none: a NaN never reaches the variables.

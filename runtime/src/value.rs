@@ -3,7 +3,7 @@
 use crate::{Result, RuntimeError};
 use burn::backend::ops::{BoolTensorOps, FloatTensorOps, IntTensorOps};
 use burn::backend::{Dispatch, DispatchDevice, DispatchTensor, TensorMetadata, read_sync};
-use burn::tensor::{FloatDType, Shape as BurnShape, TensorData};
+use burn::tensor::{BoolStore, FloatDType, Shape as BurnShape, TensorData};
 use engine_graph::{DType, HostData, HostTensor};
 
 pub(crate) type B = Dispatch;
@@ -55,8 +55,8 @@ impl Value {
 
     /// Uploads a host tensor, computing floats in `precision`.
     pub fn from_host(t: &HostTensor, device: &DispatchDevice, precision: Precision) -> Value {
-        let shape = BurnShape::from(t.shape.clone());
-        match &t.data {
+        let (shape, scalar) = upload_shape(&t.shape, device);
+        let value = match &t.data {
             HostData::F32(v) => {
                 let data = match precision {
                     Precision::F32 => TensorData::new(v.clone(), shape),
@@ -65,31 +65,40 @@ impl Value {
                 Value::Float(B::float_from_data(data, device))
             }
             HostData::I64(v) => Value::Int(B::int_from_data(TensorData::new(v.clone(), shape), device)),
-            HostData::Bool(v) => Value::Bool(B::bool_from_data(TensorData::new(v.clone(), shape), device)),
+            HostData::Bool(v) => Value::Bool(B::bool_from_data(bool_data(v, shape, device), device)),
+        };
+        if scalar { value.reshaped(&[]) } else { value }
+    }
+
+    /// The same elements under another shape (a view where the backend allows).
+    pub(crate) fn reshaped(self, dims: &[usize]) -> Value {
+        let shape = BurnShape::from(dims.to_vec());
+        match self {
+            Value::Float(t) => Value::Float(B::float_reshape(t, shape)),
+            Value::Int(t) => Value::Int(B::int_reshape(t, shape)),
+            Value::Bool(t) => Value::Bool(B::bool_reshape(t, shape)),
+            Value::Unit => Value::Unit,
         }
     }
 
     /// Uploads float data given in f64 (gradient checks perturb inputs without rounding).
     pub fn from_f64(shape: &[usize], data: Vec<f64>, device: &DispatchDevice, precision: Precision) -> Value {
-        let shape = BurnShape::from(shape.to_vec());
-        let data = match precision {
-            Precision::F32 => TensorData::new(data.iter().map(|&x| x as f32).collect::<Vec<f32>>(), shape),
-            Precision::F64 => TensorData::new(data, shape),
-        };
-        Value::Float(B::float_from_data(data, device))
+        Value::Float(float_from_f64(shape, data, device, precision))
     }
 
     /// Uploads f32 data computed in f32: the all-reduce kernel's way back, without
     /// widening to f64.
     pub(crate) fn from_f32(shape: &[usize], data: Vec<f32>, device: &DispatchDevice) -> Value {
-        Value::Float(B::float_from_data(TensorData::new(data, BurnShape::from(shape.to_vec())), device))
+        let (upload, scalar) = upload_shape(shape, device);
+        let value = Value::Float(B::float_from_data(TensorData::new(data, upload), device));
+        if scalar { value.reshaped(&[]) } else { value }
     }
 
     /// The elements of a float value as f32 (a copy; no f64 detour for f32 tensors).
     pub(crate) fn to_f32_vec(&self) -> Result<Vec<f32>> {
         match self {
             Value::Float(t) => {
-                read(B::float_into_data(t.clone()))?.convert::<f32>().try_into_vec::<f32>().map_err(read_err)
+                read(B::float_into_data(readable_float(t)))?.convert::<f32>().try_into_vec::<f32>().map_err(read_err)
             }
             other => Ok(other.to_host()?.to_f64_vec().into_iter().map(|x| x as f32).collect()),
         }
@@ -100,13 +109,13 @@ impl Value {
         let shape = self.shape();
         let data = match self {
             Value::Float(t) => HostData::F32(
-                read(B::float_into_data(t.clone()))?.convert::<f32>().try_into_vec::<f32>().map_err(read_err)?,
+                read(B::float_into_data(readable_float(t)))?.convert::<f32>().try_into_vec::<f32>().map_err(read_err)?,
             ),
             Value::Int(t) => HostData::I64(
-                read(B::int_into_data(t.clone()))?.convert::<i64>().try_into_vec::<i64>().map_err(read_err)?,
+                read(B::int_into_data(readable(t, B::int_reshape)))?.convert::<i64>().try_into_vec::<i64>().map_err(read_err)?,
             ),
             Value::Bool(t) => {
-                HostData::Bool(read(B::bool_into_data(t.clone()))?.try_into_vec::<bool>().map_err(read_err)?)
+                HostData::Bool(read(B::bool_into_data(readable(t, B::bool_reshape)))?.try_into_vec::<bool>().map_err(read_err)?)
             }
             Value::Unit => HostData::Bool(vec![true]),
         };
@@ -117,11 +126,57 @@ impl Value {
     pub fn to_f64_vec(&self) -> Result<Vec<f64>> {
         match self {
             Value::Float(t) => {
-                read(B::float_into_data(t.clone()))?.convert::<f64>().try_into_vec::<f64>().map_err(read_err)
+                read(B::float_into_data(readable_float(t)))?.convert::<f64>().try_into_vec::<f64>().map_err(read_err)
             }
             other => Ok(other.to_host()?.to_f64_vec()),
         }
     }
+}
+
+/// A clone of `t` that the backend can read back: cubecl 0.11 cannot read a rank-0 buffer
+/// either (the same stride underflow), so a scalar is read as one element.
+fn readable(t: &T, reshape: fn(T, BurnShape) -> T) -> T {
+    if t.shape().num_dims() == 0 && !matches!(t.device(), DispatchDevice::Flex(_)) {
+        reshape(t.clone(), BurnShape::new([1]))
+    } else {
+        t.clone()
+    }
+}
+
+fn readable_float(t: &T) -> T {
+    readable(t, B::float_reshape)
+}
+
+/// Booleans as `device` stores them: cubecl's shaders have no bool buffers and take u8 or
+/// u32 (its `bool_from_data` refuses native bools).
+fn bool_data(v: &[bool], shape: BurnShape, device: &DispatchDevice) -> TensorData {
+    let data = TensorData::new(v.to_vec(), shape);
+    match burn::backend::get_device_settings::<B>(device).bool_dtype {
+        BoolStore::Native => data,
+        store => {
+            let fallback = data.clone();
+            data.try_cast(burn::tensor::DType::Bool(store)).unwrap_or(fallback)
+        }
+    }
+}
+
+/// A float tensor from f64 values, computed in `precision`.
+pub(crate) fn float_from_f64(dims: &[usize], data: Vec<f64>, device: &DispatchDevice, precision: Precision) -> T {
+    let (upload, scalar) = upload_shape(dims, device);
+    let data = match precision {
+        Precision::F32 => TensorData::new(data.iter().map(|&x| x as f32).collect::<Vec<f32>>(), upload),
+        Precision::F64 => TensorData::new(data, upload),
+    };
+    let t = B::float_from_data(data, device);
+    if scalar { B::float_reshape(t, BurnShape::from(Vec::<usize>::new())) } else { t }
+}
+
+/// The shape to upload `dims` as, and whether it is a scalar to reshape on arrival:
+/// cubecl 0.11 cannot allocate a rank-0 buffer (its contiguous strides underflow on an
+/// empty shape and panic), so on its devices a scalar travels as one element.
+pub(crate) fn upload_shape(dims: &[usize], device: &DispatchDevice) -> (BurnShape, bool) {
+    let scalar = dims.is_empty() && !matches!(device, DispatchDevice::Flex(_));
+    (BurnShape::from(if scalar { vec![1] } else { dims.to_vec() }), scalar)
 }
 
 fn read(

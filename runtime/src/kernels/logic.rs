@@ -7,7 +7,7 @@ use crate::{
 };
 use burn::backend::TensorMetadata;
 use burn::backend::ops::{BoolTensorOps, FloatTensorOps, IntTensorOps};
-use burn::tensor::{BoolStore, IntDType, Shape as BurnShape};
+use burn::tensor::{IntDType, Shape as BurnShape};
 use engine_graph::{
     DType, Op,
     ops::{ArgMax, Cast, OneHot},
@@ -24,7 +24,7 @@ pub(super) fn compare(op: &Op, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Resul
     let mut it = inputs.into_iter().map(|v| align(v, rank));
     let (a, b) =
         (it.next().ok_or_else(|| ctx.err("missing input"))?, it.next().ok_or_else(|| ctx.err("missing input"))?);
-    let bool_dtype = BoolStore::Native;
+    let bool_dtype = ctx.bool_dtype();
     Ok(Value::Bool(match (a, b) {
         (Value::Float(a), Value::Float(b)) => {
             let (a, b) = (expand_float(a, &out), expand_float(b, &out));
@@ -52,9 +52,9 @@ pub(super) fn cast(c: &Cast, v: Value, ctx: &KernelCtx<'_>) -> Result<Value> {
     Ok(match (v, c.to) {
         (v @ Value::Float(_), DType::F32) | (v @ Value::Int(_), DType::I64) | (v @ Value::Bool(_), DType::Bool) => v,
         (Value::Float(t), DType::I64) => Value::Int(B::float_into_int(t, IntDType::I64)),
-        (Value::Float(t), DType::Bool) => Value::Bool(B::float_not_equal_elem(t, 0.0f64.into(), BoolStore::Native)),
+        (Value::Float(t), DType::Bool) => Value::Bool(B::float_not_equal_elem(t, 0.0f64.into(), ctx.bool_dtype())),
         (Value::Int(t), DType::F32) => Value::Float(B::int_into_float(t, float)),
-        (Value::Int(t), DType::Bool) => Value::Bool(B::int_not_equal_elem(t, 0i64.into(), BoolStore::Native)),
+        (Value::Int(t), DType::Bool) => Value::Bool(B::int_not_equal_elem(t, 0i64.into(), ctx.bool_dtype())),
         (Value::Bool(t), DType::F32) => Value::Float(B::bool_into_float(t, float)),
         (Value::Bool(t), DType::I64) => Value::Int(B::bool_into_int(t, IntDType::I64)),
         (Value::Unit, _) => return Err(ctx.err("cannot cast a unit value")),
@@ -73,7 +73,7 @@ pub(crate) fn one_hot_of(indices: T, depth: usize, ctx: &KernelCtx<'_>) -> T {
     let range = B::int_reshape(B::int_arange(0..depth as i64, ctx.device, IntDType::I64), BurnShape::from(range_dims));
     dims.push(depth);
     let shape = BurnShape::from(dims);
-    let hit = B::int_equal(B::int_expand(idx, shape.clone()), B::int_expand(range, shape), BoolStore::Native);
+    let hit = B::int_equal(B::int_expand(idx, shape.clone()), B::int_expand(range, shape), ctx.bool_dtype());
     B::bool_into_float(hit, ctx.precision.dtype())
 }
 

@@ -6,7 +6,6 @@ use crate::{
     value::{B, T},
 };
 use burn::backend::ops::{FloatTensorOps, IntTensorOps};
-use burn::tensor::BoolStore;
 use engine_graph::{Op, ops::MatMul};
 
 pub(super) fn matmul(m: &MatMul, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Result<T> {
@@ -32,8 +31,8 @@ pub(super) fn binary(op: &Op, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Result
                 let (a, b) = (expand_float(a, &out), expand_float(b, &out));
                 // Ties keep `a`, so gradients routed to `a` on ties agree with the values.
                 let b_wins = match op {
-                    Op::Maximum(_) => B::float_lower(a.clone(), b.clone(), BoolStore::Native),
-                    _ => B::float_greater(a.clone(), b.clone(), BoolStore::Native),
+                    Op::Maximum(_) => B::float_lower(a.clone(), b.clone(), ctx.bool_dtype()),
+                    _ => B::float_greater(a.clone(), b.clone(), ctx.bool_dtype()),
                 };
                 B::float_mask_where(a, b_wins, b)
             }

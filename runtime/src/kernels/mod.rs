@@ -16,13 +16,14 @@ mod math;
 mod pool;
 mod reduce;
 mod shape;
+mod transfer;
 
 use crate::{
     Precision, Result, RuntimeError, Value,
     executor::resolve,
     value::{B, T},
 };
-use burn::backend::ops::{ActivationOps, BoolTensorOps, FloatTensorOps, IntTensorOps};
+use burn::backend::ops::{ActivationOps, FloatTensorOps};
 use burn::backend::{DispatchDevice, TensorMetadata};
 use burn::tensor::Shape as BurnShape;
 use engine_graph::{Node, Op};
@@ -63,17 +64,37 @@ impl KernelCtx<'_> {
         v.try_into().map_err(|_| self.err(format!("expected {N} inputs")))
     }
 
+    /// How this device stores booleans: cubecl's shaders have no native bool buffers
+    /// (they store u8 or u32), flex does.
+    pub fn bool_dtype(&self) -> burn::tensor::BoolStore {
+        burn::backend::get_device_settings::<B>(self.device).bool_dtype
+    }
+
+    /// The integer type of argmax positions: i64 on flex (the native kernels read them as
+    /// such), the device's own elsewhere. cubecl's pooling kernels write i32 positions
+    /// whatever dtype is asked for, so asking for i64 there reads them back as garbage.
+    pub fn index_dtype(&self) -> burn::tensor::IntDType {
+        match self.device {
+            DispatchDevice::Flex(_) => burn::tensor::IntDType::I64,
+            device => burn::backend::get_device_settings::<B>(device).int_dtype,
+        }
+    }
+
     /// A float scalar in the working precision.
     pub fn scalar(&self, v: f64) -> T {
-        let data = match self.precision {
-            Precision::F32 => burn::tensor::TensorData::new(vec![v as f32], BurnShape::new([0usize; 0])),
-            Precision::F64 => burn::tensor::TensorData::new(vec![v], BurnShape::new([0usize; 0])),
-        };
-        B::float_from_data(data, self.device)
+        crate::value::float_from_f64(&[], vec![v], self.device, self.precision)
     }
 }
 
 pub(crate) fn run(op: &Op, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Result<Vec<Value>> {
+    if !matches!(ctx.device, DispatchDevice::Flex(_)) {
+        // cubecl 0.11 cannot allocate a rank-0 buffer (its stride computation underflows
+        // and panics), so a kernel there sees scalars as one-element vectors: burn's
+        // broadcasting treats both alike, and the executor reshapes what comes out to the
+        // node's shape.
+        let inputs = inputs.into_iter().map(|v| if v.shape().is_empty() { v.reshaped(&[1]) } else { v }).collect();
+        return generic(op, inputs, ctx);
+    }
     if !ctx.native {
         return generic(op, inputs, ctx);
     }
@@ -157,28 +178,46 @@ pub(crate) fn generic(op: &Op, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Resul
         Select(_) => one(logic::select(inputs, ctx)?),
         Group(_) => Ok(vec![Value::Unit]),
         AllReduce(a) => collective::all_reduce(a, inputs, ctx),
-        // Partitions share one host, so a transfer hands the value over as is.
-        Transfer(_) => Ok(inputs),
+        Transfer(_) => transfer::run(inputs, ctx),
         Placeholder(_) | Variable(_) | Constant(_) | Assign(_) | CheckNumerics(_) => {
             Err(ctx.err("executed by the executor itself, not by a kernel"))
         }
     }
 }
 
-/// NaN and infinity counts of a float value: `(0, 0)` when every element is finite.
-/// Native CPU buffers are read in place; other devices reduce `x - x` (0 for a finite `x`,
-/// NaN otherwise) to one scalar, read back, and count only when it is not 0.
-pub(crate) fn non_finite(v: &Value, ctx: &KernelCtx<'_>) -> Result<(usize, usize)> {
-    let Value::Float(t) = v else { return Ok((0, 0)) };
+/// What a `CheckNumerics` learns at once about a float value.
+pub(crate) enum Finiteness {
+    /// NaN and infinity counts (`(0, 0)`: every element finite). Native CPU buffers are
+    /// counted in place.
+    Counted(usize, usize),
+    /// On other devices, a one-element tensor that is 0 when every element is finite
+    /// (`sum(x - x)`: NaN otherwise). The executor reads all of a step's probes in one
+    /// transfer at its end, so checking costs a device no synchronization per check; it
+    /// counts exactly (`count_non_finite`) only a value whose probe is not 0.
+    Probe(T),
+}
+
+pub(crate) fn finiteness(v: &Value, ctx: &KernelCtx<'_>) -> Finiteness {
+    let Value::Float(t) = v else { return Finiteness::Counted(0, 0) };
     if ctx.native
-        && let Some(counts) = cpu::non_finite(v, ctx)
+        && let Some((nan, inf)) = cpu::non_finite(v, ctx)
     {
-        return Ok(counts);
+        return Finiteness::Counted(nan, inf);
     }
-    let probe = Value::Float(B::float_sum(B::float_sub(t.clone(), t.clone())));
-    if probe.to_f64_vec()?.first().is_some_and(|x| *x == 0.0) {
-        return Ok((0, 0));
+    let probe = B::float_sum(B::float_sub(t.clone(), t.clone()));
+    Finiteness::Probe(B::float_reshape(probe, BurnShape::new([1])))
+}
+
+/// Reads probes from `finiteness` in one transfer: one value each.
+pub(crate) fn read_probes(probes: Vec<T>) -> Result<Vec<f64>> {
+    if probes.is_empty() {
+        return Ok(Vec::new());
     }
+    Value::Float(B::float_cat(probes, 0)).to_f64_vec()
+}
+
+/// NaN and infinity counts of a value, read back to the host.
+pub(crate) fn count_non_finite(v: &Value) -> Result<(usize, usize)> {
     let values = v.to_f64_vec()?;
     Ok((values.iter().filter(|x| x.is_nan()).count(), values.iter().filter(|x| x.is_infinite()).count()))
 }
@@ -204,13 +243,7 @@ fn first(inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Result<Value> {
 }
 
 pub(crate) fn reshape(v: Value, dims: &[usize]) -> Value {
-    let shape = BurnShape::from(dims.to_vec());
-    match v {
-        Value::Float(t) => Value::Float(B::float_reshape(t, shape)),
-        Value::Int(t) => Value::Int(B::int_reshape(t, shape)),
-        Value::Bool(t) => Value::Bool(B::bool_reshape(t, shape)),
-        Value::Unit => Value::Unit,
-    }
+    v.reshaped(dims)
 }
 
 /// Prepends unit axes so `t` has `rank` axes (burn broadcasts size-1 axes of equal rank).

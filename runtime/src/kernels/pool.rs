@@ -16,7 +16,7 @@ use crate::{
     value::{B, T},
 };
 use burn::backend::ops::{ActivationOps, FloatTensorOps, IntTensorOps, ModuleOps};
-use burn::tensor::{IntDType, Shape as BurnShape, Slice};
+use burn::tensor::{Shape as BurnShape, Slice};
 use engine_graph::ops::{AvgPool2dGrad, MaxPool2d, MaxPool2dGrad, MaxPoolGradWithArgmax, Window};
 
 /// `[top, bottom, left, right]` pads and whether burn's symmetric padding can express them.
@@ -46,7 +46,7 @@ pub(super) fn max_forward(m: &MaxPool2d, inputs: Vec<Value>, ctx: &KernelCtx<'_>
         x = pad_with(x, &spatial_pads(p), f32::NEG_INFINITY);
         [0, 0]
     };
-    let r = B::max_pool2d_with_indices(x, m.window.kernel, m.window.strides, pad, [1, 1], false, IntDType::I64);
+    let r = B::max_pool2d_with_indices(x, m.window.kernel, m.window.strides, pad, [1, 1], false, ctx.index_dtype());
     Ok(vec![Value::Float(to_nhwc(r.output)), Value::Int(B::int_permute(r.indices, &INT_NCHW_TO_NHWC))])
 }
 
