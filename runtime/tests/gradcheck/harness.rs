@@ -1,6 +1,6 @@
 use anyhow::{Result, anyhow};
 use engine_graph::{Graph, GraphBuilder, HostTensor, Initializer, Outlet, Plan, autodiff::gradients};
-use engine_runtime::{Device, Executor, Precision, RunOptions, Value, VariableStore};
+use engine_runtime::{Device, DeviceKind, Executor, Precision, RunOptions, Value, VariableStore};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::collections::BTreeMap;
@@ -88,9 +88,90 @@ pub fn check_with(
         fetches.push(gr);
     }
     let plan = Arc::new(Plan::new(g, vec![])?);
-    let device = Device::cpu();
-    let exec = Executor::new(plan, device.clone(), Precision::F64)?;
     let values: Vec<Vec<f64>> = inputs.iter().map(|inp| draw(&mut rng, inp)).collect();
+    for backend in backends()? {
+        let checked = if backend.device.kind == DeviceKind::Cpu {
+            compare(&plan, &backend, inputs, &values, &fetches, h, tolerance)
+        } else {
+            same_as_cpu(&plan, &backend, inputs, &values, &fetches)
+        };
+        checked.map_err(|e| anyhow!("{}: {e}", backend.name))?;
+    }
+    Ok(())
+}
+
+/// The analytic gradients of `fetches` in f32 on `device` with the generic kernels.
+fn analytic_f32(
+    plan: &Arc<Plan>,
+    device: &Device,
+    native: bool,
+    inputs: &[Input],
+    values: &[Vec<f64>],
+    fetches: &[Outlet],
+) -> Result<Vec<Vec<f64>>> {
+    let exec = Executor::new(plan.clone(), device.clone(), Precision::F32)?.with_native_kernels(native);
+    let mut s = VariableStore::new();
+    for (i, (inp, v)) in inputs.iter().zip(values).enumerate() {
+        s.set(&format!("x{i}"), Value::from_f64(&inp.shape, v.clone(), device.dispatch(), Precision::F32));
+    }
+    let out = exec.run(&mut s, &BTreeMap::new(), fetches, RunOptions::default())?;
+    out.fetched.iter().map(|v| Ok(v.to_f64_vec()?)).collect()
+}
+
+/// A device's gradients against the native CPU kernels', both in f32 (which the finite
+/// differences above check in f64). Devices are compared rather than differenced: Vulkan
+/// has no f64 exp, log or trigonometry (GLSL.std.450 defines them for 16 and 32 bits), so
+/// an f64 run there would test the driver, not the kernels.
+fn same_as_cpu(plan: &Arc<Plan>, backend: &Backend, inputs: &[Input], values: &[Vec<f64>], fetches: &[Outlet]) -> Result<()> {
+    let want = analytic_f32(plan, &Device::cpu(), true, inputs, values, fetches)?;
+    let got = analytic_f32(plan, &backend.device, false, inputs, values, fetches)?;
+    for (i, (w, g)) in want.iter().zip(&got).enumerate() {
+        let what = if i == 0 { "the loss".to_string() } else { format!("gradient {}", i - 1) };
+        if w.len() != g.len() {
+            return Err(anyhow!("{what} has {} elements, {} on the CPU", g.len(), w.len()));
+        }
+        let scale = w.iter().fold(1e-6f64, |m, x| m.max(x.abs()));
+        for (j, (a, b)) in w.iter().zip(g).enumerate() {
+            if (a - b).abs() > 1e-4 * scale {
+                return Err(anyhow!("{what} element {j}: {b} on the device, {a} on the CPU (largest magnitude {scale:.3e})"));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Where a check runs: the native CPU kernels, burn's generic kernels on flex (what every
+/// GPU runs, checked here without one), and each device named in `ENGINE_TEST_DEVICES`
+/// (`wgpu:0`, comma-separated), whose generic kernels run there in f64.
+pub struct Backend {
+    name: String,
+    device: Device,
+    native: bool,
+}
+
+pub fn backends() -> Result<Vec<Backend>> {
+    let mut out = vec![
+        Backend { name: "native CPU kernels".into(), device: Device::cpu(), native: true },
+        Backend { name: "generic kernels on flex".into(), device: Device::cpu(), native: false },
+    ];
+    for name in std::env::var("ENGINE_TEST_DEVICES").unwrap_or_default().split(',').filter(|s| !s.is_empty()) {
+        let device = Device::parse(name.trim())?;
+        out.push(Backend { name: format!("generic kernels on {device}"), device, native: false });
+    }
+    Ok(out)
+}
+
+fn compare(
+    plan: &Arc<Plan>,
+    backend: &Backend,
+    inputs: &[Input],
+    values: &[Vec<f64>],
+    fetches: &[Outlet],
+    h: f64,
+    tolerance: f64,
+) -> Result<()> {
+    let device = &backend.device;
+    let exec = Executor::new(plan.clone(), device.clone(), Precision::F64)?.with_native_kernels(backend.native);
     let store = |vals: &[Vec<f64>]| {
         let mut s = VariableStore::new();
         for (i, (inp, v)) in inputs.iter().zip(vals).enumerate() {
@@ -101,19 +182,19 @@ pub fn check_with(
     let feeds: BTreeMap<String, HostTensor> = BTreeMap::new();
     let run = |vals: &[Vec<f64>]| -> Result<Vec<Vec<f64>>> {
         let mut s = store(vals);
-        let out = exec.run(&mut s, &feeds, &fetches, RunOptions::default())?;
+        let out = exec.run(&mut s, &feeds, fetches, RunOptions::default())?;
         out.fetched.iter().map(|v| Ok(v.to_f64_vec()?)).collect()
     };
-    let analytic = run(&values)?;
+    let analytic = run(values)?;
     for (i, inp) in inputs.iter().enumerate() {
         let got = &analytic[i + 1];
         if got.len() != values[i].len() {
             return Err(anyhow!("gradient {i} has {} elements, input has {}", got.len(), values[i].len()));
         }
         for j in 0..values[i].len() {
-            let mut plus = values.clone();
+            let mut plus = values.to_vec();
             plus[i][j] += h;
-            let mut minus = values.clone();
+            let mut minus = values.to_vec();
             minus[i][j] -= h;
             let numeric = (run(&plus)?[0][0] - run(&minus)?[0][0]) / (2.0 * h);
             let err = (got[j] - numeric).abs() / (1e-3 + got[j].abs().max(numeric.abs()));
