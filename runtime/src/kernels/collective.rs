@@ -1,8 +1,13 @@
 //! The all-reduce kernel: packs a bucket's tensors into one buffer, reduces it with the
-//! executor's collective, and unpacks the result.
+//! executor's collective, and unpacks the result. On a device the bucket is packed and
+//! unpacked there, so a bucket costs one download and one upload, not one per tensor
+//! (each download is a synchronization).
 
 use super::KernelCtx;
-use crate::{Precision, Result, Value};
+use crate::{Precision, Result, Value, value::B};
+use burn::backend::DispatchDevice;
+use burn::backend::ops::FloatTensorOps;
+use burn::tensor::{Shape as BurnShape, Slice};
 use engine_graph::ops::AllReduce;
 
 pub(crate) fn all_reduce(a: &AllReduce, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Result<Vec<Value>> {
@@ -14,6 +19,9 @@ pub(crate) fn all_reduce(a: &AllReduce, inputs: Vec<Value>, ctx: &KernelCtx<'_>)
     let total = shapes.iter().map(|s| s.iter().product::<usize>()).sum();
     if inputs.iter().any(|v| !matches!(v, Value::Float(_))) {
         return Err(ctx.err("all-reduce of a non-float tensor"));
+    }
+    if !matches!(ctx.device, DispatchDevice::Flex(_)) && total > 0 {
+        return packed_on_device(a, group, inputs, &shapes, total, ctx);
     }
     // f32 training packs and unpacks in f32: a detour through f64 cost more than the
     // shared-memory all-reduce of the CNN's gradients itself.
@@ -37,6 +45,47 @@ pub(crate) fn all_reduce(a: &AllReduce, inputs: Vec<Value>, ctx: &KernelCtx<'_>)
             Ok(unpack(&shapes, &packed, |shape, part| Value::from_f32(shape, part.to_vec(), ctx.device)))
         }
     }
+}
+
+fn packed_on_device(
+    a: &AllReduce,
+    group: &dyn crate::Collective,
+    inputs: Vec<Value>,
+    shapes: &[Vec<usize>],
+    total: usize,
+    ctx: &KernelCtx<'_>,
+) -> Result<Vec<Value>> {
+    let flat = inputs
+        .into_iter()
+        .zip(shapes)
+        .map(|(v, s)| Ok(B::float_reshape(ctx.float(v)?, BurnShape::new([s.iter().product::<usize>()]))))
+        .collect::<Result<Vec<_>>>()?;
+    let packed = Value::Float(B::float_cat(flat, 0));
+    let reduced = match ctx.precision {
+        Precision::F32 => {
+            let mut host = packed.to_f32_vec()?;
+            drop(packed);
+            group.all_reduce(&mut host, a.reduce)?;
+            Value::from_f32(&[total], host, ctx.device)
+        }
+        Precision::F64 => {
+            let mut host = packed.to_f64_vec()?;
+            drop(packed);
+            group.all_reduce_f64(&mut host, a.reduce)?;
+            Value::from_f64(&[total], host, ctx.device, ctx.precision)
+        }
+    };
+    let reduced = ctx.float(reduced)?;
+    let mut at = 0;
+    Ok(shapes
+        .iter()
+        .map(|shape| {
+            let n: usize = shape.iter().product();
+            let part = B::float_slice(reduced.clone(), &[Slice::new(at as isize, Some((at + n) as isize), 1)]);
+            at += n;
+            Value::Float(B::float_reshape(part, BurnShape::from(shape.clone())))
+        })
+        .collect())
 }
 
 /// Cuts the reduced buffer back into the bucket's tensors.

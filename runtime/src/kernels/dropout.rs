@@ -1,38 +1,120 @@
-//! Dropout with masks drawn on the host from (seed, global step): reproducible across
-//! restarts and identical on every backend. The stream is counter-based: replica `r`
-//! starts at its rows' offset in the global batch, so a unit of an example is dropped or
-//! kept the same whether the global batch runs on one device or is split over replicas
-//! (every replica's batch has the same size in training).
+//! Dropout with counter-based masks: unit `i` of a step's global batch is kept when a
+//! 32-bit hash of `i` and a seed derived from (op seed, global step) falls below
+//! `keep * 2^32`. No generator state, so the host (the CPU kernels) and a device (its own
+//! integer kernels, no upload) compute the same bits, each unit on its own: reproducible
+//! across restarts and identical on every backend. Replica `r` starts at its rows' offset
+//! in the global batch (`r * n`; every replica's batch has the same size in training), so
+//! a unit is dropped or kept the same whether the global batch runs on one device or is
+//! split over replicas.
 
 use super::{KernelCtx, dims};
 use crate::{Precision, Result, Value, value::B};
-use burn::backend::ops::FloatTensorOps;
-use burn::tensor::{Shape as BurnShape, TensorData};
+use burn::backend::DispatchDevice;
+use burn::backend::ops::{BoolTensorOps, FloatTensorOps, IntTensorOps};
+use burn::tensor::{IntDType, Shape as BurnShape, TensorData};
 use engine_graph::{derive_seed, ops::Dropout};
-use rand::{Rng, SeedableRng};
-use rand_chacha::ChaCha8Rng;
 
-/// The mask over `n` units: `1 / keep` (rounded once to `E`) where a unit is kept, else
-/// zero. Every kernel (generic, native) draws through this, so their masks are the same
-/// bits.
+const LOW32: u64 = 0xFFFF_FFFF;
+/// Odd multipliers below 2^31: a 32-bit value times one stays below 2^63, so a device
+/// computes the hash in signed 64-bit integers without overflow, bit for bit as here.
+const MUL: [u64; 2] = [0x7feb_352d, 0x2c1b_3c6d];
+
+/// One step's stream: the seed folded to 32 bits, the replica's first key, and the
+/// threshold a kept unit's hash falls below.
+struct Stream {
+    seed: u64,
+    offset: u64,
+    threshold: u64,
+}
+
+impl Stream {
+    fn new(d: &Dropout, n: usize, ctx: &KernelCtx<'_>) -> Self {
+        let seed = derive_seed(d.seed, &format!("dropout/{}", ctx.step));
+        let keep = 1.0 - d.rate as f64;
+        Stream {
+            seed: (seed ^ (seed >> 32)) & LOW32,
+            offset: ctx.replica.wrapping_mul(n as u64),
+            threshold: (keep * (1u64 << 32) as f64).round().clamp(0.0, (1u64 << 32) as f64) as u64,
+        }
+    }
+}
+
+/// The hash of key `k` (only its low 32 bits count) under `seed`, in 32 bits.
+fn hash(k: u64, seed: u64) -> u64 {
+    let mut x = (k ^ seed) & LOW32;
+    for m in MUL {
+        x ^= x >> 16;
+        x = (x * m) & LOW32;
+    }
+    x ^ (x >> 15)
+}
+
+fn scale<E: num_traits::Float>(d: &Dropout, ctx: &KernelCtx<'_>) -> Result<E> {
+    E::from(1.0 / (1.0 - d.rate as f64)).ok_or_else(|| ctx.err("dropout scale out of range"))
+}
+
+/// The mask over `n` units on the host: `1 / keep` (rounded once to `E`) where a unit is
+/// kept, else zero.
 pub(super) fn mask<E: num_traits::Float>(d: &Dropout, n: usize, ctx: &KernelCtx<'_>) -> Result<Vec<E>> {
-    let keep = 1.0 - d.rate as f64;
-    let scale = E::from(1.0 / keep).ok_or_else(|| ctx.err("dropout scale out of range"))?;
-    let stream = format!("dropout/{}", ctx.step);
-    let mut rng = ChaCha8Rng::seed_from_u64(derive_seed(d.seed, &stream));
-    // Each draw below takes two 32-bit words.
-    rng.set_word_pos(2 * ctx.replica as u128 * n as u128);
-    Ok((0..n).map(|_| if rng.random::<f64>() < keep { scale } else { E::zero() }).collect())
+    let s = Stream::new(d, n, ctx);
+    let scale = scale::<E>(d, ctx)?;
+    Ok((0..n as u64)
+        .map(|i| if hash(s.offset.wrapping_add(i), s.seed) < s.threshold { scale } else { E::zero() })
+        .collect())
+}
+
+/// The same mask computed on the device from an index range, in the device's kernels.
+fn device_mask(d: &Dropout, shape: &[usize], ctx: &KernelCtx<'_>) -> Result<crate::value::T> {
+    let n: usize = shape.iter().product();
+    let s = Stream::new(d, n, ctx);
+    let scale = scale::<f64>(d, ctx)?;
+    let low = |t| B::bitwise_and_scalar(t, (LOW32 as i64).into());
+    let keys = B::int_arange(0..n as i64, ctx.device, IntDType::I64);
+    let mut x = low(B::bitwise_xor_scalar(B::int_add_scalar(keys, (s.offset as i64).into()), (s.seed as i64).into()));
+    for m in MUL {
+        x = B::bitwise_xor(x.clone(), B::bitwise_right_shift_scalar(x, 16i64.into()));
+        x = low(B::int_mul_scalar(x, (m as i64).into()));
+    }
+    x = B::bitwise_xor(x.clone(), B::bitwise_right_shift_scalar(x, 15i64.into()));
+    let kept = B::int_lower_elem(x, (s.threshold as i64).into(), ctx.bool_dtype());
+    let ones = B::bool_into_float(kept, ctx.precision.dtype());
+    Ok(B::float_reshape(B::float_mul_scalar(ones, scale.into()), BurnShape::from(shape.to_vec())))
 }
 
 pub(super) fn run(d: &Dropout, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Result<Vec<Value>> {
     let [x] = ctx.floats(inputs)?;
     let shape = dims(&x);
-    let n: usize = shape.iter().product();
-    let data = match ctx.precision {
-        Precision::F32 => TensorData::new(mask::<f32>(d, n, ctx)?, BurnShape::from(shape)),
-        Precision::F64 => TensorData::new(mask::<f64>(d, n, ctx)?, BurnShape::from(shape)),
+    let mask = match ctx.device {
+        DispatchDevice::Flex(_) => {
+            let n = shape.iter().product();
+            let data = match ctx.precision {
+                Precision::F32 => TensorData::new(mask::<f32>(d, n, ctx)?, BurnShape::from(shape.clone())),
+                Precision::F64 => TensorData::new(mask::<f64>(d, n, ctx)?, BurnShape::from(shape.clone())),
+            };
+            B::float_from_data(data, ctx.device)
+        }
+        _ => device_mask(d, &shape, ctx)?,
     };
-    let mask = B::float_from_data(data, ctx.device);
     Ok(vec![Value::Float(B::float_mul(x, mask.clone())), Value::Float(mask)])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The hash must spread consecutive keys: over 2^16 keys, the fraction below a
+    /// threshold matches it, and neighbouring keys are not correlated.
+    #[test]
+    fn hash_is_uniform_enough_for_masks() {
+        let seed = 0x1234_5678;
+        let n = 1u64 << 16;
+        for keep in [0.1, 0.5, 0.8] {
+            let threshold = (keep * (1u64 << 32) as f64) as u64;
+            let kept = (0..n).filter(|&k| hash(k, seed) < threshold).count() as f64 / n as f64;
+            assert!((kept - keep).abs() < 0.01, "keep {keep}: kept {kept}");
+        }
+        let both = (0..n).filter(|&k| hash(k, seed) < 1 << 31 && hash(k + 1, seed) < 1 << 31).count() as f64;
+        assert!((both / n as f64 - 0.25).abs() < 0.01, "neighbours kept together {}", both / n as f64);
+        assert_ne!(hash(5, seed), hash(5, seed + 1), "the seed must change the stream");
+    }
 }
