@@ -118,3 +118,19 @@ fn cnn_gradients_agree_on_every_backend() -> Result<()> {
 fn residual_gradients_agree_on_every_backend() -> Result<()> {
     same_gradients(RESIDUAL, "specs/fashion_mnist_residual.ron")
 }
+
+/// `--device wgpu:N` past the last adapter names the ones this machine has (or, with none,
+/// what to install); it never falls back to the CPU.
+#[cfg(feature = "wgpu")]
+#[test]
+fn a_missing_wgpu_adapter_is_named_with_the_ones_found() -> Result<()> {
+    let err = match Device::parse("wgpu:4000") {
+        Ok(d) => return Err(anyhow!("wgpu:4000 opened as {d}")),
+        Err(e) => e.to_string(),
+    };
+    ensure!(
+        err.contains("there is no wgpu:4000; this machine has wgpu:0 = ") || err.contains("no wgpu adapter found"),
+        "{err}"
+    );
+    Ok(())
+}

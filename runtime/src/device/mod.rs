@@ -117,4 +117,11 @@ mod tests {
         assert!(e.contains("valid kinds: cpu, wgpu, cuda"), "{e}");
         assert!(Device::parse("cpu:x").is_err());
     }
+
+    #[cfg(not(feature = "wgpu"))]
+    #[test]
+    fn a_build_without_wgpu_says_how_to_get_it() {
+        let e = Device::parse("wgpu:0").err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(e.contains("rebuild with `--features wgpu`"), "{e}");
+    }
 }
