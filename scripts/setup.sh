@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs what the engine needs on a fresh Debian machine: the Fashion-MNIST data
-# (Debian's dataset-fashion-mnist) and, with --test, the Python packages the tests use to
-# check our files against real readers and writers (TensorBoard, safetensors, tfrecord,
-# moto's S3 server) in ./.venv. Idempotent: re-running does only what is missing.
+# (Debian's dataset-fashion-mnist) and, with --test, Mesa's lavapipe (Vulkan on the CPU,
+# for the wgpu backend's tests) and the Python packages the tests use to check our files
+# against real readers and writers (TensorBoard, safetensors, tfrecord, moto's S3 server)
+# in ./.venv. Idempotent: re-running does only what is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -23,6 +24,14 @@ if [ ! -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
   export DEBIAN_FRONTEND=noninteractive
   as_root apt-get update -qq
   as_root apt-get install -y -qq dataset-fashion-mnist >/dev/null
+fi
+
+if $want_tests && [ ! -f /usr/share/vulkan/icd.d/lvp_icd.x86_64.json ]; then
+  # Mesa's lavapipe, a Vulkan driver on the CPU: the wgpu backend's tests run on it.
+  echo "setup: installing mesa-vulkan-drivers and libvulkan1" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  as_root apt-get update -qq
+  as_root apt-get install -y -qq mesa-vulkan-drivers libvulkan1 >/dev/null
 fi
 
 if $want_tests; then
