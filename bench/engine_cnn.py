@@ -83,6 +83,7 @@ def parse_args():
                    help="skip the second, short run behind cpu_ms_per_step_rusage_diff")
     p.add_argument("--set", action="append", default=[], metavar="PATH=VALUE",
                    help="more spec overrides, passed to the engine as --set")
+    p.add_argument("--device", default=None, help="the engine's --device (cpu, wgpu:0, cuda:0); default cpu")
     p.add_argument("--log", default=None, help="also write the engine's stderr to this file")
     a = p.parse_args()
     if a.model is not None and a.spec is not None:
@@ -156,6 +157,8 @@ def engine_command(args, max_steps, model_dir):
         cmd += ["--set", f"run_config.random_seed={args.seed}"]
     for s in args.set:
         cmd += ["--set", s]
+    if args.device is not None:
+        cmd += ["--device", args.device]
     return cmd
 
 
