@@ -50,6 +50,10 @@ pub struct LaunchArgs {
     /// Passed to every task's `engine run`.
     #[arg(long, value_name = "DIR")]
     pub model_dir: Option<String>,
+    /// Every task's `--device` (`cpu`, `wgpu[:N]`, `cuda[:N]`); tasks on one machine
+    /// share it.
+    #[arg(long, default_value = "cpu")]
+    pub device: super::Device,
 }
 
 pub fn launch(args: &LaunchArgs) -> Result<(), CliError> {
@@ -140,6 +144,7 @@ fn run_cluster(
         if let Some(dir) = &args.model_dir {
             cmd.arg("--model-dir").arg(dir);
         }
+        cmd.arg("--device").arg(args.device.to_string());
         cmd.env("TF_CONFIG", cluster.to_tf_config())
             .env(TOKEN_ENV, token)
             .env(RESTART_COUNT_ENV, restarts.to_string())
