@@ -93,7 +93,13 @@ fn same_gradients(text: &str, file: &str) -> Result<()> {
     for backend in backends()? {
         let got = gradients(&plan, &backend, &init, &feeds).with_context(|| format!("{file} on {}", backend.name))?;
         for ((name, want), got) in names.iter().zip(&expected).zip(&got) {
-            ensure!(want.shape == got.shape, "{file} {name}: shape {:?} on {}, {:?} on the CPU", got.shape, backend.name, want.shape);
+            ensure!(
+                want.shape == got.shape,
+                "{file} {name}: shape {:?} on {}, {:?} on the CPU",
+                got.shape,
+                backend.name,
+                want.shape
+            );
             let (want, got) = (want.to_f64_vec(), got.to_f64_vec());
             let scale = want.iter().fold(0.0f64, |m, x| m.max(x.abs()));
             let worst = want.iter().zip(&got).map(|(a, b)| (a - b).abs()).fold(0.0f64, f64::max);

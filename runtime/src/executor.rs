@@ -74,7 +74,13 @@ pub struct NonFinite {
 }
 
 impl NonFinite {
-    fn new(check: &engine_graph::ops::CheckNumerics, node: &engine_graph::Node, nan: usize, infinite: usize, value: &Value) -> Self {
+    fn new(
+        check: &engine_graph::ops::CheckNumerics,
+        node: &engine_graph::Node,
+        nan: usize,
+        infinite: usize,
+        value: &Value,
+    ) -> Self {
         NonFinite {
             message: check.message.clone(),
             node: node.name.clone(),

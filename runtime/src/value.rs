@@ -109,14 +109,20 @@ impl Value {
         let shape = self.shape();
         let data = match self {
             Value::Float(t) => HostData::F32(
-                read(B::float_into_data(readable_float(t)))?.convert::<f32>().try_into_vec::<f32>().map_err(read_err)?,
+                read(B::float_into_data(readable_float(t)))?
+                    .convert::<f32>()
+                    .try_into_vec::<f32>()
+                    .map_err(read_err)?,
             ),
             Value::Int(t) => HostData::I64(
-                read(B::int_into_data(readable(t, B::int_reshape)))?.convert::<i64>().try_into_vec::<i64>().map_err(read_err)?,
+                read(B::int_into_data(readable(t, B::int_reshape)))?
+                    .convert::<i64>()
+                    .try_into_vec::<i64>()
+                    .map_err(read_err)?,
             ),
-            Value::Bool(t) => {
-                HostData::Bool(read(B::bool_into_data(readable(t, B::bool_reshape)))?.try_into_vec::<bool>().map_err(read_err)?)
-            }
+            Value::Bool(t) => HostData::Bool(
+                read(B::bool_into_data(readable(t, B::bool_reshape)))?.try_into_vec::<bool>().map_err(read_err)?,
+            ),
             Value::Unit => HostData::Bool(vec![true]),
         };
         Ok(HostTensor::new(if matches!(self, Value::Unit) { vec![] } else { shape }, data)?)

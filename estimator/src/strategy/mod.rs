@@ -152,7 +152,9 @@ fn announced(device: Device) -> Device {
 /// Resolves a strategy by name.
 pub fn strategy_by_name(name: &str, options: &StrategyOptions) -> Result<Box<dyn Strategy>> {
     match name {
-        "default" | "one_device" => Ok(Box::new(DefaultStrategy::new(name, announced(Device::parse(&options.device)?)))),
+        "default" | "one_device" => {
+            Ok(Box::new(DefaultStrategy::new(name, announced(Device::parse(&options.device)?))))
+        }
         "mirrored" => Ok(Box::new(MirroredStrategy::new(options)?)),
         "central_storage" => Ok(Box::new(CentralStorageStrategy::new(options)?)),
         "multi_worker" => Ok(Box::new(MultiWorkerStrategy::new(options)?)),

@@ -122,7 +122,13 @@ fn analytic_f32(
 /// differences above check in f64). Devices are compared rather than differenced: Vulkan
 /// has no f64 exp, log or trigonometry (GLSL.std.450 defines them for 16 and 32 bits), so
 /// an f64 run there would test the driver, not the kernels.
-fn same_as_cpu(plan: &Arc<Plan>, backend: &Backend, inputs: &[Input], values: &[Vec<f64>], fetches: &[Outlet]) -> Result<()> {
+fn same_as_cpu(
+    plan: &Arc<Plan>,
+    backend: &Backend,
+    inputs: &[Input],
+    values: &[Vec<f64>],
+    fetches: &[Outlet],
+) -> Result<()> {
     let want = analytic_f32(plan, &Device::cpu(), true, inputs, values, fetches)?;
     let got = analytic_f32(plan, &backend.device, false, inputs, values, fetches)?;
     for (i, (w, g)) in want.iter().zip(&got).enumerate() {
@@ -133,7 +139,9 @@ fn same_as_cpu(plan: &Arc<Plan>, backend: &Backend, inputs: &[Input], values: &[
         let scale = w.iter().fold(1e-6f64, |m, x| m.max(x.abs()));
         for (j, (a, b)) in w.iter().zip(g).enumerate() {
             if (a - b).abs() > 1e-4 * scale {
-                return Err(anyhow!("{what} element {j}: {b} on the device, {a} on the CPU (largest magnitude {scale:.3e})"));
+                return Err(anyhow!(
+                    "{what} element {j}: {b} on the device, {a} on the CPU (largest magnitude {scale:.3e})"
+                ));
             }
         }
     }
