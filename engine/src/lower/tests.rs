@@ -197,8 +197,7 @@ fn a_residual_functional_model_lowers() -> TestResult {
         .map(|&id| plan.graph.node(id))
         .filter(|n| match &n.op {
             Op::FusedElementwise(f) => {
-                n.name.contains("stem/Relu")
-                    && f.program.iter().map(|i| i.op).eq([ElementOp::Add, ElementOp::ReluGrad])
+                n.name.contains("stem/Relu") && f.program.iter().map(|i| i.op).eq([ElementOp::Add, ElementOp::ReluGrad])
             }
             op => op.name() == "AddN" && n.name.contains("stem/Relu"),
         })

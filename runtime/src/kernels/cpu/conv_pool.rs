@@ -158,7 +158,8 @@ fn pooled_in_registers<E: Elem>(
         return false;
     }
     let image = index.image(x, g, padded);
-    let (Some(taps), Some(w), Some(bias), Some(out)) = (taps_f32(image, index), as_f32(w), as_f32(bias), as_f32_mut(pooled))
+    let (Some(taps), Some(w), Some(bias), Some(out)) =
+        (taps_f32(image, index), as_f32(w), as_f32(bias), as_f32_mut(pooled))
     else {
         return false;
     };

@@ -49,9 +49,8 @@ pub(super) fn fused<E: Elem>(f: &FusedElementwise, inputs: Vec<Value>, ctx: &Ker
     // The output buffer: a full input taken over in place when it is the last reference
     // (a gradient, usually; a variable read is shared with the store, and copying it
     // would cost a read more than a fresh buffer).
-    let out_input = (0..held.len()).find(|&k| {
-        sizes[k] == n && n > 1 && held[k].as_ref().is_some_and(is_whole_and_unique)
-    });
+    let out_input =
+        (0..held.len()).find(|&k| sizes[k] == n && n > 1 && held[k].as_ref().is_some_and(is_whole_and_unique));
     let mut buf: Vec<E> = match out_input.and_then(|k| held[k].take()) {
         Some(t) => into_vec::<E>(t),
         None => vec![E::zero(); n],
