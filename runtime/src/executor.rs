@@ -646,7 +646,7 @@ impl Executor {
                 reason: format!("kernel produced shape {got:?}, the graph expects {expected:?} ({})", fact.shape),
             });
         }
-        Ok(kernels::reshape(value, &expected))
+        Ok(value.reshaped(&expected))
     }
 }
 

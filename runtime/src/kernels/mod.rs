@@ -120,7 +120,7 @@ pub(crate) fn generic(op: &Op, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Resul
         }
         ReduceSum(_) | ReduceMean(_) | ReduceMax(_) => Ok(vec![reduce::run(op, inputs, ctx)?]),
         Size(s) => one(reduce::size(s, inputs, ctx)?),
-        Reshape(_) => Ok(vec![reshape(first(inputs, ctx)?, &ctx.out_shape(0)?)]),
+        Reshape(_) => Ok(vec![first(inputs, ctx)?.reshaped(&ctx.out_shape(0)?)]),
         Transpose(t) => Ok(vec![shape::transpose(t, first(inputs, ctx)?)]),
         Concat(c) => Ok(vec![shape::concat(c, inputs, ctx)?]),
         Slice(s) => Ok(vec![shape::slice(s, first(inputs, ctx)?, ctx)?]),
@@ -242,10 +242,6 @@ fn first(inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Result<Value> {
     inputs.into_iter().next().ok_or_else(|| ctx.err("missing input"))
 }
 
-pub(crate) fn reshape(v: Value, dims: &[usize]) -> Value {
-    v.reshaped(dims)
-}
-
 /// Prepends unit axes so `t` has `rank` axes (burn broadcasts size-1 axes of equal rank).
 pub(crate) fn align_float(t: T, rank: usize) -> T {
     let dims = t.shape().to_vec();
@@ -264,7 +260,7 @@ pub(crate) fn align(v: Value, rank: usize) -> Value {
     }
     let mut aligned = vec![1; rank - dims.len()];
     aligned.extend(dims);
-    reshape(v, &aligned)
+    v.reshaped(&aligned)
 }
 
 /// `t` broadcast to exactly `dims` (for primitives that do not broadcast by themselves).

@@ -110,9 +110,14 @@ fn analytic_f32(
     fetches: &[Outlet],
 ) -> Result<Vec<Vec<f64>>> {
     let exec = Executor::new(plan.clone(), device.clone(), Precision::F32)?.with_native_kernels(native);
+    evaluate(&exec, inputs, values, fetches)
+}
+
+/// One step of `exec` with the inputs `x0`, `x1`, ... set to `values`: every fetch as f64.
+fn evaluate(exec: &Executor, inputs: &[Input], values: &[Vec<f64>], fetches: &[Outlet]) -> Result<Vec<Vec<f64>>> {
     let mut s = VariableStore::new();
     for (i, (inp, v)) in inputs.iter().zip(values).enumerate() {
-        s.set(&format!("x{i}"), Value::from_f64(&inp.shape, v.clone(), device.dispatch(), Precision::F32));
+        s.set(&format!("x{i}"), Value::from_f64(&inp.shape, v.clone(), exec.device().dispatch(), exec.precision()));
     }
     let out = exec.run(&mut s, &BTreeMap::new(), fetches, RunOptions::default())?;
     out.fetched.iter().map(|v| Ok(v.to_f64_vec()?)).collect()
@@ -150,7 +155,7 @@ fn same_as_cpu(
 
 /// Where a check runs: the native CPU kernels, burn's generic kernels on flex (what every
 /// GPU runs, checked here without one), and each device named in `ENGINE_TEST_DEVICES`
-/// (`wgpu:0`, comma-separated), whose generic kernels run there in f64.
+/// (`wgpu:0`, comma-separated), whose generic kernels are compared there with the CPU's.
 pub struct Backend {
     name: String,
     device: Device,
@@ -178,21 +183,8 @@ fn compare(
     h: f64,
     tolerance: f64,
 ) -> Result<()> {
-    let device = &backend.device;
-    let exec = Executor::new(plan.clone(), device.clone(), Precision::F64)?.with_native_kernels(backend.native);
-    let store = |vals: &[Vec<f64>]| {
-        let mut s = VariableStore::new();
-        for (i, (inp, v)) in inputs.iter().zip(vals).enumerate() {
-            s.set(&format!("x{i}"), Value::from_f64(&inp.shape, v.clone(), device.dispatch(), Precision::F64));
-        }
-        s
-    };
-    let feeds: BTreeMap<String, HostTensor> = BTreeMap::new();
-    let run = |vals: &[Vec<f64>]| -> Result<Vec<Vec<f64>>> {
-        let mut s = store(vals);
-        let out = exec.run(&mut s, &feeds, fetches, RunOptions::default())?;
-        out.fetched.iter().map(|v| Ok(v.to_f64_vec()?)).collect()
-    };
+    let exec = Executor::new(plan.clone(), backend.device.clone(), Precision::F64)?.with_native_kernels(backend.native);
+    let run = |vals: &[Vec<f64>]| evaluate(&exec, inputs, vals, fetches);
     let analytic = run(values)?;
     for (i, inp) in inputs.iter().enumerate() {
         let got = &analytic[i + 1];
