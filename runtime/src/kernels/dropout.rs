@@ -84,16 +84,16 @@ fn device_mask(d: &Dropout, shape: &[usize], ctx: &KernelCtx<'_>) -> Result<crat
 pub(super) fn run(d: &Dropout, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Result<Vec<Value>> {
     let [x] = ctx.floats(inputs)?;
     let shape = dims(&x);
-    let mask = match ctx.device {
-        DispatchDevice::Flex(_) => {
-            let n = shape.iter().product();
-            let data = match ctx.precision {
-                Precision::F32 => TensorData::new(mask::<f32>(d, n, ctx)?, BurnShape::from(shape.clone())),
-                Precision::F64 => TensorData::new(mask::<f64>(d, n, ctx)?, BurnShape::from(shape.clone())),
-            };
-            B::float_from_data(data, ctx.device)
-        }
-        _ => device_mask(d, &shape, ctx)?,
+    // An if, not a match: a build without GPU features has no other device variant.
+    let mask = if matches!(ctx.device, DispatchDevice::Flex(_)) {
+        let n = shape.iter().product();
+        let data = match ctx.precision {
+            Precision::F32 => TensorData::new(mask::<f32>(d, n, ctx)?, BurnShape::from(shape.clone())),
+            Precision::F64 => TensorData::new(mask::<f64>(d, n, ctx)?, BurnShape::from(shape.clone())),
+        };
+        B::float_from_data(data, ctx.device)
+    } else {
+        device_mask(d, &shape, ctx)?
     };
     Ok(vec![Value::Float(B::float_mul(x, mask.clone())), Value::Float(mask)])
 }

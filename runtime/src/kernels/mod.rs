@@ -74,9 +74,10 @@ impl KernelCtx<'_> {
     /// such), the device's own elsewhere. cubecl's pooling kernels write i32 positions
     /// whatever dtype is asked for, so asking for i64 there reads them back as garbage.
     pub fn index_dtype(&self) -> burn::tensor::IntDType {
-        match self.device {
-            DispatchDevice::Flex(_) => burn::tensor::IntDType::I64,
-            device => burn::backend::get_device_settings::<B>(device).int_dtype,
+        if matches!(self.device, DispatchDevice::Flex(_)) {
+            burn::tensor::IntDType::I64
+        } else {
+            burn::backend::get_device_settings::<B>(self.device).int_dtype
         }
     }
 
