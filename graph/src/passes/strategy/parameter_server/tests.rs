@@ -1,0 +1,133 @@
+use super::*;
+use crate::{
+    DType, Initializer, Shape,
+    autodiff::Autodiff,
+    optimizer::{ApplyOptimizer, LearningRate, Optimizer, OptimizerConfig},
+    passes::{CheckNumericsPass, PassManager, optimization_passes},
+};
+
+/// Two dense layers trained with Adam (slots, a global-step-dependent step size), a decaying
+/// learning rate and global-norm clipping: everything the placement must keep apart.
+fn trained(optimizer: Optimizer, num_ps: usize) -> Result<Graph> {
+    let mut g = Graph::new();
+    let mut b = GraphBuilder::new(&mut g);
+    let x = b.placeholder("x", DType::F32, Shape::batched(&[3]))?;
+    let w1 = b.variable("w1", &[3, 4], Initializer::Ones, true)?;
+    let w2 = b.variable("w2", &[4, 2], Initializer::Ones, true)?;
+    let h = b.matmul(x, w1)?;
+    let h = b.relu(h)?;
+    let y = b.matmul(h, w2)?;
+    let loss = b.reduce_mean(y, &[], false)?;
+    g.roles.loss = Some(loss);
+    g.roles.inputs.insert("x".into(), x);
+    let config = OptimizerConfig {
+        optimizer,
+        learning_rate: LearningRate::ExponentialDecay {
+            initial: 0.1,
+            decay_steps: 10,
+            decay_rate: 0.5,
+            staircase: false,
+        },
+        clip_global_norm: Some(1.0),
+    };
+    let mut passes = PassManager::new()
+        .with(Autodiff)
+        .with(ApplyOptimizer { config })
+        .with(CheckNumericsPass)
+        .with(ParameterServerPlacement { num_ps });
+    for p in optimization_passes() {
+        passes.push(p);
+    }
+    passes.run(&mut g)?;
+    g.check()?;
+    Ok(g)
+}
+
+fn device(g: &Graph, name: &str) -> Result<String> {
+    Ok(g.node(g.find(name)?).device.clone().unwrap_or_default())
+}
+
+fn adam() -> Optimizer {
+    Optimizer::Adam { beta1: 0.9, beta2: 0.999, epsilon: 1e-7 }
+}
+
+#[test]
+fn variables_go_round_robin_with_their_slots() -> Result<()> {
+    let g = trained(adam(), 2)?;
+    assert_eq!(device(&g, "w1")?, "ps:0");
+    assert_eq!(device(&g, "w1/Adam")?.as_str(), "ps:0", "a slot lives with its variable");
+    assert_eq!(device(&g, "w2")?, "ps:1");
+    assert_eq!(device(&g, "w2/Adam_1")?, "ps:1");
+    assert_eq!(device(&g, "global_step")?, "ps:0");
+    assert_eq!(device(&g, "x")?, WORKER);
+    Ok(())
+}
+
+#[test]
+fn updates_run_on_the_variables_ps_and_everything_else_on_the_worker() -> Result<()> {
+    for num_ps in [1, 2, 3] {
+        let g = trained(adam(), num_ps)?;
+        for (_, n) in g.nodes() {
+            let here = n.device.clone().unwrap_or_default();
+            if let Op::Assign(_) = n.op {
+                let var = g.node(n.inputs[0].node);
+                assert_eq!(Some(here.as_str()), var.device.as_deref(), "{} runs away from {}", n.name, var.name);
+            }
+            match &n.op {
+                Op::Transfer(t) => {
+                    assert_eq!(here, t.to);
+                    let src = g.node(n.inputs[0].node);
+                    let from = src.device.clone().unwrap_or_default();
+                    assert_ne!(from, here, "{} transfers within {here}", n.name);
+                    assert!(from == WORKER || here == WORKER, "{} goes from {from} to {here} directly", n.name);
+                    if here == WORKER {
+                        assert!(
+                            matches!(src.op, Op::Variable(_)),
+                            "the worker reads {} ({}), which is not a variable",
+                            src.name,
+                            src.op.name()
+                        );
+                    }
+                }
+                _ => {
+                    for o in &n.inputs {
+                        assert_eq!(g.node(o.node).device, n.device, "{} reads {} across devices", n.name, g.node(o.node).name);
+                    }
+                }
+            }
+        }
+        // The schedule and, across ps tasks, the global norm are the worker's; the gradients are checked
+        // before they leave it.
+        let lr = g.roles.fetches["learning_rate"];
+        assert_eq!(g.node(lr.node).device.as_deref(), Some(WORKER));
+        // (With one ps task the norm needs only its gradients, and is computed there.)
+        assert!(num_ps == 1 || g.nodes().any(|(_, n)| n.name.contains("clip_by_global_norm/Sqrt") && n.device.as_deref() == Some(WORKER)));
+        for (_, n) in g.nodes().filter(|(_, n)| matches!(n.op, Op::CheckNumerics(_))) {
+            let on_worker = n.device.as_deref() == Some(WORKER);
+            assert_eq!(on_worker, n.name.contains("gradient"), "{} on {:?}", n.name, n.device);
+        }
+        let train_op = g.roles.train_op.ok_or_else(|| crate::GraphError::invalid("test", "no train op"))?;
+        assert_eq!(g.node(train_op.node).device.as_deref(), Some(WORKER));
+        for k in 0..num_ps.min(2) {
+            assert!(g.roles.fetches.contains_key(&format!("train_op/ps:{k}")), "no assignments grouped on ps:{k}");
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn the_global_step_is_incremented_on_its_ps() -> Result<()> {
+    let g = trained(Optimizer::Sgd { momentum: 0.9, nesterov: false }, 2)?;
+    let assign = g
+        .nodes()
+        .find(|(_, n)| matches!(n.op, Op::Assign(_)) && g.node(n.inputs[0].node).name == "global_step")
+        .map(|(id, _)| id)
+        .ok_or_else(|| crate::GraphError::invalid("test", "no global step assignment"))?;
+    let value = g.node(g.node(assign).inputs[1].node);
+    assert_eq!(value.device.as_deref(), Some("ps:0"), "{} computes the next step off the ps", value.name);
+    let (read, sent) = transfer_bytes(&g, 8)?;
+    // Worker reads: w1, w2 (and the global step); sends: their gradients and the rate.
+    assert!(read >= (12 + 8) * 4 && sent >= (12 + 8) * 4, "read {read}, sent {sent}");
+    Ok(())
+}
+
