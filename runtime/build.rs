@@ -2,7 +2,7 @@
 //! so that building the crate needs no `protoc` on the machine.
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let protos = ["proto/collective.proto"];
+    let protos = ["proto/collective.proto", "proto/ps.proto"];
     for proto in protos {
         println!("cargo:rerun-if-changed={proto}");
     }
@@ -12,6 +12,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build_server(true)
         // Segment payloads are the bulk of every message: `Bytes` avoids a copy on decode.
         .bytes(".engine.collective.v1.Segment.payload")
+        .bytes(".engine.ps.v1.Tensor.data")
         .compile_fds(descriptors)?;
     Ok(())
 }

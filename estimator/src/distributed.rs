@@ -3,7 +3,7 @@
 //! evaluates each new checkpoint as it appears, skipping intermediate ones when behind,
 //! and exits once it has evaluated the final step. Without an evaluator task the chief
 //! evaluates the final checkpoint itself, after every worker has left the collective, so
-//! no worker waits on an evaluation.
+//! no worker waits on an evaluation. A ps task serves its variables until training ends.
 
 use crate::{
     Estimator, EvalResult, EvalSpec, Result, StepLimit, TrainSpec, checkpoint::read_checkpoint, strategy::trains,
@@ -23,6 +23,11 @@ pub(crate) fn run(
     mut eval_spec: EvalSpec,
     cluster: &Cluster,
 ) -> Result<EvalResult> {
+    if cluster.task().task_type == TaskType::Ps {
+        let outcome = estimator.train(train_spec.input_fn.as_ref(), std::mem::take(&mut train_spec.hooks), StepLimit::UntilInputEnds, Vec::new())?;
+        log::info!("{cluster}: serving ended at global step {}", outcome.global_step);
+        return Ok(EvalResult::from([("global_step".to_string(), outcome.global_step as f64)]));
+    }
     if !trains(cluster) {
         return continuous_evaluation(estimator, eval_spec, train_spec.max_steps, cluster);
     }

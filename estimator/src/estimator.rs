@@ -18,6 +18,7 @@ use crate::{
     warm_start::WarmStartSettings,
 };
 use engine_graph::HostTensor;
+use engine_runtime::cluster::TaskType;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
@@ -154,6 +155,9 @@ impl Estimator {
         saving_listeners: Vec<Box<dyn CheckpointSaverListener + 'l>>,
         trigger: crate::CheckpointTrigger,
     ) -> Result<TrainOutcome> {
+        if self.train_strategy.cluster().is_some_and(|c| c.task().task_type == TaskType::Ps) {
+            return self.serve_parameters(input_fn, &hooks);
+        }
         if self.train_strategy.is_chief() {
             for path in self.checkpoints.remove_interrupted_saves()? {
                 log::info!("Removed {}, left by a save that was interrupted", path.display());
@@ -214,8 +218,12 @@ impl Estimator {
                 dataset.iter()?
             }
         };
+        let mut start = start;
         if strategy.cluster().is_some() {
             replicas.sync_from_chief(start, self.seed)?;
+            if let Some(step) = replicas.remote_global_step() {
+                start = step;
+            }
         }
         let global_batch = schema_batch(&dataset) * strategy.num_replicas_in_sync();
         let examples_seen = match &restored {
@@ -281,6 +289,20 @@ impl Estimator {
             log::info!("Loss for final step: {loss:.7}.");
         }
         Ok(outcome)
+    }
+
+    /// A ps task's part of training: compile the training graph exactly as the training
+    /// tasks do (their handshake compares its fingerprint), then serve this task's share of
+    /// the variables until training ends.
+    fn serve_parameters(&self, input_fn: &dyn InputFn, hooks: &[Box<dyn SessionRunHook>]) -> Result<TrainOutcome> {
+        let strategy = self.train_strategy.clone();
+        let dataset = self.dataset(input_fn, Mode::Train, strategy.as_ref())?;
+        let schema = dataset.schema()?;
+        let required: Vec<String> = hooks.iter().flat_map(|h| h.required_tensors()).collect();
+        let compiled =
+            compile(self.model_fn.as_ref(), &self.params, Mode::Train, &schema, strategy.as_ref(), &required)?;
+        let step = strategy.serve_parameters(compiled.plan.clone(), &compiled.handshake_fingerprint, self.config.precision)?;
+        Ok(TrainOutcome { global_step: step.unwrap_or(0), loss: None })
     }
 
     /// Evaluates a checkpoint (the latest by default) on one pass of the input (or `steps`

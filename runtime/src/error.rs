@@ -37,6 +37,11 @@ pub enum RuntimeError {
     #[error(transparent)]
     Cluster(#[from] ClusterError),
 
+    /// A parameter-server task failed, refused, or could not be reached: `task` names it
+    /// (`ps:0`), or the task that is gone when a ps task reports it (`chief:0`).
+    #[error("{task}: {reason}")]
+    ParameterServer { task: String, reason: String, retryable: bool },
+
     /// This task could not join its collective group over the network.
     #[error("joining the collective group failed: {0}")]
     Connect(#[from] ConnectError),
@@ -47,7 +52,9 @@ impl RuntimeError {
     /// shape, a feed or a configuration will fail the same way.
     pub fn is_retryable(&self) -> bool {
         match self {
-            RuntimeError::Collective { retryable, .. } => *retryable,
+            RuntimeError::Collective { retryable, .. } | RuntimeError::ParameterServer { retryable, .. } => {
+                *retryable
+            }
             RuntimeError::Connect(e) => e.is_retryable(),
             _ => false,
         }

@@ -1,5 +1,6 @@
 //! Values passed between the partitions of one step (central storage: the host partition
-//! sends variables to the replicas, a replica sends reduced gradients to the host).
+//! sends variables to the replicas, a replica sends reduced gradients to the host; a
+//! parameter-server worker's pulled variables in, its gradients out).
 
 use crate::{Result, RuntimeError, Value};
 use engine_graph::Outlet;
@@ -60,6 +61,11 @@ impl Exchange {
             }
             s = self.cv.wait_timeout(s, deadline - now).unwrap_or_else(|p| p.into_inner()).0;
         }
+    }
+
+    /// The value of `outlet` if it was sent (after a partition ran: what it exported).
+    pub fn get(&self, outlet: Outlet) -> Option<Value> {
+        self.lock().values.get(&outlet).cloned()
     }
 
     /// Forgets the previous step's values (call while no partition is running).

@@ -84,6 +84,10 @@ pub struct PlanArgs {
     /// Replica devices for `mirrored` and `central_storage`, as for `engine run`.
     #[arg(long, value_delimiter = ',', value_name = "LIST")]
     pub devices: Vec<String>,
+    /// ps tasks to place the variables on, for `parameter_server` (1 to 64; without a
+    /// cluster from TF_CONFIG or Slurm).
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub ps: u16,
 }
 
 #[derive(Debug, Args)]

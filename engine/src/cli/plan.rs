@@ -6,7 +6,11 @@ use crate::{
     spec::{Spec, input_batch_size},
 };
 use engine_estimator::strategy::StrategyOptions;
-use engine_graph::{Op, Plan};
+use engine_graph::{
+    Op, Plan,
+    passes::strategy::{WORKER, transfer_bytes},
+};
+use engine_runtime::cluster::{Cluster, ClusterFlags, ClusterSource, ClusterSpec, TaskId, TaskType, resolve_from_process_env};
 use std::fmt::Write;
 
 /// When neither `--batch` nor the input section gives a batch size.
@@ -25,6 +29,7 @@ pub fn plan(args: &PlanArgs) -> Result<(), CliError> {
     let options = StrategyOptions {
         device: args.device.to_string(),
         devices: (!args.devices.is_empty()).then(|| args.devices.clone()),
+        cluster: planning_cluster(strategy.name(), args.ps)?,
         ..StrategyOptions::default()
     };
     let plan = lower::compile_with(&spec, args.mode, strategy, &options)?;
@@ -41,6 +46,7 @@ pub fn plan(args: &PlanArgs) -> Result<(), CliError> {
     let _ = writeln!(out, "spec: {}", spec.file());
     let _ = writeln!(out, "mode: {}  strategy: {strategy}  batch: {batch}", args.mode);
     out.push_str(&variables(&plan));
+    out.push_str(&ps_traffic(&plan, batch)?);
     out.push_str(&plan.describe(batch));
     if let Some(path) = &args.dot {
         std::fs::write(path, plan.graph.to_dot())
@@ -49,6 +55,60 @@ pub fn plan(args: &PlanArgs) -> Result<(), CliError> {
     }
     super::output(&out);
     Ok(())
+}
+
+/// The cluster a `parameter_server` plan is placed for: the process's own (TF_CONFIG,
+/// Slurm) when it has one, else a chief and `ps` ps tasks. Only the ps count matters.
+fn planning_cluster(strategy: &str, ps: u16) -> Result<Option<Cluster>, CliError> {
+    if strategy != "parameter_server" {
+        return Ok(None);
+    }
+    if let Some(cluster) = resolve_from_process_env(&ClusterFlags::default())? {
+        return Ok(Some(cluster));
+    }
+    let spec = ClusterSpec {
+        chief: vec!["127.0.0.1:1".into()],
+        ps: (0..ps).map(|k| format!("127.0.0.1:{}", 2 + k)).collect(),
+        ..ClusterSpec::default()
+    };
+    Ok(Some(Cluster::new(spec, TaskId::new(TaskType::Chief, 0), ClusterSource::Flags, None)?))
+}
+
+/// What a parameter-server step moves: each ps task's variables, and the bytes a training
+/// task reads from and sends to the ps tasks per step.
+fn ps_traffic(plan: &Plan, batch: usize) -> Result<String, CliError> {
+    let g = &plan.graph;
+    if !g.nodes().any(|(_, n)| n.device.as_deref() == Some(WORKER)) {
+        return Ok(String::new());
+    }
+    let mut s = String::new();
+    let mut per_ps: std::collections::BTreeMap<String, (usize, usize)> = Default::default();
+    for id in g.variables() {
+        let n = g.node(id);
+        let bytes = n.outputs.first().map(|f| f.bytes(batch)).unwrap_or(0);
+        let e = per_ps.entry(n.device.clone().unwrap_or_default()).or_default();
+        e.0 += 1;
+        e.1 += bytes;
+    }
+    for (ps, (count, bytes)) in &per_ps {
+        let _ = writeln!(s, "{ps}: {count} variables, {}", human_bytes(*bytes));
+    }
+    let (read, sent) = transfer_bytes(g, batch).map_err(|e| CliError::Usage(e.to_string()))?;
+    let _ = writeln!(
+        s,
+        "per step, each training task reads {} from the ps tasks and sends them {}",
+        human_bytes(read),
+        human_bytes(sent)
+    );
+    Ok(s)
+}
+
+fn human_bytes(b: usize) -> String {
+    match b {
+        b if b >= 1 << 20 => format!("{:.2} MiB", b as f64 / (1 << 20) as f64),
+        b if b >= 1 << 10 => format!("{:.1} KiB", b as f64 / 1024.0),
+        b => format!("{b} B"),
+    }
 }
 
 fn default_batch(spec: &Spec, mode: Mode) -> usize {
@@ -69,7 +129,8 @@ fn variables(plan: &Plan) -> String {
         if let Op::Variable(v) = &node.op {
             let kind = if v.trainable { "trainable" } else { "" };
             let shape = node.outputs.first().map(|f| f.to_string()).unwrap_or_default();
-            let _ = writeln!(s, "  {:<48} {:<22} {:<10} {:?}", node.name, shape, kind, v.init);
+            let place = node.device.as_deref().filter(|d| d.starts_with("ps:")).map(|d| format!(" @{d}")).unwrap_or_default();
+            let _ = writeln!(s, "  {:<48} {:<22} {:<10} {:?}{place}", node.name, shape, kind, v.init);
         }
     }
     s

@@ -5,6 +5,7 @@ mod eval_hooks;
 mod evaluation;
 mod memory;
 mod prediction;
+mod remote;
 mod replicas;
 mod training;
 

@@ -11,8 +11,9 @@ use crate::{
 use engine_graph::{
     HostData, HostTensor, Outlet,
     ops::ReduceOp,
-    passes::strategy::{HOST, REPLICA},
+    passes::strategy::{HOST, REPLICA, WORKER},
 };
+use super::remote::Remote;
 use engine_runtime::{Device, Exchange, Executor, Precision, RunOptions, RuntimeError, StepOutput, VariableStore};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -31,12 +32,17 @@ pub(crate) struct Replicas {
     replicas: usize,
     exchange: Option<Arc<Exchange>>,
     collectives: Vec<Arc<dyn engine_runtime::Collective>>,
+    /// The ps tasks, when they hold the variables (parameter_server).
+    remote: Option<Remote>,
 }
 
 impl Replicas {
     pub fn new(compiled: &Compiled, strategy: &dyn Strategy, precision: Precision) -> Result<Self> {
         let devices = strategy.local_devices();
         let plan = &compiled.plan;
+        if plan.graph.nodes().any(|(_, n)| n.device.as_deref() == Some(WORKER)) {
+            return Self::remote(compiled, strategy, precision, devices);
+        }
         let partitioned = plan.graph.nodes().any(|(_, n)| n.device.as_deref() == Some(HOST));
         let exchange = partitioned.then(|| Arc::new(Exchange::new(Duration::from_secs(300))));
         let has_collectives = plan.graph.nodes().any(|(_, n)| n.op.is_collective());
@@ -72,7 +78,37 @@ impl Replicas {
             let exec = Executor::for_partition(plan.clone(), Device::cpu(), precision, HOST, x.clone())?;
             workers.push(Worker { exec, store: VariableStore::new(), pool: Some(pool(1)?), replica: None });
         }
-        Ok(Replicas { workers, replicas: devices.len(), exchange, collectives })
+        Ok(Replicas { workers, replicas: devices.len(), exchange, collectives, remote: None })
+    }
+
+    /// A parameter-server training task: one replica, its partition of the plan, the
+    /// variables on the ps tasks.
+    fn remote(compiled: &Compiled, strategy: &dyn Strategy, precision: Precision, devices: Vec<Device>) -> Result<Self> {
+        let [device] = &devices[..] else {
+            return Err(EstimatorError::Config(format!("a parameter-server task trains one replica, not {}", devices.len())));
+        };
+        let clients = strategy.parameter_servers(&compiled.handshake_fingerprint)?.ok_or_else(|| {
+            EstimatorError::Config(format!("strategy '{}' placed variables on ps tasks it does not connect to", strategy.name()))
+        })?;
+        let remote = Remote::new(&compiled.plan, clients, strategy.is_chief())?;
+        let exec = Executor::for_partition(compiled.plan.clone(), device.clone(), precision, WORKER, remote.exchange.clone())?;
+        Ok(Replicas {
+            workers: vec![Worker { exec, store: VariableStore::new(), pool: None, replica: Some(0) }],
+            replicas: 1,
+            exchange: None,
+            collectives: Vec::new(),
+            remote: Some(remote),
+        })
+    }
+
+    /// The global step the ps tasks hold, when they hold the variables.
+    pub fn remote_global_step(&self) -> Option<u64> {
+        self.remote.as_ref().and_then(|r| r.global_step)
+    }
+
+    /// Whether the ps tasks said training is over (the chief finished).
+    pub fn finished(&self) -> bool {
+        self.remote.as_ref().is_some_and(|r| r.finished)
     }
 
     /// Batch-consuming replicas.
@@ -87,6 +123,11 @@ impl Replicas {
     /// Fresh variables from their initializers (identical on every replica: the seed and
     /// the variable name decide the values).
     pub fn initialize(&mut self, seed: u64) -> Result<()> {
+        if let Some(r) = &mut self.remote {
+            let e = &self.workers[0].exec;
+            r.local.initialize(&e.plan().graph, seed, e.device().dispatch(), e.precision())?;
+            return Ok(());
+        }
         for w in self.stateful() {
             w.exec.initialize(&mut w.store, seed)?;
         }
@@ -96,6 +137,12 @@ impl Replicas {
     /// Loads checkpointed values into every copy of the variables; variables the checkpoint
     /// lacks are initialized. Returns the names loaded.
     pub fn restore(&mut self, values: &BTreeMap<String, HostTensor>, seed: u64) -> Result<Vec<String>> {
+        if let Some(r) = &mut self.remote {
+            let e = &self.workers[0].exec;
+            let loaded = r.local.import(&e.plan().graph, values, e.device().dispatch(), e.precision())?;
+            r.local.initialize(&e.plan().graph, seed, e.device().dispatch(), e.precision())?;
+            return Ok(loaded);
+        }
         let mut loaded = Vec::new();
         for w in self.stateful() {
             let e = &w.exec;
@@ -110,7 +157,11 @@ impl Replicas {
     /// MultiWorkerMirroredStrategy broadcast the initial state. With a fixed seed the values
     /// already agree; without one, or when a task restored another checkpoint, this makes
     /// them agree or says which task differs.
+    /// With ps tasks, the chief initializes them instead and the others wait for that.
     pub fn sync_from_chief(&mut self, step: u64, seed: u64) -> Result<()> {
+        if let Some(r) = &mut self.remote {
+            return r.start();
+        }
         let Some(group) = self.collectives.first().cloned() else { return Ok(()) };
         // The step in 20-bit pieces, each exact in an f32.
         let pieces = [(step >> 40) as f32, ((step >> 20) & 0xF_FFFF) as f32, (step & 0xF_FFFF) as f32];
@@ -141,7 +192,12 @@ impl Replicas {
 
     /// Waits for every task of a cross-process group (at the end of training, so no task
     /// leaves while the chief still writes the final checkpoint).
+    /// With ps tasks: tells them this task is done (they stop once every task is).
     pub fn barrier(&self) -> Result<()> {
+        if let Some(r) = &self.remote {
+            r.done();
+            return Ok(());
+        }
         match self.collectives.first() {
             Some(group) => Ok(group.barrier()?),
             None => Ok(()),
@@ -150,6 +206,9 @@ impl Replicas {
 
     /// The variables (the first copy: every copy holds the same values after a step).
     pub fn export(&self) -> Result<BTreeMap<String, HostTensor>> {
+        if let Some(r) = &self.remote {
+            return r.export();
+        }
         match self.workers.iter().find(|w| w.exec.has_variables()) {
             Some(w) => Ok(w.store.export()?),
             None => Ok(BTreeMap::new()),
@@ -161,6 +220,9 @@ impl Replicas {
     pub fn run(&mut self, batches: Vec<Batch>, fetches: &[Outlet], options: RunOptions) -> Result<Vec<StepOutput>> {
         if batches.len() != self.replicas {
             return Err(EstimatorError::Other(format!("{} batches for {} replicas", batches.len(), self.replicas)));
+        }
+        if self.remote.is_some() {
+            return self.run_remote(batches, fetches, options);
         }
         if let Some(x) = &self.exchange {
             x.clear();
@@ -279,6 +341,37 @@ impl Replicas {
             per_replica.push(StepOutput { fetched, timings, collectives, non_finite: non_finite.clone() });
         }
         Ok(per_replica)
+    }
+}
+
+impl Replicas {
+    /// One parameter-server step: pull the variables, compute, push what the ps tasks
+    /// apply. A step whose gradients are not finite is not pushed.
+    fn run_remote(&mut self, batches: Vec<Batch>, fetches: &[Outlet], options: RunOptions) -> Result<Vec<StepOutput>> {
+        let Some(remote) = self.remote.as_mut() else { return Err(EstimatorError::Other("no ps tasks".into())) };
+        let [batch] = <[Batch; 1]>::try_from(batches)
+            .map_err(|b| EstimatorError::Other(format!("{} batches for one parameter-server replica", b.len())))?;
+        let w = &mut self.workers[0];
+        if let Some(o) = fetches.iter().find(|o| !w.exec.owns(**o)) {
+            let node = &w.exec.plan().graph.node(o.node).name;
+            return Err(EstimatorError::Other(format!("'{node}' is computed on a ps task: a training task cannot fetch it")));
+        }
+        remote.pull(w.exec.device(), w.exec.precision())?;
+        let out = w.exec.run(&mut w.store, &feeds_of(batch), fetches, options)?;
+        if !out.non_finite.is_empty() {
+            return Ok(vec![out]);
+        }
+        let pushed = remote.push(options.step)?;
+        if !pushed.non_finite.is_empty() {
+            return Err(EstimatorError::NonFinite {
+                step: remote.global_step.unwrap_or(0),
+                value: pushed.non_finite.join("; "),
+                cause: "a ps task refused the update (its gradients were finite, the new values were not): the model \
+                        diverged (lower the learning rate, or clip gradients with clip_global_norm)"
+                    .into(),
+            });
+        }
+        Ok(vec![out])
     }
 }
 

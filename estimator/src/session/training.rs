@@ -224,7 +224,12 @@ impl TrainingSession<'_> {
                     continue;
                 }
                 skipped_in_a_row = 0;
-                self.global_step += 1;
+                // With ps tasks, the global step counts the updates every task applied.
+                self.global_step = self.replicas.remote_global_step().unwrap_or(self.global_step + 1);
+                if self.replicas.finished() {
+                    log::info!("Training is over (the chief finished) at global step {}", self.global_step);
+                    stop.set(true);
+                }
                 let first = outs.first().ok_or_else(|| EstimatorError::Other("no replica ran".into()))?;
                 // The logged loss is the global batch's: all-reduced in the graph by the
                 // all-reducing strategies, else combined from the local replicas.

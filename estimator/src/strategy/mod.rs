@@ -10,16 +10,22 @@ mod central_storage;
 mod default;
 mod mirrored;
 mod multi_worker;
+mod parameter_server;
 
 pub use central_storage::CentralStorageStrategy;
 pub use default::DefaultStrategy;
 pub use mirrored::MirroredStrategy;
 pub use multi_worker::MultiWorkerStrategy;
+pub use parameter_server::ParameterServerStrategy;
 pub(crate) use multi_worker::trains;
 
 use crate::{EstimatorError, Result, input::InputContext};
 use engine_graph::passes::Pass;
-use engine_runtime::{Collective, CrossDeviceOps, Device, cluster::Cluster, transport::Communication};
+use engine_runtime::{
+    Collective, CrossDeviceOps, Device, Precision,
+    cluster::Cluster,
+    transport::{Communication, ps::ParameterClients},
+};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -51,6 +57,18 @@ pub trait Strategy: Send + Sync {
     fn collectives(&self, local: usize, fingerprint: &str) -> Result<Option<Vec<Arc<dyn Collective>>>> {
         let _ = (local, fingerprint);
         Ok(None)
+    }
+    /// Connections to the ps tasks that hold the variables, when the graph was placed on
+    /// them (for the graph with job `fingerprint`, which the ps tasks check).
+    fn parameter_servers(&self, fingerprint: &str) -> Result<Option<Arc<ParameterClients>>> {
+        let _ = fingerprint;
+        Ok(None)
+    }
+    /// Serves this task's share of the variables of `plan` until training ends, when this
+    /// task is a ps task. Returns the final global step if this task held it.
+    fn serve_parameters(&self, plan: Arc<engine_graph::Plan>, fingerprint: &str, precision: Precision) -> Result<Option<u64>> {
+        let _ = (plan, fingerprint, precision);
+        Err(EstimatorError::Config(format!("strategy '{}' has no ps tasks to serve", self.name())))
     }
     /// The cluster when replicas span processes: training then starts by taking the
     /// chief's variables, and `train_and_evaluate` follows the task's role.
@@ -94,7 +112,7 @@ pub struct StrategyOptions {
     pub all_reduce_bucket_bytes: usize,
     /// How long a collective waits for a missing replica.
     pub collective_timeout: Duration,
-    /// The cluster for `multi_worker` (and later `parameter_server`).
+    /// The cluster for `multi_worker` and `parameter_server`.
     pub cluster: Option<Cluster>,
     pub cluster_token: Option<crate::ClusterToken>,
     pub connect_timeout: Duration,
@@ -158,9 +176,7 @@ pub fn strategy_by_name(name: &str, options: &StrategyOptions) -> Result<Box<dyn
         "mirrored" => Ok(Box::new(MirroredStrategy::new(options)?)),
         "central_storage" => Ok(Box::new(CentralStorageStrategy::new(options)?)),
         "multi_worker" => Ok(Box::new(MultiWorkerStrategy::new(options)?)),
-        other if STRATEGY_NAMES.contains(&other) => Err(EstimatorError::Other(format!(
-            "strategy '{other}' needs a cluster: run it through the multi-worker launcher or TF_CONFIG"
-        ))),
+        "parameter_server" => Ok(Box::new(ParameterServerStrategy::new(options)?)),
         other => Err(EstimatorError::UnknownName {
             what: "strategy",
             name: other.to_string(),

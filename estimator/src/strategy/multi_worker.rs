@@ -40,6 +40,15 @@ impl MultiWorkerStrategy {
                     .into(),
             )
         })?;
+        let ps = cluster.spec().tasks(TaskType::Ps);
+        if !ps.is_empty() {
+            return Err(EstimatorError::Config(format!(
+                "strategy 'multi_worker' keeps every variable on every worker, but cluster {} has {} ps task(s): use \
+                 --strategy parameter_server, or remove the ps tasks",
+                cluster.spec(),
+                ps.len()
+            )));
+        }
         Ok(MultiWorkerStrategy {
             cluster,
             device: Device::parse(&options.device)?,

@@ -66,6 +66,7 @@ mod mailbox;
 mod members;
 mod operation;
 mod proto;
+pub mod ps;
 mod server;
 mod shared_memory;
 mod state;
