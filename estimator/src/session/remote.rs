@@ -103,12 +103,22 @@ impl Remote {
         Ok(())
     }
 
-    /// Pulls this step's variables into the exchange, on `device`.
-    pub fn pull(&self, device: &Device, precision: Precision) -> Result<()> {
+    /// Pulls this step's variables into the exchange, on `device`, with `extra` ones the
+    /// step fetches (by name and outlet).
+    pub fn pull(&self, device: &Device, precision: Precision, extra: &[(String, Outlet)]) -> Result<()> {
         self.exchange.clear();
-        let names: Vec<Vec<String>> = self.reads.iter().map(|r| r.iter().map(|(n, _)| n.clone()).collect()).collect();
+        let mut reads = self.reads.clone();
+        for (name, outlet) in extra {
+            let k = self.holds.iter().position(|h| h.contains(name)).ok_or_else(|| {
+                EstimatorError::Other(format!("no ps task holds '{name}'"))
+            })?;
+            if !reads[k].iter().any(|(n, _)| n == name) {
+                reads[k].push((name.clone(), *outlet));
+            }
+        }
+        let names: Vec<Vec<String>> = reads.iter().map(|r| r.iter().map(|(n, _)| n.clone()).collect()).collect();
         let values = self.clients.pull(&names)?;
-        for (reads, values) in self.reads.iter().zip(values) {
+        for (reads, values) in reads.iter().zip(values) {
             if values.len() != reads.len() {
                 return Err(EstimatorError::Other(format!("{} values pulled for {} variables", values.len(), reads.len())));
             }

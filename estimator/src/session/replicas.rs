@@ -352,12 +352,28 @@ impl Replicas {
         let [batch] = <[Batch; 1]>::try_from(batches)
             .map_err(|b| EstimatorError::Other(format!("{} batches for one parameter-server replica", b.len())))?;
         let w = &mut self.workers[0];
-        if let Some(o) = fetches.iter().find(|o| !w.exec.owns(**o)) {
-            let node = &w.exec.plan().graph.node(o.node).name;
-            return Err(EstimatorError::Other(format!("'{node}' is computed on a ps task: a training task cannot fetch it")));
+        // Variables on the ps tasks (the global step for the logs) are fetched as pulled at
+        // the start of the step; values computed there cannot be.
+        let g = &w.exec.plan().graph;
+        let mut extra = Vec::new();
+        for o in fetches.iter().filter(|o| !w.exec.owns(**o)) {
+            let node = g.node(o.node);
+            if !matches!(node.op, engine_graph::Op::Variable(_)) {
+                return Err(EstimatorError::Other(format!(
+                    "'{}' is computed on a ps task: a training task cannot fetch it",
+                    node.name
+                )));
+            }
+            extra.push((node.name.clone(), *o));
         }
-        remote.pull(w.exec.device(), w.exec.precision())?;
-        let out = w.exec.run(&mut w.store, &feeds_of(batch), fetches, options)?;
+        remote.pull(w.exec.device(), w.exec.precision(), &extra)?;
+        let local: Vec<Outlet> = fetches.iter().copied().filter(|o| w.exec.owns(*o)).collect();
+        let mut out = w.exec.run(&mut w.store, &feeds_of(batch), &local, options)?;
+        let mut computed = std::mem::take(&mut out.fetched).into_iter();
+        for o in fetches {
+            let value = if w.exec.owns(*o) { computed.next() } else { remote.exchange.get(*o) };
+            out.fetched.push(value.ok_or_else(|| EstimatorError::Other(format!("fetch {o} has no value")))?);
+        }
         if !out.non_finite.is_empty() {
             return Ok(vec![out]);
         }

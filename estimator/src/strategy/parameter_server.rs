@@ -88,7 +88,8 @@ impl Strategy for ParameterServerStrategy {
         InputContext {
             num_input_pipelines: self.trainers(),
             input_pipeline_id: self.cluster.rank().unwrap_or(0),
-            num_replicas_in_sync: 1,
+            // One replica per pipeline, each reading `batch_size` examples per step.
+            num_replicas_in_sync: self.trainers(),
         }
     }
     /// Placement only, and only for training: evaluation and prediction read a checkpoint

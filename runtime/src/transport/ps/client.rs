@@ -90,7 +90,11 @@ impl ParameterClients {
                 .map_err(|e| err(name.clone(), format!("address {address}: {e}"), false))?
                 .connect_timeout(Duration::from_secs(2))
                 .tcp_nodelay(true);
-            let channel = endpoint.connect_lazy();
+            // The channel's background work runs on this task's runtime.
+            let channel = {
+                let _entered = runtime.enter();
+                endpoint.connect_lazy()
+            };
             let client = ParameterServiceClient::with_interceptor(channel, AttachToken::new(token.clone()))
                 .max_decoding_message_size(MAX_MESSAGE_BYTES)
                 .max_encoding_message_size(MAX_MESSAGE_BYTES);
@@ -157,7 +161,10 @@ impl ParameterClients {
             .ps
             .iter()
             .enumerate()
-            .map(|(k, p)| self.runtime.spawn(tokio::time::timeout(timeout, f(k, p.client.clone()))))
+            .map(|(k, p)| {
+                let call = f(k, p.client.clone());
+                self.runtime.spawn(async move { tokio::time::timeout(timeout, call).await })
+            })
             .collect();
         handles
             .into_iter()
