@@ -1,8 +1,10 @@
-//! `engine launch`: a local cluster for trying multi-worker training on one machine. Each
+//! `engine launch`: a local cluster for trying multi-worker or parameter-server training
+//! (`--ps N`) on one machine. Each
 //! task is a real `engine run` process with its own `TF_CONFIG` (the same JSON a TFJob
 //! gives its pods), listening on a free 127.0.0.1 port; their logs come back prefixed by
 //! task. When a task fails the others are stopped (a synchronous job cannot go on without
-//! it), and with `--restart-on-failure K` the whole cluster is started again, up to K
+//! it; with ps tasks, a failed worker is restarted alone or left out, since asynchronous
+//! training goes on without it), and with `--restart-on-failure K` the whole cluster is started again, up to K
 //! times: every task resumes from the chief's latest checkpoint. Each task's environment
 //! has `ENGINE_RESTART_COUNT`: 0 on the first start, then the number of restarts.
 //!
@@ -24,7 +26,7 @@ use engine_estimator::{
     hooks::RESTART_COUNT_ENV,
     preemption::{self, Signal},
 };
-use engine_runtime::cluster::{Cluster, ClusterSource, ClusterSpec, TaskId};
+use engine_runtime::cluster::{Cluster, ClusterSource, ClusterSpec, TaskId, TaskType};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -37,6 +39,10 @@ pub struct LaunchArgs {
     /// Training tasks (worker 0 is the chief).
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=64))]
     pub workers: u16,
+    /// ps tasks holding the variables: trains with `parameter_server` (the default strategy
+    /// when this is given).
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u16).range(0..=64))]
+    pub ps: u16,
     /// Add an evaluator task that evaluates each new checkpoint.
     #[arg(long)]
     pub evaluator: bool,
@@ -57,9 +63,23 @@ pub struct LaunchArgs {
 }
 
 pub fn launch(args: &LaunchArgs) -> Result<(), CliError> {
-    let strategy = args.common.strategy.map(|s| s.name().to_string()).unwrap_or_else(|| "multi_worker".into());
-    if strategy != "multi_worker" {
-        return Err(CliError::Usage(format!("engine launch runs multi_worker clusters, not '{strategy}'")));
+    let default = if args.ps > 0 { "parameter_server" } else { "multi_worker" };
+    let strategy = args.common.strategy.map(|s| s.name().to_string()).unwrap_or_else(|| default.into());
+    match (strategy.as_str(), args.ps) {
+        ("multi_worker", 0) | ("parameter_server", 1..) => {}
+        ("multi_worker", _) => {
+            return Err(CliError::Usage(
+                "multi_worker keeps the variables on every worker: --ps is for --strategy parameter_server".into(),
+            ));
+        }
+        ("parameter_server", 0) => {
+            return Err(CliError::Usage("parameter_server needs ps tasks: pass --ps N (1 or more)".into()));
+        }
+        _ => {
+            return Err(CliError::Usage(format!(
+                "engine launch runs multi_worker and parameter_server clusters, not '{strategy}'"
+            )));
+        }
     }
     let fail = |message: String| CliError::Launch { message, code: None };
     let exe = std::env::current_exe().map_err(|e| fail(format!("cannot find the engine executable: {e}")))?;
@@ -67,7 +87,7 @@ pub fn launch(args: &LaunchArgs) -> Result<(), CliError> {
     let token = random_token().map_err(|e| fail(format!("cannot read the OS's random source: {e}")))?;
     let mut attempt = 0;
     loop {
-        let cluster = local_cluster(args.workers as usize, args.evaluator)?;
+        let cluster = local_cluster(args.workers as usize, args.ps as usize, args.evaluator)?;
         log::info!("Launching {} on 127.0.0.1 (attempt {})", cluster, attempt + 1);
         match run_cluster(args, &exe, &cluster, &token, &strategy, attempt)? {
             Ending::Succeeded => return Ok(()),
@@ -100,11 +120,11 @@ enum Ending {
     },
 }
 
-/// A cluster of `workers` workers (and an evaluator) on free loopback ports. The ports are
-/// held until every one is chosen, so no two tasks get the same.
-fn local_cluster(workers: usize, evaluator: bool) -> Result<ClusterSpec, CliError> {
+/// A cluster of `workers` workers, `ps` ps tasks (and an evaluator) on free loopback
+/// ports. The ports are held until every one is chosen, so no two tasks get the same.
+fn local_cluster(workers: usize, ps: usize, evaluator: bool) -> Result<ClusterSpec, CliError> {
     let fail = |message: String| CliError::Launch { message, code: None };
-    let listeners: Vec<TcpListener> = (0..workers + usize::from(evaluator))
+    let listeners: Vec<TcpListener> = (0..workers + ps + usize::from(evaluator))
         .map(|_| TcpListener::bind("127.0.0.1:0"))
         .collect::<std::io::Result<_>>()
         .map_err(|e| fail(format!("cannot find free ports on 127.0.0.1: {e}")))?;
@@ -114,7 +134,8 @@ fn local_cluster(workers: usize, evaluator: bool) -> Result<ClusterSpec, CliErro
         .collect::<std::io::Result<Vec<_>>>()
         .map_err(|e| fail(format!("cannot read a bound port: {e}")))?;
     let evaluator = if evaluator { addresses.pop().into_iter().collect() } else { Vec::new() };
-    Ok(ClusterSpec { chief: Vec::new(), worker: addresses, ps: Vec::new(), evaluator })
+    let ps = addresses.split_off(workers);
+    Ok(ClusterSpec { chief: Vec::new(), worker: addresses, ps, evaluator })
 }
 
 /// Runs every task to its end. Fails on the first failure noticed, naming every task found
@@ -130,8 +151,7 @@ fn run_cluster(
 ) -> Result<Ending, CliError> {
     let lifeline =
         Lifeline::new().map_err(|e| CliError::Launch { message: format!("cannot create a pipe: {e}"), code: None })?;
-    let mut tasks: Vec<(TaskId, Child)> = Vec::new();
-    for id in spec.task_ids().collect::<Vec<_>>() {
+    let start = |id: TaskId, restarts: u32| -> Result<Child, CliError> {
         let cluster = Cluster::new(spec.clone(), id, ClusterSource::Flags, None)?;
         let mut cmd = Command::new(exe);
         cmd.arg("run").arg(&args.common.spec).arg("--strategy").arg(strategy);
@@ -155,9 +175,18 @@ fn run_cluster(
             cmd.spawn().map_err(|e| CliError::Launch { message: format!("cannot start {id}: {e}"), code: None })?;
         forward(&id, child.stdout.take(), Stream::Out);
         forward(&id, child.stderr.take(), Stream::Err);
-        tasks.push((id, child));
+        Ok(child)
+    };
+    let mut tasks: Vec<(TaskId, Child)> = Vec::new();
+    for id in spec.task_ids().collect::<Vec<_>>() {
+        tasks.push((id, start(id, restarts)?));
     }
+    // With ps tasks, training is asynchronous: a worker that fails stops nobody. It is
+    // started again while restarts remain, and rejoins; else the others go on without it.
+    let asynchronous = !spec.ps.is_empty();
+    let mut worker_restarts = 0;
     let mut stopping: Option<Signal> = None;
+    let mut given_up: Vec<TaskId> = Vec::new();
     let ending = loop {
         if let (Some(signal), None) = (preemption::requested(), stopping) {
             stopping = Some(signal);
@@ -177,6 +206,21 @@ fn run_cluster(
                 Ok(Some(status)) if status.success() => {}
                 // Tasks asked to stop exit with the signal's status: expected, not a failure.
                 Ok(Some(status)) if stopping.is_some_and(|s| status_code(status) == Some(s.exit_code())) => {}
+                Ok(Some(status)) if asynchronous && id.task_type == TaskType::Worker && stopping.is_none() => {
+                    if worker_restarts < args.restart_on_failure {
+                        worker_restarts += 1;
+                        log::warn!(
+                            "{id} failed ({}); the others go on; starting it again ({worker_restarts} of {})",
+                            describe(status),
+                            args.restart_on_failure
+                        );
+                        *child = start(*id, restarts + worker_restarts)?;
+                        running += 1;
+                    } else if !given_up.contains(id) {
+                        log::warn!("{id} failed ({}); the others go on without it", describe(status));
+                        given_up.push(*id);
+                    }
+                }
                 Ok(Some(status)) => {
                     codes.extend(status_code(status));
                     failed.push(format!("{id} failed ({})", describe(status)));
