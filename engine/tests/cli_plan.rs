@@ -98,12 +98,12 @@ fn strategies_are_validated_against_the_registry() -> Result<()> {
     let out = engine(&["plan", &spec, "--strategy", "mirrored"])?;
     ensure!(out.code == Some(0) && out.stdout.contains("strategy: mirrored"), "{}", out.stderr);
     ensure!(out.stdout.contains("AllReduce"), "the mirrored plan all-reduces gradients:\n{}", out.stdout);
-    let out = engine(&["plan", &spec, "--strategy", "parameter_server"])?;
-    ensure!(
-        out.code == Some(1) && out.stderr.contains("strategy 'parameter_server' needs a cluster"),
-        "{}",
-        out.stderr
-    );
+    // Placed for `--ps` ps tasks: each variable's task, and the traffic of a step.
+    let out = engine(&["plan", &spec, "--strategy", "parameter_server", "--ps", "2"])?;
+    ensure!(out.code == Some(0), "{}", out.stderr);
+    for want in ["@ps:0", "@ps:1", "@worker", "Transfer", "per step, each training task reads"] {
+        ensure!(out.stdout.contains(want), "the parameter_server plan lacks {want}:\n{}", out.stdout);
+    }
     Ok(())
 }
 

@@ -24,7 +24,12 @@ pub(crate) fn run(
     cluster: &Cluster,
 ) -> Result<EvalResult> {
     if cluster.task().task_type == TaskType::Ps {
-        let outcome = estimator.train(train_spec.input_fn.as_ref(), std::mem::take(&mut train_spec.hooks), StepLimit::UntilInputEnds, Vec::new())?;
+        let outcome = estimator.train(
+            train_spec.input_fn.as_ref(),
+            std::mem::take(&mut train_spec.hooks),
+            StepLimit::UntilInputEnds,
+            Vec::new(),
+        )?;
         log::info!("{cluster}: serving ended at global step {}", outcome.global_step);
         return Ok(EvalResult::from([("global_step".to_string(), outcome.global_step as f64)]));
     }

@@ -301,7 +301,8 @@ impl Estimator {
         let required: Vec<String> = hooks.iter().flat_map(|h| h.required_tensors()).collect();
         let compiled =
             compile(self.model_fn.as_ref(), &self.params, Mode::Train, &schema, strategy.as_ref(), &required)?;
-        let step = strategy.serve_parameters(compiled.plan.clone(), &compiled.handshake_fingerprint, self.config.precision)?;
+        let step =
+            strategy.serve_parameters(compiled.plan.clone(), &compiled.handshake_fingerprint, self.config.precision)?;
         Ok(TrainOutcome { global_step: step.unwrap_or(0), loss: None })
     }
 

@@ -52,9 +52,7 @@ impl RuntimeError {
     /// shape, a feed or a configuration will fail the same way.
     pub fn is_retryable(&self) -> bool {
         match self {
-            RuntimeError::Collective { retryable, .. } | RuntimeError::ParameterServer { retryable, .. } => {
-                *retryable
-            }
+            RuntimeError::Collective { retryable, .. } | RuntimeError::ParameterServer { retryable, .. } => *retryable,
             RuntimeError::Connect(e) => e.is_retryable(),
             _ => false,
         }

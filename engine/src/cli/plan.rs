@@ -10,7 +10,9 @@ use engine_graph::{
     Op, Plan,
     passes::strategy::{WORKER, transfer_bytes},
 };
-use engine_runtime::cluster::{Cluster, ClusterFlags, ClusterSource, ClusterSpec, TaskId, TaskType, resolve_from_process_env};
+use engine_runtime::cluster::{
+    Cluster, ClusterFlags, ClusterSource, ClusterSpec, TaskId, TaskType, resolve_from_process_env,
+};
 use std::fmt::Write;
 
 /// When neither `--batch` nor the input section gives a batch size.
@@ -129,7 +131,8 @@ fn variables(plan: &Plan) -> String {
         if let Op::Variable(v) = &node.op {
             let kind = if v.trainable { "trainable" } else { "" };
             let shape = node.outputs.first().map(|f| f.to_string()).unwrap_or_default();
-            let place = node.device.as_deref().filter(|d| d.starts_with("ps:")).map(|d| format!(" @{d}")).unwrap_or_default();
+            let place =
+                node.device.as_deref().filter(|d| d.starts_with("ps:")).map(|d| format!(" @{d}")).unwrap_or_default();
             let _ = writeln!(s, "  {:<48} {:<22} {:<10} {:?}{place}", node.name, shape, kind, v.init);
         }
     }

@@ -10,7 +10,7 @@
 //! variable makes a run fail once at a known step and then recover. Without the variable
 //! nothing is armed; a process outside a cluster (no task name) ignores it.
 
-use super::{HookContext, RunValues, SessionRunHook};
+use super::{HookContext, RunArgs, RunValues, SessionRunHook};
 use crate::{EstimatorError, Result};
 use engine_runtime::cluster::{Cluster, TaskId};
 
@@ -26,6 +26,9 @@ pub const FAULT_EXIT_CODE: i32 = 86;
 pub struct FaultInjectionHook {
     task: TaskId,
     step: u64,
+    /// The global step before the step in flight: with ps tasks the global step moves by
+    /// other tasks' updates too, so the hook fires when a step crosses `step`.
+    before: Option<u64>,
 }
 
 impl FaultInjectionHook {
@@ -58,7 +61,7 @@ impl FaultInjectionHook {
             return Ok(None);
         }
         log::warn!("{FAULT_ENV}: {task} will exit with status {FAULT_EXIT_CODE} at step {step}");
-        Ok(Some(FaultInjectionHook { task, step }))
+        Ok(Some(FaultInjectionHook { task, step, before: None }))
     }
 }
 
@@ -66,8 +69,12 @@ impl SessionRunHook for FaultInjectionHook {
     fn name(&self) -> &str {
         "FaultInjectionHook"
     }
+    fn before_run(&mut self, ctx: &HookContext<'_>) -> Result<RunArgs> {
+        self.before = Some(ctx.global_step);
+        Ok(RunArgs::default())
+    }
     fn after_run(&mut self, ctx: &HookContext<'_>, _: &RunValues) -> Result<()> {
-        if ctx.global_step == self.step {
+        if self.before.is_some_and(|b| b < self.step) && ctx.global_step >= self.step {
             log::error!("{FAULT_ENV}: {} exits at step {} (injected fault)", self.task, self.step);
             std::process::exit(FAULT_EXIT_CODE);
         }

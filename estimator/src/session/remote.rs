@@ -42,7 +42,9 @@ impl Remote {
                 EstimatorError::Other(format!("the plan places a node on {device:?}, which is not a ps task"))
             })?;
             if k >= n {
-                return Err(EstimatorError::Config(format!("the plan places variables on ps:{k}, and the cluster has {n} ps task(s)")));
+                return Err(EstimatorError::Config(format!(
+                    "the plan places variables on ps:{k}, and the cluster has {n} ps task(s)"
+                )));
             }
             Ok(k)
         };
@@ -92,7 +94,9 @@ impl Remote {
                 .collect();
             let (accepted, step) = self.clients.initialize(per_ps)?;
             if !accepted {
-                log::info!("The ps tasks already hold the variables (training went on without this task); continuing from them");
+                log::info!(
+                    "The ps tasks already hold the variables (training went on without this task); continuing from them"
+                );
             }
             step
         } else {
@@ -109,9 +113,11 @@ impl Remote {
         self.exchange.clear();
         let mut reads = self.reads.clone();
         for (name, outlet) in extra {
-            let k = self.holds.iter().position(|h| h.contains(name)).ok_or_else(|| {
-                EstimatorError::Other(format!("no ps task holds '{name}'"))
-            })?;
+            let k = self
+                .holds
+                .iter()
+                .position(|h| h.contains(name))
+                .ok_or_else(|| EstimatorError::Other(format!("no ps task holds '{name}'")))?;
             if !reads[k].iter().any(|(n, _)| n == name) {
                 reads[k].push((name.clone(), *outlet));
             }
@@ -120,7 +126,11 @@ impl Remote {
         let values = self.clients.pull(&names)?;
         for (reads, values) in reads.iter().zip(values) {
             if values.len() != reads.len() {
-                return Err(EstimatorError::Other(format!("{} values pulled for {} variables", values.len(), reads.len())));
+                return Err(EstimatorError::Other(format!(
+                    "{} values pulled for {} variables",
+                    values.len(),
+                    reads.len()
+                )));
             }
             for ((_, outlet), value) in reads.iter().zip(values) {
                 self.exchange.send(*outlet, Value::from_host(&value, device.dispatch(), precision));
@@ -135,10 +145,9 @@ impl Remote {
         for outlets in &self.sends {
             let mut values = Vec::with_capacity(outlets.len());
             for &o in outlets {
-                let v = self
-                    .exchange
-                    .get(o)
-                    .ok_or_else(|| EstimatorError::Other(format!("the step did not compute {o}, which a ps task needs")))?;
+                let v = self.exchange.get(o).ok_or_else(|| {
+                    EstimatorError::Other(format!("the step did not compute {o}, which a ps task needs"))
+                })?;
                 values.push((o, v.to_host()?));
             }
             per_ps.push(values);

@@ -2,6 +2,7 @@
 //! partition when the strategy places variables there. They run concurrently, each replica
 //! on its own thread pool, joined by the strategy's collectives.
 
+use super::remote::Remote;
 use crate::{
     EstimatorError, Result,
     input::Batch,
@@ -13,7 +14,6 @@ use engine_graph::{
     ops::ReduceOp,
     passes::strategy::{HOST, REPLICA, WORKER},
 };
-use super::remote::Remote;
 use engine_runtime::{Device, Exchange, Executor, Precision, RunOptions, RuntimeError, StepOutput, VariableStore};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -83,15 +83,27 @@ impl Replicas {
 
     /// A parameter-server training task: one replica, its partition of the plan, the
     /// variables on the ps tasks.
-    fn remote(compiled: &Compiled, strategy: &dyn Strategy, precision: Precision, devices: Vec<Device>) -> Result<Self> {
+    fn remote(
+        compiled: &Compiled,
+        strategy: &dyn Strategy,
+        precision: Precision,
+        devices: Vec<Device>,
+    ) -> Result<Self> {
         let [device] = &devices[..] else {
-            return Err(EstimatorError::Config(format!("a parameter-server task trains one replica, not {}", devices.len())));
+            return Err(EstimatorError::Config(format!(
+                "a parameter-server task trains one replica, not {}",
+                devices.len()
+            )));
         };
         let clients = strategy.parameter_servers(&compiled.handshake_fingerprint)?.ok_or_else(|| {
-            EstimatorError::Config(format!("strategy '{}' placed variables on ps tasks it does not connect to", strategy.name()))
+            EstimatorError::Config(format!(
+                "strategy '{}' placed variables on ps tasks it does not connect to",
+                strategy.name()
+            ))
         })?;
         let remote = Remote::new(&compiled.plan, clients, strategy.is_chief())?;
-        let exec = Executor::for_partition(compiled.plan.clone(), device.clone(), precision, WORKER, remote.exchange.clone())?;
+        let exec =
+            Executor::for_partition(compiled.plan.clone(), device.clone(), precision, WORKER, remote.exchange.clone())?;
         Ok(Replicas {
             workers: vec![Worker { exec, store: VariableStore::new(), pool: None, replica: Some(0) }],
             replicas: 1,

@@ -16,8 +16,8 @@ pub use central_storage::CentralStorageStrategy;
 pub use default::DefaultStrategy;
 pub use mirrored::MirroredStrategy;
 pub use multi_worker::MultiWorkerStrategy;
-pub use parameter_server::ParameterServerStrategy;
 pub(crate) use multi_worker::trains;
+pub use parameter_server::ParameterServerStrategy;
 
 use crate::{EstimatorError, Result, input::InputContext};
 use engine_graph::passes::Pass;
@@ -66,7 +66,12 @@ pub trait Strategy: Send + Sync {
     }
     /// Serves this task's share of the variables of `plan` until training ends, when this
     /// task is a ps task. Returns the final global step if this task held it.
-    fn serve_parameters(&self, plan: Arc<engine_graph::Plan>, fingerprint: &str, precision: Precision) -> Result<Option<u64>> {
+    fn serve_parameters(
+        &self,
+        plan: Arc<engine_graph::Plan>,
+        fingerprint: &str,
+        precision: Precision,
+    ) -> Result<Option<u64>> {
         let _ = (plan, fingerprint, precision);
         Err(EstimatorError::Config(format!("strategy '{}' has no ps tasks to serve", self.name())))
     }

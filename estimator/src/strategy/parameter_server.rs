@@ -11,8 +11,8 @@
 
 use super::{Stage, Strategy, StrategyOptions};
 use crate::{EstimatorError, Result, input::InputContext};
-use engine_graph::passes::{Pass, strategy::ParameterServerPlacement};
 use engine_graph::Plan;
+use engine_graph::passes::{Pass, strategy::ParameterServerPlacement};
 use engine_runtime::{
     Device, Precision,
     cluster::{Cluster, TaskType},

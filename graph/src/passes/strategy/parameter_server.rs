@@ -184,7 +184,8 @@ impl Pass for ParameterServerPlacement {
             if batch.contains(&id) || stateful.contains(&id) || role_nodes.contains(&id) {
                 continue;
             }
-            let homes: BTreeSet<Option<usize>> = g.consumers(id).iter().map(|(c, _, _)| place.get(c).copied()).collect();
+            let homes: BTreeSet<Option<usize>> =
+                g.consumers(id).iter().map(|(c, _, _)| place.get(c).copied()).collect();
             if let [Some(k)] = homes.into_iter().collect::<Vec<_>>()[..] {
                 place.insert(id, k);
             }
@@ -222,11 +223,8 @@ impl Pass for ParameterServerPlacement {
                 if from == to {
                     continue;
                 }
-                let via_worker = if from != WORKER && to != WORKER {
-                    transfer(g, &mut transfers, *src, WORKER)?
-                } else {
-                    *src
-                };
+                let via_worker =
+                    if from != WORKER && to != WORKER { transfer(g, &mut transfers, *src, WORKER)? } else { *src };
                 let t = transfer(g, &mut transfers, via_worker, &to)?;
                 if to != WORKER && !sent.contains(&via_worker) {
                     sent.push(via_worker);

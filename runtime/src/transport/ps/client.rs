@@ -8,7 +8,10 @@ use super::tensor::{decode, encode};
 use super::{MAX_MESSAGE_BYTES, PROTOCOL_VERSION};
 use crate::transport::auth::{AttachToken, token_value};
 use crate::transport::link::error_chain;
-use crate::{Result, RuntimeError, cluster::{Cluster, TaskType}};
+use crate::{
+    Result, RuntimeError,
+    cluster::{Cluster, TaskType},
+};
 use engine_graph::{HostTensor, Outlet};
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -68,9 +71,12 @@ impl ParameterClients {
     /// another job or build refuses by name.
     pub fn connect(config: ClientConfig) -> Result<Self> {
         let me = config.cluster.task().to_string();
-        let err = |task: String, reason: String, retryable: bool| RuntimeError::ParameterServer { task, reason, retryable };
+        let err =
+            |task: String, reason: String, retryable: bool| RuntimeError::ParameterServer { task, reason, retryable };
         let token = match &config.token {
-            Some(t) => Some(token_value(t).ok_or_else(|| err(me.clone(), "the token must be printable ASCII".into(), false))?),
+            Some(t) => {
+                Some(token_value(t).ok_or_else(|| err(me.clone(), "the token must be printable ASCII".into(), false))?)
+            }
             None => None,
         };
         let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -108,7 +114,8 @@ impl ParameterClients {
             connect_timeout: config.connect_timeout,
             attending: std::sync::Mutex::new(Vec::new()),
         };
-        let hello = Hello { protocol_version: PROTOCOL_VERSION, task: clients.me.clone(), fingerprint: config.fingerprint };
+        let hello =
+            Hello { protocol_version: PROTOCOL_VERSION, task: clients.me.clone(), fingerprint: config.fingerprint };
         let deadline = Instant::now() + config.connect_timeout;
         for p in &clients.ps {
             loop {
@@ -118,7 +125,11 @@ impl ParameterClients {
                     Ok(_) => break,
                     Err(e) if e.is_retryable() && Instant::now() < deadline => std::thread::sleep(RETRY_INTERVAL),
                     Err(RuntimeError::ParameterServer { task, reason, .. }) if Instant::now() >= deadline => {
-                        return Err(err(task, format!("not reachable within {:?}: {reason}", config.connect_timeout), true));
+                        return Err(err(
+                            task,
+                            format!("not reachable within {:?}: {reason}", config.connect_timeout),
+                            true,
+                        ));
                     }
                     Err(e) => return Err(e),
                 }
@@ -177,7 +188,9 @@ impl ParameterClients {
                     reason: format!("no answer from {} within {timeout:?}", p.address),
                     retryable: true,
                 }),
-                Err(e) => Err(RuntimeError::ParameterServer { task: p.name.clone(), reason: e.to_string(), retryable: false }),
+                Err(e) => {
+                    Err(RuntimeError::ParameterServer { task: p.name.clone(), reason: e.to_string(), retryable: false })
+                }
             })
             .collect()
     }
@@ -191,13 +204,20 @@ impl ParameterClients {
         let deadline = Instant::now() + self.connect_timeout;
         loop {
             let status = self.status()?;
-            if let Some((k, s)) = status.iter().enumerate().find(|(_, s)| !s.refusal.is_empty()) {
-                return Err(RuntimeError::ParameterServer { task: self.ps[k].name.clone(), reason: s.refusal.clone(), retryable: true });
-            }
-            if status.iter().all(|s| s.initialized) {
+            let refused = status.iter().enumerate().find(|(_, s)| !s.refusal.is_empty());
+            if refused.is_none() && status.iter().all(|s| s.initialized) {
                 return Ok(status.iter().find_map(|s| s.global_step));
             }
             if Instant::now() >= deadline {
+                // A lost chief may come back (restarted with this task): only its absence
+                // past the deadline is an error.
+                if let Some((k, s)) = refused {
+                    return Err(RuntimeError::ParameterServer {
+                        task: self.ps[k].name.clone(),
+                        reason: s.refusal.clone(),
+                        retryable: true,
+                    });
+                }
                 let waiting: Vec<&str> =
                     status.iter().zip(&self.ps).filter(|(s, _)| !s.initialized).map(|(_, p)| p.name.as_str()).collect();
                 return Err(RuntimeError::ParameterServer {
@@ -222,11 +242,10 @@ impl ParameterClients {
             .map(|m| Some(Tensors { tensors: m.iter().map(|(n, t)| encode(n, None, t)).collect() }))
             .collect();
         messages.resize(self.ps.len(), Some(Tensors::default()));
-        let replies: Vec<_> =
-            self.each(|k, mut c| {
-                let m = messages[k].take().unwrap_or_default();
-                async move { c.initialize(m).await }
-            });
+        let replies: Vec<_> = self.each(|k, mut c| {
+            let m = messages[k].take().unwrap_or_default();
+            async move { c.initialize(m).await }
+        });
         let replies = replies.into_iter().collect::<Result<Vec<_>>>()?;
         Ok((replies.iter().all(|r| r.accepted), replies.iter().find_map(|r| r.global_step)))
     }
@@ -235,7 +254,8 @@ impl ParameterClients {
     pub fn pull(&self, names: &[Vec<String>]) -> Result<Vec<Vec<HostTensor>>> {
         let replies = self.each(|k, mut c| {
             let names = names.get(k).cloned().unwrap_or_default();
-            async move { c.pull(PullRequest { names }).await }
+            let task = self.me.clone();
+            async move { c.pull(PullRequest { names, task }).await }
         });
         replies
             .into_iter()
@@ -319,26 +339,38 @@ impl ParameterClients {
 }
 
 fn decoded(p: &Ps, tensors: &[Tensor]) -> Result<Vec<(String, HostTensor)>> {
-    tensors
-        .iter()
-        .map(|t| Ok((t.name.clone(), decode(t).map_err(|e| invalid(p, e))?)))
-        .collect()
+    tensors.iter().map(|t| Ok((t.name.clone(), decode(t).map_err(|e| invalid(p, e))?))).collect()
 }
 
 fn invalid(p: &Ps, why: String) -> RuntimeError {
-    RuntimeError::ParameterServer { task: p.name.clone(), reason: format!("sent an invalid tensor: {why}"), retryable: false }
+    RuntimeError::ParameterServer {
+        task: p.name.clone(),
+        reason: format!("sent an invalid tensor: {why}"),
+        retryable: false,
+    }
 }
 
 /// A failed call as an error naming the ps task: unreachable (the transport failed,
 /// retryable), or what the ps task answered.
 fn failure(p: &Ps, status: &Status) -> RuntimeError {
-    let retryable = matches!(status.code(), Code::Unavailable | Code::Cancelled | Code::DeadlineExceeded | Code::Unknown);
-    let reason = match std::error::Error::source(status) {
-        Some(source) => format!("unreachable at {} ({})", p.address, error_chain(source)),
-        None if status.code() == Code::Unavailable && status.message().contains("tcp connect") => {
-            format!("unreachable at {} ({})", p.address, status.message())
+    match status.code() {
+        // What the transport reports when the ps task is not there or went away.
+        Code::Unavailable | Code::Unknown | Code::Cancelled | Code::DeadlineExceeded => {
+            let why = match std::error::Error::source(status) {
+                Some(source) => error_chain(source),
+                None => status.message().to_string(),
+            };
+            RuntimeError::ParameterServer {
+                task: p.name.clone(),
+                reason: format!("unreachable at {} ({why})", p.address),
+                retryable: true,
+            }
         }
-        None => status.message().to_string(),
-    };
-    RuntimeError::ParameterServer { task: p.name.clone(), reason, retryable }
+        // The ps task's own answers: retryable refusals (not initialized yet) or final ones.
+        code => RuntimeError::ParameterServer {
+            task: p.name.clone(),
+            reason: status.message().to_string(),
+            retryable: code == Code::Aborted,
+        },
+    }
 }

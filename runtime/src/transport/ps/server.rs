@@ -21,6 +21,10 @@ use tonic::transport::Server;
 use tonic::transport::server::TcpIncoming;
 use tonic::{Request, Response, Status, Streaming};
 
+/// A training task not heard from for this long, once the chief is done, has stopped
+/// (every step pulls, so one that trains calls many times a second).
+const QUIET: Duration = Duration::from_secs(5);
+
 /// How a ps task is run.
 pub struct ServeConfig {
     pub cluster: Cluster,
@@ -47,6 +51,8 @@ struct Life {
     /// Training tasks that said hello, and those that said they are done.
     seen: BTreeSet<String>,
     done: BTreeSet<String>,
+    /// When each training task last called.
+    heard: BTreeMap<String, Instant>,
     first_hello: Option<Instant>,
     chief_done_at: Option<Instant>,
 }
@@ -60,6 +66,10 @@ struct Shared {
 }
 
 impl Shared {
+    fn heard(&self, task: &str) {
+        self.life().heard.insert(task.to_string(), Instant::now());
+    }
+
     fn life(&self) -> MutexGuard<'_, Life> {
         self.life.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -78,7 +88,8 @@ impl Shared {
 /// An error of this ps task as the caller sees it (the caller names the task).
 fn status(e: RuntimeError) -> Status {
     match e {
-        RuntimeError::ParameterServer { reason, retryable: true, .. } => Status::unavailable(reason),
+        // Not `unavailable`: callers read that as the connection failing.
+        RuntimeError::ParameterServer { reason, retryable: true, .. } => Status::aborted(reason),
         RuntimeError::ParameterServer { reason, .. } => Status::failed_precondition(reason),
         e => Status::failed_precondition(e.to_string()),
     }
@@ -86,7 +97,10 @@ fn status(e: RuntimeError) -> Status {
 
 /// Runs blocking work (an update, a copy of every variable) off the server's I/O threads.
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T, Status> {
-    tokio::task::spawn_blocking(f).await.map_err(|e| Status::internal(format!("the update panicked: {e}")))?.map_err(status)
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| Status::internal(format!("the update panicked: {e}")))?
+        .map_err(status)
 }
 
 struct Service(Arc<Shared>);
@@ -110,6 +124,7 @@ impl ParameterService for Service {
         }
         let mut life = s.life();
         life.seen.insert(hello.task.clone());
+        life.heard.insert(hello.task.clone(), Instant::now());
         life.done.remove(&hello.task);
         life.first_hello.get_or_insert_with(Instant::now);
         drop(life);
@@ -155,7 +170,8 @@ impl ParameterService for Service {
         if let Some(why) = s.refusal() {
             return Err(Status::failed_precondition(why));
         }
-        let names = request.into_inner().names;
+        let PullRequest { names, task } = request.into_inner();
+        s.heard(&task);
         let values = blocking({
             let (s, names) = (s.clone(), names.clone());
             move || s.shard.read(&names)
@@ -170,9 +186,14 @@ impl ParameterService for Service {
             return Err(Status::failed_precondition(why));
         }
         if matches!(s.life().chief, Chief::Done(_)) {
-            return Ok(Response::new(PushReply { finished: true, global_step: s.shard.global_step(), ..Default::default() }));
+            return Ok(Response::new(PushReply {
+                finished: true,
+                global_step: s.shard.global_step(),
+                ..Default::default()
+            }));
         }
         let push = request.into_inner();
+        s.heard(&push.task);
         let values = push
             .values
             .iter()
@@ -257,7 +278,9 @@ pub fn serve(config: ServeConfig, shard: ParameterShard) -> Result<Option<i64>> 
         }
     };
     let token = match &config.token {
-        Some(t) => Some(token_value(t).ok_or_else(|| err("the token must be printable ASCII without line breaks".into(), false))?),
+        Some(t) => Some(
+            token_value(t).ok_or_else(|| err("the token must be printable ASCII without line breaks".into(), false))?,
+        ),
         None => None,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -277,6 +300,7 @@ pub fn serve(config: ServeConfig, shard: ParameterShard) -> Result<Option<i64>> 
             chief: Chief::NotYet,
             seen: BTreeSet::new(),
             done: BTreeSet::new(),
+            heard: BTreeMap::new(),
             first_hello: None,
             chief_done_at: None,
         }),
@@ -321,17 +345,30 @@ pub fn serve(config: ServeConfig, shard: ParameterShard) -> Result<Option<i64>> 
             }
             if life.first_hello.is_none() && started.elapsed() > config.connect_timeout {
                 return Err(err(
-                    format!("no training task reached it within {:?} (are the chief and workers running?)", config.connect_timeout),
+                    format!(
+                        "no training task reached it within {:?} (are the chief and workers running?)",
+                        config.connect_timeout
+                    ),
                     true,
                 ));
             }
             if let Chief::Lost { task, reason, at } = &life.chief
                 && at.elapsed() > config.connect_timeout
             {
-                return Err(err(format!("{task} was lost ({reason}) and did not come back within {:?}", config.connect_timeout), true));
+                return Err(err(
+                    format!("{task} was lost ({reason}) and did not come back within {:?}", config.connect_timeout),
+                    true,
+                ));
             }
             if let Some(at) = life.chief_done_at {
-                let pending: Vec<&String> = life.seen.iter().filter(|t| !life.done.contains(*t)).collect();
+                // Still training: not done, and heard from lately (a task that died
+                // without a word is not waited for).
+                let pending: Vec<&String> = life
+                    .seen
+                    .iter()
+                    .filter(|t| !life.done.contains(*t))
+                    .filter(|t| life.heard.get(*t).is_some_and(|at| at.elapsed() < QUIET))
+                    .collect();
                 if pending.is_empty() {
                     log::info!("{me}: training is over; stopping");
                     return Ok(());

@@ -49,7 +49,13 @@ impl ParameterShard {
         // error at once, not a wait.
         let exchange = Arc::new(Exchange::new(Duration::ZERO));
         let exec = Executor::for_partition(plan.clone(), device, precision, &label, exchange.clone())?;
-        Ok(ParameterShard { index, exec, exchange, inputs, state: Mutex::new(State { store: VariableStore::new(), initialized: false }) })
+        Ok(ParameterShard {
+            index,
+            exec,
+            exchange,
+            inputs,
+            state: Mutex::new(State { store: VariableStore::new(), initialized: false }),
+        })
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -142,7 +148,9 @@ impl ParameterShard {
                 return Err(self.refuse(format!("a push sends {outlet}, which this task does not receive")));
             }
             let fact = g.fact(outlet)?;
-            if fact.dtype != tensor.dtype() || crate::executor::resolve(&fact.shape, None).as_deref() != Some(&tensor.shape[..]) {
+            if fact.dtype != tensor.dtype()
+                || crate::executor::resolve(&fact.shape, None).as_deref() != Some(&tensor.shape[..])
+            {
                 return Err(RuntimeError::Variable {
                     name: g.node(outlet.node).name.clone(),
                     reason: format!("pushed as {}{:?}, expected {}", tensor.dtype(), tensor.shape, fact),

@@ -26,10 +26,14 @@ pub(super) fn encode(name: &str, outlet: Option<Outlet>, t: &HostTensor) -> Tens
 }
 
 pub(super) fn decode(t: &Tensor) -> Result<HostTensor, String> {
-    let what = if t.name.is_empty() { format!("the value for node {} output {}", t.node, t.output) } else { t.name.clone() };
+    let what =
+        if t.name.is_empty() { format!("the value for node {} output {}", t.node, t.output) } else { t.name.clone() };
     let mut elements: u64 = 1;
     for &d in &t.shape {
-        elements = elements.checked_mul(d).filter(|&n| n <= MAX_ELEMENTS).ok_or_else(|| format!("{what}: shape {:?} is too large", t.shape))?;
+        elements = elements
+            .checked_mul(d)
+            .filter(|&n| n <= MAX_ELEMENTS)
+            .ok_or_else(|| format!("{what}: shape {:?} is too large", t.shape))?;
     }
     let width = match t.dtype {
         0 => 4,
@@ -43,7 +47,10 @@ pub(super) fn decode(t: &Tensor) -> Result<HostTensor, String> {
     let data = match t.dtype {
         0 => HostData::F32(t.data.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()),
         1 => HostData::I64(
-            t.data.chunks_exact(8).map(|c| i64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]])).collect(),
+            t.data
+                .chunks_exact(8)
+                .map(|c| i64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
+                .collect(),
         ),
         _ => HostData::Bool(t.data.iter().map(|&b| b != 0).collect()),
     };

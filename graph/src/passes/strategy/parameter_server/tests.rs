@@ -91,7 +91,13 @@ fn updates_run_on_the_variables_ps_and_everything_else_on_the_worker() -> Result
                 }
                 _ => {
                     for o in &n.inputs {
-                        assert_eq!(g.node(o.node).device, n.device, "{} reads {} across devices", n.name, g.node(o.node).name);
+                        assert_eq!(
+                            g.node(o.node).device,
+                            n.device,
+                            "{} reads {} across devices",
+                            n.name,
+                            g.node(o.node).name
+                        );
                     }
                 }
             }
@@ -101,7 +107,11 @@ fn updates_run_on_the_variables_ps_and_everything_else_on_the_worker() -> Result
         let lr = g.roles.fetches["learning_rate"];
         assert_eq!(g.node(lr.node).device.as_deref(), Some(WORKER));
         // (With one ps task the norm needs only its gradients, and is computed there.)
-        assert!(num_ps == 1 || g.nodes().any(|(_, n)| n.name.contains("clip_by_global_norm/Sqrt") && n.device.as_deref() == Some(WORKER)));
+        assert!(
+            num_ps == 1
+                || g.nodes()
+                    .any(|(_, n)| n.name.contains("clip_by_global_norm/Sqrt") && n.device.as_deref() == Some(WORKER))
+        );
         for (_, n) in g.nodes().filter(|(_, n)| matches!(n.op, Op::CheckNumerics(_))) {
             let on_worker = n.device.as_deref() == Some(WORKER);
             assert_eq!(on_worker, n.name.contains("gradient"), "{} on {:?}", n.name, n.device);
@@ -130,4 +140,3 @@ fn the_global_step_is_incremented_on_its_ps() -> Result<()> {
     assert!(read >= (12 + 8) * 4 && sent >= (12 + 8) * 4, "read {read}, sent {sent}");
     Ok(())
 }
-
