@@ -209,6 +209,32 @@ fn a_killed_ps_task_fails_every_task_by_name_and_the_restarted_cluster_resumes()
 }
 
 #[test]
+fn a_terminated_ps_task_stops_the_cluster_after_the_chief_saved_its_work() -> Result<()> {
+    const STEPS: u64 = 1500;
+    let tmp = tempfile::tempdir()?;
+    engine_binary()?;
+    let dir = tmp.path().join("m");
+    let ports = free_ports(3)?;
+    let ps = task(&dir, &tf_config(&ports, "ps", 0), "t", STEPS, 20, &[])?;
+    let chief = task(&dir, &tf_config(&ports, "chief", 0), "t", STEPS, 20, &[])?;
+    let worker = task(&dir, &tf_config(&ports, "worker", 0), "t", STEPS, 20, &[])?;
+    let before = wait_for_checkpoint(&dir, 100, Duration::from_secs(120))?;
+    let status = std::process::Command::new("kill").args(["-TERM", &ps.id().to_string()]).status()?;
+    ensure!(status.success(), "kill -TERM failed");
+    for (name, child) in [("ps", ps), ("chief", chief), ("worker", worker)] {
+        let (ok, log) = finish(child, Duration::from_secs(60))?;
+        ensure!(!ok, "the {name} went on after the ps task was terminated:\n{log}");
+        if name != "ps" {
+            ensure!(log.contains("a ps task was asked to stop"), "the {name} did not say why it stopped:\n{log}");
+        }
+    }
+    // The chief saved the last update it saw, past the checkpoint before the signal.
+    let saved = latest_step(&dir).context("no checkpoint")?;
+    ensure!(saved > before && saved < STEPS, "the last checkpoint is at {saved} (before the signal: {before})");
+    Ok(())
+}
+
+#[test]
 fn a_killed_chief_stops_the_workers_by_name_and_restarted_they_go_on() -> Result<()> {
     const STEPS: u64 = 1500;
     let tmp = tempfile::tempdir()?;

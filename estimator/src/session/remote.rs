@@ -30,6 +30,8 @@ pub(crate) struct Remote {
     pub global_step: Option<u64>,
     /// The chief finished: training is over.
     pub finished: bool,
+    /// A ps task was asked to stop: this task stops too (the chief saving its work).
+    pub stopping: bool,
 }
 
 impl Remote {
@@ -77,6 +79,7 @@ impl Remote {
             is_chief,
             global_step: None,
             finished: false,
+            stopping: false,
         })
     }
 
@@ -157,6 +160,7 @@ impl Remote {
             self.global_step = Some(s.max(0) as u64);
         }
         self.finished |= pushed.finished;
+        self.stopping |= pushed.stopping;
         Ok(pushed)
     }
 

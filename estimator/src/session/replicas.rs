@@ -123,6 +123,12 @@ impl Replicas {
         self.remote.as_ref().is_some_and(|r| r.finished)
     }
 
+    /// Whether a ps task was asked to stop (preempted): the cluster stops and the chief
+    /// saves a checkpoint.
+    pub fn stopping(&self) -> bool {
+        self.remote.as_ref().is_some_and(|r| r.stopping)
+    }
+
     /// Batch-consuming replicas.
     pub fn len(&self) -> usize {
         self.replicas

@@ -230,6 +230,11 @@ impl TrainingSession<'_> {
                     log::info!("Training is over (the chief finished) at global step {}", self.global_step);
                     stop.set(true);
                 }
+                if self.replicas.stopping() {
+                    log::info!("Stopping at global step {}: a ps task was asked to stop", self.global_step);
+                    self.preempted = Some(None);
+                    stop.set(true);
+                }
                 let first = outs.first().ok_or_else(|| EstimatorError::Other("no replica ran".into()))?;
                 // The logged loss is the global batch's: all-reduced in the graph by the
                 // all-reducing strategies, else combined from the local replicas.

@@ -133,7 +133,7 @@ impl Strategy for ParameterServerStrategy {
             return Err(EstimatorError::Config(format!("task {task} is not a ps task")));
         }
         let shard = ParameterShard::new(plan, task.index, self.device.clone(), precision)?;
-        let step = serve(
+        let served = serve(
             ServeConfig {
                 cluster: self.cluster.clone(),
                 fingerprint: fingerprint.to_string(),
@@ -143,8 +143,16 @@ impl Strategy for ParameterServerStrategy {
                 should_stop: Box::new(|| crate::preemption::requested().map(|s| s.to_string())),
             },
             shard,
-        )?;
-        Ok(step.map(|s| s.max(0) as u64))
+        );
+        let step = |s: Option<i64>| s.map(|s| s.max(0) as u64);
+        match (served, crate::preemption::requested()) {
+            // Drained: the chief checkpointed the values this task held.
+            (Ok(s), Some(signal)) => Err(EstimatorError::Preempted { signal: Some(signal), step: step(s) }),
+            (Ok(s), None) => Ok(step(s)),
+            // Asked to stop: the exit status says so (128 + the signal), for restarts.
+            (Err(_), Some(signal)) => Err(EstimatorError::Preempted { signal: Some(signal), step: None }),
+            (Err(e), None) => Err(e.into()),
+        }
     }
     fn is_chief(&self) -> bool {
         self.cluster.is_chief()

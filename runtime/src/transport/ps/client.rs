@@ -53,6 +53,8 @@ pub struct Pushed {
     pub non_finite: Vec<String>,
     /// The chief finished: training is over.
     pub finished: bool,
+    /// A ps task was asked to stop: the cluster stops, the chief saves its work.
+    pub stopping: bool,
 }
 
 /// This task's connections to every ps task of the cluster.
@@ -283,6 +285,7 @@ impl ParameterClients {
             global_step: replies.iter().find_map(|r| r.global_step),
             non_finite: replies.iter().flat_map(|r| r.non_finite.clone()).collect(),
             finished: replies.iter().any(|r| r.finished),
+            stopping: replies.iter().any(|r| r.stopping),
         })
     }
 

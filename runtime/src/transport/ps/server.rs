@@ -55,6 +55,9 @@ struct Life {
     heard: BTreeMap<String, Instant>,
     first_hello: Option<Instant>,
     chief_done_at: Option<Instant>,
+    /// The signal this task was asked to stop by: it tells the training tasks to stop,
+    /// serves the chief's final checkpoint, then exits.
+    draining: Option<(String, Instant)>,
 }
 
 struct Shared {
@@ -185,12 +188,14 @@ impl ParameterService for Service {
         if let Some(why) = s.refusal() {
             return Err(Status::failed_precondition(why));
         }
-        if matches!(s.life().chief, Chief::Done(_)) {
-            return Ok(Response::new(PushReply {
-                finished: true,
-                global_step: s.shard.global_step(),
-                ..Default::default()
-            }));
+        {
+            let life = s.life();
+            let (finished, stopping) = (matches!(life.chief, Chief::Done(_)), life.draining.is_some());
+            drop(life);
+            if finished || stopping {
+                let global_step = s.shard.global_step();
+                return Ok(Response::new(PushReply { finished, stopping, global_step, ..Default::default() }));
+            }
         }
         let push = request.into_inner();
         s.heard(&push.task);
@@ -206,6 +211,7 @@ impl ParameterService for Service {
             global_step: applied.global_step,
             non_finite: applied.non_finite,
             finished: false,
+            stopping: false,
         }))
     }
 
@@ -262,8 +268,10 @@ impl ParameterService for Service {
 /// Serves `shard` as this cluster task (a ps task) until training ends: the chief said it
 /// is done and every worker that joined finished (or `linger` passed). Fails, naming the
 /// task at fault, when no training task comes within `connect_timeout`, or the chief is
-/// lost and does not come back within it. Returns the final global step, when this task
-/// holds it.
+/// lost and does not come back within it. When `should_stop` fires, it tells the training
+/// tasks to stop (push replies say `stopping`), serves the chief's final checkpoint, and
+/// returns once the chief is done (an error when there is no chief to wait for). Returns
+/// the final global step, when this task holds it.
 pub fn serve(config: ServeConfig, shard: ParameterShard) -> Result<Option<i64>> {
     let me = config.cluster.task().to_string();
     let err = |reason: String, retryable: bool| RuntimeError::ParameterServer { task: me.clone(), reason, retryable };
@@ -303,6 +311,7 @@ pub fn serve(config: ServeConfig, shard: ParameterShard) -> Result<Option<i64>> 
             heard: BTreeMap::new(),
             first_hello: None,
             chief_done_at: None,
+            draining: None,
         }),
         changed: Condvar::new(),
     });
@@ -340,8 +349,21 @@ pub fn serve(config: ServeConfig, shard: ParameterShard) -> Result<Option<i64>> 
             if let Some(reason) = failed.lock().unwrap_or_else(|p| p.into_inner()).clone() {
                 return Err(err(format!("the server stopped: {reason}"), true));
             }
-            if let Some(signal) = (config.should_stop)() {
-                return Err(err(format!("stopped by {signal}"), true));
+            if life.draining.is_none()
+                && let Some(signal) = (config.should_stop)()
+            {
+                log::info!("{me}: received {signal}: the training tasks stop, and the chief saves a checkpoint");
+                life.draining = Some((signal, Instant::now()));
+            }
+            if let Some((signal, since)) = &life.draining {
+                // Done once the chief has saved (or there is no chief to wait for).
+                if matches!(life.chief, Chief::Done(_)) {
+                    log::info!("{me}: the chief saved its final checkpoint; stopping ({signal})");
+                    return Ok(());
+                }
+                if !matches!(life.chief, Chief::Present(_)) || since.elapsed() > config.linger {
+                    return Err(err(format!("stopped by {signal}"), true));
+                }
             }
             if life.first_hello.is_none() && started.elapsed() > config.connect_timeout {
                 return Err(err(
