@@ -105,7 +105,9 @@ fn wait_for_checkpoint(dir: &Path, step: u64, within: Duration) -> Result<u64> {
 
 #[test]
 fn one_ps_and_two_workers_train_the_cnn_to_one_devices_accuracy() -> Result<()> {
-    const STEPS: &str = "1200";
+    // The spec's three epochs: by then accuracy has settled, and the run-to-run spread of
+    // asynchronous training (which update reads which values depends on timing) is small.
+    const STEPS: &str = "2814";
     let tmp = tempfile::tempdir()?;
     let spec = spec_path("fashion_mnist_cnn.ron");
     let single = tmp.path().join("single").to_string_lossy().into_owned();
@@ -119,15 +121,64 @@ fn one_ps_and_two_workers_train_the_cnn_to_one_devices_accuracy() -> Result<()> 
     let chief_line =
         out.stdout.lines().find(|l| l.starts_with("[worker:0] {")).context("the chief printed no result")?;
     let got = printed_dict(chief_line.trim_start_matches("[worker:0] "))?;
-    ensure!(got["global_step"] >= 1200.0, "{got:?}");
+    ensure!(got["global_step"] >= 2814.0, "{got:?}");
     let (a, b) = (got["accuracy"], want["accuracy"]);
-    // Asynchronous updates are not bit-equal to one_device's; measured: 0.838 vs 0.841.
+    // Asynchronous updates are not bit-equal to one_device's. Measured at 1200 updates:
+    // 0.838 and 0.815 (two runs) against 0.841; see the closing note for 2814.
     ensure!((a - b).abs() <= 0.02, "parameter_server reached accuracy {a}, one_device {b}");
     ensure!(out.stderr.contains("[ps:0]") && out.stderr.contains("serving ended"), "{}", out.stderr);
     // Both workers trained: each pushed updates and logged its final loss.
     for w in ["[worker:0]", "[worker:1]"] {
         ensure!(out.stderr.lines().any(|l| l.starts_with(w) && l.contains("Loss for final step")), "{w} did not train");
     }
+    Ok(())
+}
+
+#[test]
+fn partitioned_variables_start_like_whole_ones_and_are_checkpointed_whole() -> Result<()> {
+    let tmp = tempfile::tempdir()?;
+    let spec = spec_path("fashion_mnist_cnn.ron");
+    let whole = tmp.path().join("whole");
+    engine(&["run", &spec, "--strategy", "one_device", "--max-steps", "1", "--model-dir", &whole.to_string_lossy()])?
+        .ok()?;
+    let parted = tmp.path().join("parted");
+    let out = engine(&[
+        "launch",
+        &spec,
+        "--ps",
+        "2",
+        "--workers",
+        "2",
+        "--max-steps",
+        "200",
+        "--model-dir",
+        &parted.to_string_lossy(),
+        "--set",
+        "run_config.variable_partitioner=Some(FixedShards(2))",
+    ])?
+    .ok()?;
+    ensure!(out.stderr.contains("[ps:1]"), "{}", out.stderr);
+    let read = |dir: &Path, step: u64| -> Result<std::collections::BTreeMap<String, engine::graph::HostTensor>> {
+        let path = dir.join(format!("model.ckpt-{step}"));
+        Ok(engine::estimator::checkpoint::read_checkpoint(&path.to_string_lossy(), None)?.tensors)
+    };
+    // The shards start as slices of the whole variable's initial value: the chief's first
+    // checkpoint equals one_device's, bit for bit.
+    let (a, b) = (read(&whole, 0)?, read(&parted, 0)?);
+    ensure!(a.keys().eq(b.keys()), "{:?} vs {:?}", a.keys(), b.keys());
+    for (name, t) in &a {
+        ensure!(b[name] == *t, "{name} starts differently when partitioned");
+    }
+    // Checkpoints hold the whole variable, which one_device evaluates as is.
+    let last = latest_step(&parted).context("no checkpoint")?;
+    let trained = read(&parted, last)?;
+    ensure!(
+        trained["dense/kernel"].shape == vec![5408, 64] && !trained.keys().any(|k| k.contains("part_")),
+        "{:?}",
+        trained.keys()
+    );
+    let out = engine(&["eval", &spec, "--model-dir", &parted.to_string_lossy()])?.ok()?;
+    ensure!(printed_dict(&out.stdout)?["accuracy"] > 0.6, "{}", out.stdout);
     Ok(())
 }
 

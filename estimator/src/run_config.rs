@@ -2,6 +2,7 @@
 //! TensorFlow's defaults.
 
 use crate::{EstimatorError, Result, model_dir::S3Options, strategy::StrategyOptions};
+use engine_graph::passes::strategy::Partitioner;
 use engine_runtime::{CrossDeviceOps, Precision, cluster::Cluster, transport::Communication};
 use std::time::Duration;
 
@@ -65,6 +66,9 @@ pub struct RunConfig {
     /// What training does with a step whose gradients or updates are NaN or infinite
     /// (the step itself never changes a variable then).
     pub non_finite: NonFinitePolicy,
+    /// `parameter_server`: split large variables into row shards on different ps tasks
+    /// (TensorFlow's `variable_partitioner`); `None` keeps every variable whole.
+    pub variable_partitioner: Option<Partitioner>,
 }
 
 /// What training does with a step that produced a NaN or an infinity in a gradient or an
@@ -111,6 +115,7 @@ impl Default for RunConfig {
             connect_timeout: Duration::from_secs(120),
             communication: Communication::Auto,
             non_finite: NonFinitePolicy::Stop,
+            variable_partitioner: None,
         }
     }
 }
@@ -166,6 +171,7 @@ impl RunConfig {
             cluster_token: self.cluster_token.clone(),
             connect_timeout: self.connect_timeout,
             communication: self.communication,
+            variable_partitioner: self.variable_partitioner,
         }
     }
 

@@ -34,6 +34,7 @@ mod plan;
 mod roles;
 mod shape;
 mod tensor;
+mod tensor_rows;
 
 pub use builder::GraphBuilder;
 pub use dtype::DType;

@@ -25,4 +25,4 @@ pub use error::{Result, RuntimeError};
 pub use exchange::Exchange;
 pub use executor::{CollectiveTiming, Executor, NonFinite, OpTiming, RunOptions, StepOutput};
 pub use value::{Precision, Value};
-pub use variables::VariableStore;
+pub use variables::{VariableStore, whole_variables};

@@ -33,7 +33,14 @@ impl VariableStore {
                 continue;
             }
             let Op::Variable(var) = &node.op else { continue };
-            let host = var.init.sample(var.dtype, &var.shape, derive_seed(job_seed, &node.name))?;
+            let host = match &var.partition {
+                // A shard: its rows of the whole variable's initial value.
+                Some(p) => var
+                    .init
+                    .sample(var.dtype, &p.full_shape, derive_seed(job_seed, &p.of))?
+                    .rows(p.offset, var.shape[0])?,
+                None => var.init.sample(var.dtype, &var.shape, derive_seed(job_seed, &node.name))?,
+            };
             self.values.insert(node.name.clone(), Value::from_host(&host, device, precision));
         }
         Ok(())
@@ -68,7 +75,8 @@ impl VariableStore {
         self.values.iter().map(|(k, v)| Ok((k.clone(), v.to_host()?))).collect()
     }
 
-    /// Loads values (from a checkpoint), checking each against the graph's variable of the
+    /// Loads values (from a checkpoint; a partitioned variable's shards from the whole
+    /// variable), checking each against the graph's variable of the
     /// same name; names the graph does not have are ignored, as TensorFlow's restore of a
     /// subset does. Returns the names loaded.
     pub fn import(
@@ -82,7 +90,15 @@ impl VariableStore {
         for id in graph.variables() {
             let node = graph.node(id);
             let Op::Variable(var) = &node.op else { continue };
-            let Some(t) = values.get(&node.name) else { continue };
+            // A shard takes its rows of the whole variable when the values hold that.
+            let sliced = match (&var.partition, values.contains_key(&node.name)) {
+                (Some(p), false) => match values.get(&p.of) {
+                    Some(whole) if whole.shape == p.full_shape => Some(whole.rows(p.offset, var.shape[0])?),
+                    _ => None,
+                },
+                _ => None,
+            };
+            let Some(t) = values.get(&node.name).or(sliced.as_ref()) else { continue };
             if t.shape != var.shape || t.dtype() != var.dtype {
                 return Err(RuntimeError::Variable {
                     name: node.name.clone(),
@@ -100,4 +116,32 @@ impl VariableStore {
         }
         Ok(loaded)
     }
+}
+
+/// `values` with the shards of each partitioned variable of `graph` put back together
+/// under the whole variable's name, as checkpoints hold them. Shards that are missing
+/// leave their shards as they are.
+pub fn whole_variables(
+    graph: &Graph,
+    mut values: BTreeMap<String, HostTensor>,
+) -> Result<BTreeMap<String, HostTensor>> {
+    let mut shards: BTreeMap<String, Vec<(usize, String)>> = BTreeMap::new();
+    for id in graph.variables() {
+        let node = graph.node(id);
+        if let Op::Variable(v) = &node.op
+            && let Some(p) = &v.partition
+        {
+            shards.entry(p.of.clone()).or_default().push((p.offset, node.name.clone()));
+        }
+    }
+    for (whole, mut parts) in shards {
+        parts.sort();
+        if !parts.iter().all(|(_, n)| values.contains_key(n)) {
+            continue;
+        }
+        let tensors: Vec<HostTensor> = parts.iter().filter_map(|(_, n)| values.remove(n)).collect();
+        let refs: Vec<&HostTensor> = tensors.iter().collect();
+        values.insert(whole, HostTensor::concat_rows(&refs)?);
+    }
+    Ok(values)
 }

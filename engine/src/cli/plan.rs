@@ -32,6 +32,7 @@ pub fn plan(args: &PlanArgs) -> Result<(), CliError> {
         device: args.device.to_string(),
         devices: (!args.devices.is_empty()).then(|| args.devices.clone()),
         cluster: planning_cluster(strategy.name(), args.ps)?,
+        variable_partitioner: spec.job.run_config.variable_partitioner.map(crate::job::partitioner),
         ..StrategyOptions::default()
     };
     let plan = lower::compile_with(&spec, args.mode, strategy, &options)?;

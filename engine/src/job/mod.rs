@@ -58,6 +58,7 @@ pub fn run_config(spec: &Spec, overrides: &RunOverrides) -> RunConfig {
         collective_timeout: overrides.collective_timeout.unwrap_or(RunConfig::default().collective_timeout),
         connect_timeout: overrides.connect_timeout.unwrap_or(RunConfig::default().connect_timeout),
         communication: overrides.communication.unwrap_or(rc.communication),
+        variable_partitioner: rc.variable_partitioner.map(partitioner),
         non_finite: match rc.non_finite {
             crate::spec::NonFinite::Stop => engine_estimator::NonFinitePolicy::Stop,
             crate::spec::NonFinite::Skip { max_consecutive } => {
@@ -65,6 +66,18 @@ pub fn run_config(spec: &Spec, overrides: &RunOverrides) -> RunConfig {
             }
         },
         ..RunConfig::default()
+    }
+}
+
+/// The spec's partitioner as the pass takes it (validated: sizes fit).
+pub fn partitioner(p: crate::spec::VariablePartitioner) -> engine_graph::passes::strategy::Partitioner {
+    use engine_graph::passes::strategy::Partitioner;
+    let size = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
+    match p {
+        crate::spec::VariablePartitioner::MinSize { min_shard_bytes, max_shards } => {
+            Partitioner::MinSize { min_shard_bytes: size(min_shard_bytes), max_shards: size(max_shards) }
+        }
+        crate::spec::VariablePartitioner::FixedShards(n) => Partitioner::FixedShards(size(n)),
     }
 }
 

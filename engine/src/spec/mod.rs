@@ -49,7 +49,8 @@ pub use optimizer::{Adagrad, Adam, LearningRateSpec, OptimizerSpec, RmsProp, Sgd
 pub use overrides::Override;
 pub use path::{FieldPath, Segment};
 pub use run_config::{
-    CheckpointTrigger, DEFAULT_SAVE_CHECKPOINTS_SECS, EvalSpec, NonFinite, Precision, RunConfig, TrainSpec,
+    CheckpointTrigger, DEFAULT_SAVE_CHECKPOINTS_SECS, EvalSpec, MAX_SHARDS, NonFinite, Precision, RunConfig, TrainSpec,
+    VariablePartitioner,
 };
 pub use strategy::{Strategy, UnknownStrategy};
 

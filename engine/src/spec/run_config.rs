@@ -43,7 +43,33 @@ pub struct RunConfig {
     /// the batch with a warning, counted in the summaries.
     #[serde(default)]
     pub non_finite: NonFinite,
+    /// `parameter_server` only: split large trainable variables into row shards placed on
+    /// different ps tasks, as TensorFlow's partitioners do. `MinSize(min_shard_bytes: N,
+    /// max_shards: M)` makes as many shards as keep each at least N bytes, at most M;
+    /// `FixedShards(N)` makes N. `None` (the default) keeps every variable whole.
+    /// Checkpoints hold partitioned variables whole either way.
+    #[serde(default)]
+    pub variable_partitioner: Option<VariablePartitioner>,
 }
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub enum VariablePartitioner {
+    MinSize {
+        #[serde(default = "min_shard_bytes")]
+        min_shard_bytes: u64,
+        max_shards: u64,
+    },
+    FixedShards(u64),
+}
+
+/// TensorFlow's `MinSizePartitioner` default: 256 KiB.
+fn min_shard_bytes() -> u64 {
+    256 << 10
+}
+
+/// The most shards a variable may be split into.
+pub const MAX_SHARDS: u64 = 1024;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -2,8 +2,8 @@
 //! settings that exclude each other. Shapes are checked later, when the model is lowered.
 
 use super::{
-    ErrorKind, FieldPath, Functional, Job, Layer, LearningRateSpec, Loss, Metric, Model, OptimizerSpec, Regularizer,
-    Sequential, Spec, SpecError,
+    ErrorKind, FieldPath, Functional, Job, Layer, LearningRateSpec, Loss, MAX_SHARDS, Metric, Model, OptimizerSpec,
+    Regularizer, Sequential, Spec, SpecError, VariablePartitioner,
 };
 use engine_graph::{Initializer, optimizer::LearningRate};
 use std::collections::BTreeSet;
@@ -329,6 +329,17 @@ impl Checker<'_> {
             root().field("train_spec").field("max_steps"),
             "must be positive",
         )?;
+        if let Some(p) = &rc.variable_partitioner {
+            let at = at.field("variable_partitioner");
+            let shards = match p {
+                VariablePartitioner::MinSize { min_shard_bytes, max_shards } => {
+                    self.require(*min_shard_bytes > 0, at.field("min_shard_bytes"), "must be positive")?;
+                    (*max_shards, at.field("max_shards"))
+                }
+                VariablePartitioner::FixedShards(n) => (*n, at),
+            };
+            self.require((1..=MAX_SHARDS).contains(&shards.0), shards.1, &format!("must be from 1 to {MAX_SHARDS}"))?;
+        }
         let eval = root().field("eval_spec");
         self.require(job.eval_spec.steps != Some(0), eval.field("steps"), "must be positive")?;
         self.require(job.eval_spec.every_n_steps != Some(0), eval.field("every_n_steps"), "must be positive")?;

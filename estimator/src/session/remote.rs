@@ -164,8 +164,9 @@ impl Remote {
         Ok(pushed)
     }
 
-    pub fn export(&self) -> Result<BTreeMap<String, HostTensor>> {
-        Ok(self.clients.export()?)
+    /// Every variable, partitioned ones whole (as checkpoints hold them).
+    pub fn export(&self, graph: &engine_graph::Graph) -> Result<BTreeMap<String, HostTensor>> {
+        Ok(engine_runtime::whole_variables(graph, self.clients.export()?)?)
     }
 
     pub fn done(&self) {

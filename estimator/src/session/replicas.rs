@@ -225,7 +225,7 @@ impl Replicas {
     /// The variables (the first copy: every copy holds the same values after a step).
     pub fn export(&self) -> Result<BTreeMap<String, HostTensor>> {
         if let Some(r) = &self.remote {
-            return r.export();
+            return r.export(&self.workers[0].exec.plan().graph);
         }
         match self.workers.iter().find(|w| w.exec.has_variables()) {
             Some(w) => Ok(w.store.export()?),

@@ -123,6 +123,8 @@ pub struct StrategyOptions {
     pub connect_timeout: Duration,
     /// `multi_worker`'s all-reduce path: shared memory on one host (`Auto`), or the ring.
     pub communication: Communication,
+    /// `parameter_server`'s variable partitioner (`None`: variables stay whole).
+    pub variable_partitioner: Option<engine_graph::passes::strategy::Partitioner>,
 }
 
 impl Default for StrategyOptions {
@@ -137,6 +139,7 @@ impl Default for StrategyOptions {
             cluster_token: None,
             connect_timeout: Duration::from_secs(120),
             communication: Communication::Auto,
+            variable_partitioner: None,
         }
     }
 }

@@ -12,7 +12,10 @@
 use super::{Stage, Strategy, StrategyOptions};
 use crate::{EstimatorError, Result, input::InputContext};
 use engine_graph::Plan;
-use engine_graph::passes::{Pass, strategy::ParameterServerPlacement};
+use engine_graph::passes::{
+    Pass,
+    strategy::{ParameterServerPlacement, PartitionVariables, Partitioner},
+};
 use engine_runtime::{
     Device, Precision,
     cluster::{Cluster, TaskType},
@@ -27,6 +30,7 @@ pub struct ParameterServerStrategy {
     call_timeout: Duration,
     connect_timeout: Duration,
     token: Option<String>,
+    partitioner: Option<Partitioner>,
     /// The connections and the fingerprint they were made for.
     clients: Mutex<Option<(String, Arc<ParameterClients>)>>,
 }
@@ -58,6 +62,7 @@ impl ParameterServerStrategy {
             call_timeout: options.collective_timeout,
             connect_timeout: options.connect_timeout,
             token: options.cluster_token.as_ref().map(|t| t.0.clone()),
+            partitioner: options.variable_partitioner,
             clients: Mutex::new(None),
         })
     }
@@ -92,10 +97,14 @@ impl Strategy for ParameterServerStrategy {
             num_replicas_in_sync: self.trainers(),
         }
     }
-    /// Placement only, and only for training: evaluation and prediction read a checkpoint
-    /// in one process.
+    /// Partitioning (when asked for) and placement, only for training: evaluation and
+    /// prediction read a checkpoint (which holds partitioned variables whole) in one process.
     fn passes(&self, stage: Stage, training: bool) -> Vec<Box<dyn Pass>> {
         match (stage, training) {
+            (Stage::BeforeGradients, true) => match self.partitioner {
+                Some(partitioner) => vec![Box::new(PartitionVariables { partitioner })],
+                None => Vec::new(),
+            },
             (Stage::AfterOptimizer, true) => vec![Box::new(ParameterServerPlacement { num_ps: self.num_ps() })],
             _ => Vec::new(),
         }
@@ -162,10 +171,10 @@ impl Strategy for ParameterServerStrategy {
     }
     /// The same on every task (no rank), so that fingerprints agree across the cluster.
     fn describe(&self) -> String {
-        format!("parameter_server({}; {})", self.device, self.cluster.spec())
+        format!("parameter_server({}; {}; {:?})", self.device, self.cluster.spec(), self.partitioner)
     }
     /// The ps count shapes where variables live, not the addresses.
     fn layout(&self) -> String {
-        format!("parameter_server({}; {} ps)", self.device, self.num_ps())
+        format!("parameter_server({}; {} ps; {:?})", self.device, self.num_ps(), self.partitioner)
     }
 }

@@ -16,17 +16,22 @@ mod rmsprop;
 pub use config::{LearningRate, Optimizer, OptimizerConfig};
 pub use pass::ApplyOptimizer;
 
-use crate::{DType, GraphBuilder, Initializer, Op, Outlet, Result, ops::Variable};
+use crate::{
+    DType, GraphBuilder, Initializer, Op, Outlet, Result,
+    ops::{Partition, Variable},
+};
 
 /// A zero-initialized, non-trainable variable named `<variable>/<slot>`, shaped like it.
 pub(crate) fn slot(b: &mut GraphBuilder<'_>, var: Outlet, slot: &str, init: Initializer) -> Result<Outlet> {
     let node = b.graph().node(var.node);
     let name = format!("{}/{slot}", node.name);
-    let shape = match &node.op {
-        Op::Variable(v) => v.shape.clone(),
+    let (shape, partition) = match &node.op {
+        Op::Variable(v) => (v.shape.clone(), v.partition.clone()),
         _ => return Err(crate::GraphError::invalid("optimizer slot", format!("'{}' is not a variable", node.name))),
     };
-    let op = Variable { dtype: DType::F32, shape, init, trainable: false };
+    // A shard's slot is the same shard of the whole variable's slot.
+    let partition = partition.map(|p| Partition { of: format!("{}/{slot}", p.of), ..p });
+    let op = Variable { dtype: DType::F32, shape, init, trainable: false, partition };
     b.op_named(&name, op.into(), &[])
 }
 

@@ -6,4 +6,4 @@ mod variable;
 
 pub use constant::Constant;
 pub use placeholder::Placeholder;
-pub use variable::Variable;
+pub use variable::{Partition, Variable};

@@ -12,6 +12,18 @@ pub struct Variable {
     pub shape: Vec<usize>,
     pub init: Initializer,
     pub trainable: bool,
+    /// Set on a row shard of a partitioned variable (and on its optimizer slots).
+    pub partition: Option<Partition>,
+}
+
+/// This variable is rows `offset..offset + shape[0]` of the variable `of`, whose shape is
+/// `full_shape`: it starts as that slice of `of`'s initial value, and checkpoints hold
+/// `of` whole, so a partitioned run and an unpartitioned one read each other's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Partition {
+    pub of: String,
+    pub full_shape: Vec<usize>,
+    pub offset: usize,
 }
 
 impl OpDef for Variable {
@@ -36,7 +48,7 @@ impl GraphBuilder<'_> {
     /// A float variable named `name` in the current scope (`dense/kernel`).
     pub fn variable(&mut self, name: &str, shape: &[usize], init: Initializer, trainable: bool) -> Result<Outlet> {
         let full = self.name(name);
-        let op = Variable { dtype: DType::F32, shape: shape.to_vec(), init, trainable };
+        let op = Variable { dtype: DType::F32, shape: shape.to_vec(), init, trainable, partition: None };
         self.op_named(&full, op.into(), &[])
     }
 
@@ -45,7 +57,8 @@ impl GraphBuilder<'_> {
         if let Ok(id) = self.graph().find("global_step") {
             return Ok(Outlet::from(id));
         }
-        let op = Variable { dtype: DType::I64, shape: vec![], init: Initializer::Zeros, trainable: false };
+        let op =
+            Variable { dtype: DType::I64, shape: vec![], init: Initializer::Zeros, trainable: false, partition: None };
         self.op_named("global_step", op.into(), &[])
     }
 }

@@ -8,6 +8,7 @@ mod all_reduce_gradients;
 mod all_reduce_loss;
 mod central_storage;
 mod parameter_server;
+mod partition_variables;
 mod placement;
 mod scale_loss;
 
@@ -17,5 +18,6 @@ pub use all_reduce_gradients::AllReduceGradients;
 pub use all_reduce_loss::AllReduceLoss;
 pub use central_storage::{CentralStorage, HOST, REPLICA};
 pub use parameter_server::{ParameterServerPlacement, WORKER, ps_device, ps_index, transfer_bytes};
+pub use partition_variables::{PartitionVariables, Partitioner, shard_rows};
 pub use placement::Placement;
 pub use scale_loss::ScaleLoss;
