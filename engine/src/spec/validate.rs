@@ -338,7 +338,7 @@ impl Checker<'_> {
                 }
                 VariablePartitioner::FixedShards(n) => (*n, at),
             };
-            self.require((1..=MAX_SHARDS).contains(&shards.0), shards.1, &format!("must be from 1 to {MAX_SHARDS}"))?;
+            self.require((1..=MAX_SHARDS).contains(&shards.0), shards.1, format!("must be from 1 to {MAX_SHARDS}"))?;
         }
         let eval = root().field("eval_spec");
         self.require(job.eval_spec.steps != Some(0), eval.field("steps"), "must be positive")?;
