@@ -8,6 +8,7 @@ must set thread counts and CPU affinity *before* TensorFlow starts its pools.
 
 import gzip
 import os
+import socket
 import struct
 import time
 
@@ -42,6 +43,20 @@ def process_start_epoch():
         return now - age
     except (OSError, ValueError, IndexError):
         return None
+
+
+def free_ports(n):
+    """n distinct free TCP ports on 127.0.0.1 (held together while chosen)."""
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
 
 
 def apply_threads(threads):

@@ -21,7 +21,6 @@ import json  # noqa: E402
 import os  # noqa: E402
 import shutil  # noqa: E402
 import signal  # noqa: E402
-import socket  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
@@ -51,22 +50,9 @@ def parse_args():
     return a
 
 
-def free_ports(n):
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
 def launch(args):
     env_start = common.environment_report()
-    ports = free_ports(args.workers)
+    ports = common.free_ports(args.workers)
     cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
     model_dir = args.model_dir or tempfile.mkdtemp(prefix="tf_mwms_")
     log_dir = tempfile.mkdtemp(prefix="tf_mwms_logs_")

@@ -24,7 +24,6 @@ import json  # noqa: E402
 import os  # noqa: E402
 import shutil  # noqa: E402
 import signal  # noqa: E402
-import socket  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
@@ -55,22 +54,9 @@ def parse_args():
     return a
 
 
-def free_ports(n):
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
 def launch(args):
     env_start = common.environment_report()
-    ports = free_ports(args.workers + args.ps)
+    ports = common.free_ports(args.workers + args.ps)
     addr = [f"127.0.0.1:{p}" for p in ports]
     cluster = {"chief": addr[:1], "ps": addr[args.workers:]}
     if args.workers > 1:

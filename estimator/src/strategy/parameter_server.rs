@@ -129,6 +129,7 @@ impl Strategy for ParameterServerStrategy {
             token: self.token.clone(),
             call_timeout: self.call_timeout,
             connect_timeout: self.connect_timeout,
+            tls: None,
         })?);
         if self.cluster.is_chief() {
             clients.attend()?;
@@ -150,6 +151,7 @@ impl Strategy for ParameterServerStrategy {
                 connect_timeout: self.connect_timeout,
                 linger: self.connect_timeout,
                 should_stop: Box::new(|| crate::preemption::requested().map(|s| s.to_string())),
+                tls: None,
             },
             shard,
         );

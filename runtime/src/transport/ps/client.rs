@@ -8,6 +8,7 @@ use super::tensor::{decode, encode};
 use super::{MAX_MESSAGE_BYTES, PROTOCOL_VERSION};
 use crate::transport::auth::{AttachToken, token_value};
 use crate::transport::link::error_chain;
+use crate::transport::tls::TlsConfig;
 use crate::{
     Result, RuntimeError,
     cluster::{Cluster, TaskType},
@@ -36,6 +37,8 @@ pub struct ClientConfig {
     pub call_timeout: Duration,
     /// How long to wait for the ps tasks to come up, and to be initialized.
     pub connect_timeout: Duration,
+    /// Mutual TLS with the ps tasks (their certificates checked against the CA).
+    pub tls: Option<TlsConfig>,
 }
 
 struct Ps {
@@ -81,6 +84,10 @@ impl ParameterClients {
             }
             None => None,
         };
+        let tls = match &config.tls {
+            Some(tls) => Some(tls.load().map_err(|reason| err(me.clone(), format!("TLS: {reason}"), false))?),
+            None => None,
+        };
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name("engine-ps-client")
@@ -94,10 +101,16 @@ impl ParameterClients {
         let mut ps = Vec::new();
         for (k, address) in addresses.iter().enumerate() {
             let name = format!("ps:{k}");
-            let endpoint = Endpoint::from_shared(format!("http://{address}"))
+            let scheme = if tls.is_some() { "https" } else { "http" };
+            let mut endpoint = Endpoint::from_shared(format!("{scheme}://{address}"))
                 .map_err(|e| err(name.clone(), format!("address {address}: {e}"), false))?
                 .connect_timeout(Duration::from_secs(2))
                 .tcp_nodelay(true);
+            if let Some(tls) = &tls {
+                endpoint = endpoint
+                    .tls_config(tls.client(address))
+                    .map_err(|e| err(name.clone(), format!("TLS: {}", error_chain(&e)), false))?;
+            }
             // The channel's background work runs on this task's runtime.
             let channel = {
                 let _entered = runtime.enter();

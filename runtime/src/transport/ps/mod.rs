@@ -14,6 +14,9 @@ mod server;
 mod shard;
 mod tensor;
 
+#[cfg(test)]
+mod tests;
+
 pub use client::{ClientConfig, ParameterClients, Pushed};
 pub use server::{ServeConfig, serve};
 pub use shard::{Applied, ParameterShard};

@@ -12,6 +12,7 @@ use super::tensor::{decode, encode, outlet};
 use super::{MAX_MESSAGE_BYTES, PROTOCOL_VERSION};
 use crate::transport::auth::{RequireToken, token_value};
 use crate::transport::link::error_chain;
+use crate::transport::tls::TlsConfig;
 use crate::{Result, RuntimeError, cluster::Cluster};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -36,6 +37,9 @@ pub struct ServeConfig {
     pub linger: Duration,
     /// Polled while serving: a signal asks the task to stop.
     pub should_stop: Box<dyn Fn() -> Option<String> + Send>,
+    /// Mutual TLS, as the collective group has it: only tasks with a certificate of the
+    /// cluster's CA get in.
+    pub tls: Option<TlsConfig>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -291,6 +295,10 @@ pub fn serve(config: ServeConfig, shard: ParameterShard) -> Result<Option<i64>> 
         ),
         None => None,
     };
+    let tls = match &config.tls {
+        Some(tls) => Some(tls.load().map_err(|reason| err(format!("TLS: {reason}"), false))?),
+        None => None,
+    };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name("engine-ps")
@@ -324,13 +332,17 @@ pub fn serve(config: ServeConfig, shard: ParameterShard) -> Result<Option<i64>> 
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
     let service = InterceptedService::new(service, RequireToken::new(token, None));
+    let mut builder = Server::builder();
+    if let Some(tls) = &tls {
+        builder = builder.tls_config(tls.server()).map_err(|e| err(format!("TLS: {}", error_chain(&e)), false))?;
+    }
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let failed = Arc::new(Mutex::new(None::<String>));
     let server = runtime.spawn({
         let failed = failed.clone();
         let shared = shared.clone();
         async move {
-            let result = Server::builder()
+            let result = builder
                 .serve_with_incoming_shutdown(service, incoming, async {
                     let _ = stop_rx.await;
                 })
