@@ -13,7 +13,7 @@
 mod common;
 
 use anyhow::{Context, Result, anyhow, ensure};
-use common::{engine, engine_binary, engine_command, latest_step, printed_dict, spec_path};
+use common::{engine, engine_binary, engine_command, finish, free_ports, latest_step, printed_dict, spec_path};
 use engine::estimator::checkpoint::read_checkpoint;
 use engine::estimator::hooks::{FAULT_ENV, FAULT_EXIT_CODE};
 use engine::graph::HostTensor;
@@ -221,32 +221,9 @@ fn task(spec: &Path, model_dir: &Path, tf_config: &str, token: &str, steps: u64,
         .spawn()?)
 }
 
-fn free_ports(n: usize) -> Result<Vec<u16>> {
-    let listeners: Vec<_> =
-        (0..n).map(|_| std::net::TcpListener::bind("127.0.0.1:0")).collect::<std::io::Result<_>>()?;
-    Ok(listeners.iter().map(|l| l.local_addr().map(|a| a.port())).collect::<std::io::Result<_>>()?)
-}
-
 fn tf_config(ports: &[u16], index: usize) -> String {
     let workers: Vec<String> = ports.iter().map(|p| format!("\"127.0.0.1:{p}\"")).collect();
     format!(r#"{{"cluster": {{"worker": [{}]}}, "task": {{"type": "worker", "index": {index}}}}}"#, workers.join(", "))
-}
-
-fn finish(child: Child, within: Duration) -> Result<(bool, String)> {
-    let deadline = Instant::now() + within;
-    let mut child = child;
-    loop {
-        if child.try_wait()?.is_some() {
-            let out = child.wait_with_output()?;
-            return Ok((out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned()));
-        }
-        if Instant::now() > deadline {
-            child.kill()?;
-            let out = child.wait_with_output()?;
-            return Err(anyhow!("still running after {within:?}; stderr:\n{}", String::from_utf8_lossy(&out.stderr)));
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 #[test]

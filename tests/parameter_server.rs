@@ -9,17 +9,11 @@
 mod common;
 
 use anyhow::{Context, Result, ensure};
-use common::{engine, engine_binary, engine_command, latest_step, printed_dict, spec_path};
+use common::{engine, engine_binary, engine_command, finish, free_ports, latest_step, printed_dict, spec_path};
 use engine::estimator::hooks::FAULT_ENV;
 use std::path::Path;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
-
-fn free_ports(n: usize) -> Result<Vec<u16>> {
-    let listeners: Vec<_> =
-        (0..n).map(|_| std::net::TcpListener::bind("127.0.0.1:0")).collect::<std::io::Result<_>>()?;
-    Ok(listeners.iter().map(|l| l.local_addr().map(|a| a.port())).collect::<std::io::Result<_>>()?)
-}
 
 /// A cluster of a chief, one worker and one ps task on `ports`, as `task` (`chief`, 0).
 fn tf_config(ports: &[u16], task: &str, index: usize) -> String {
@@ -70,25 +64,6 @@ fn task(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()?)
-}
-
-/// Waits for a task (killed past `within`): whether it succeeded, and its log.
-fn finish(child: Child, within: Duration) -> Result<(bool, String)> {
-    let deadline = Instant::now() + within;
-    let mut child = child;
-    loop {
-        if child.try_wait()?.is_some() {
-            let out = child.wait_with_output()?;
-            let log = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-            return Ok((out.status.success(), log));
-        }
-        if Instant::now() > deadline {
-            child.kill()?;
-            let out = child.wait_with_output()?;
-            anyhow::bail!("a task ran past {within:?}:\n{}", String::from_utf8_lossy(&out.stderr));
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 /// Waits until the model dir has a checkpoint at or past `step`.

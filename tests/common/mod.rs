@@ -243,3 +243,28 @@ pub fn latest_step(model_dir: &Path) -> Option<u64> {
     let state = engine::estimator::checkpoint::CheckpointState::parse(&text, "checkpoint").ok()?;
     state.model_checkpoint_path.strip_prefix("model.ckpt-")?.parse().ok()
 }
+
+/// `n` distinct free ports on 127.0.0.1 (the listeners are held until all are chosen).
+pub fn free_ports(n: usize) -> Result<Vec<u16>> {
+    let listeners: Vec<_> = (0..n).map(|_| TcpListener::bind("127.0.0.1:0")).collect::<std::io::Result<_>>()?;
+    Ok(listeners.iter().map(|l| l.local_addr().map(|a| a.port())).collect::<std::io::Result<_>>()?)
+}
+
+/// Waits for a task of a hand-made cluster: whether it succeeded, and its output (stdout,
+/// then stderr). One still running after `within` is killed and is an error.
+pub fn finish(mut child: Child, within: Duration) -> Result<(bool, String)> {
+    let deadline = Instant::now() + within;
+    loop {
+        if child.try_wait()?.is_some() {
+            let out = child.wait_with_output()?;
+            let log = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+            return Ok((out.status.success(), log));
+        }
+        if Instant::now() > deadline {
+            child.kill()?;
+            let out = child.wait_with_output()?;
+            bail!("still running after {within:?}; stderr:\n{}", String::from_utf8_lossy(&out.stderr));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
