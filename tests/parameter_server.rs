@@ -1,10 +1,12 @@
 //! `parameter_server` with real processes on 127.0.0.1: `engine launch --ps 1 --workers 2`
 //! trains the CNN to one_device's test accuracy at the same number of applied updates; a
-//! worker that dies stops nobody and rejoins when started again; a killed ps task makes
-//! every training task fail naming it, and the restarted cluster resumes from the chief's
-//! checkpoint; a killed chief makes the workers stop naming it, and restarted they go on
-//! from the ps tasks' values; other jobs, wrong tokens and multi_worker with ps tasks are
-//! refused.
+//! worker that dies (SIGKILL, or an injected crash under `engine launch`) stops nobody and
+//! rejoins when started again; partitioned variables start and are checkpointed as whole
+//! ones; a terminated ps task stops the cluster after the chief saved its values; a killed
+//! ps task makes every training task fail naming it, and the restarted cluster resumes from
+//! the chief's checkpoint; a killed chief makes the workers stop naming it, and restarted
+//! they go on from the ps tasks' values; other jobs, wrong tokens and multi_worker with ps
+//! tasks are refused.
 
 mod common;
 
@@ -64,6 +66,16 @@ fn task(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()?)
+}
+
+/// A ps task, a chief and a worker on `ports`, training to `steps` in `dir`; the ps task
+/// waits `ps_connect_timeout` seconds for a lost chief.
+fn start_cluster(dir: &Path, ports: &[u16], steps: u64, ps_connect_timeout: u64) -> Result<(Child, Child, Child)> {
+    Ok((
+        task(dir, &tf_config(ports, "ps", 0), "t", steps, ps_connect_timeout, &[])?,
+        task(dir, &tf_config(ports, "chief", 0), "t", steps, 20, &[])?,
+        task(dir, &tf_config(ports, "worker", 0), "t", steps, 20, &[])?,
+    ))
 }
 
 /// Waits until the model dir has a checkpoint at or past `step`.
@@ -198,15 +210,35 @@ fn a_failed_worker_stops_nobody_and_rejoins_when_started_again() -> Result<()> {
 }
 
 #[test]
+fn a_worker_killed_with_sigkill_stops_nobody_and_rejoins() -> Result<()> {
+    const STEPS: u64 = 1500;
+    let tmp = tempfile::tempdir()?;
+    engine_binary()?;
+    let dir = tmp.path().join("m");
+    let ports = free_ports(3)?;
+    let (ps, chief, mut worker) = start_cluster(&dir, &ports, STEPS, 20)?;
+    wait_for_checkpoint(&dir, 100, Duration::from_secs(120))?;
+    worker.kill()?; // SIGKILL
+    worker.wait()?;
+    let worker = task(&dir, &tf_config(&ports, "worker", 0), "t", STEPS, 20, &[])?;
+    let (ok, log) = finish(chief, Duration::from_secs(180))?;
+    ensure!(ok, "the chief stopped when the worker was killed:\n{log}");
+    let (ok, log) = finish(worker, Duration::from_secs(60))?;
+    ensure!(ok && log.contains("Loss for final step"), "the worker did not rejoin and train:\n{log}");
+    let (ok, log) = finish(ps, Duration::from_secs(60))?;
+    ensure!(ok, "{log}");
+    ensure!(latest_step(&dir).is_some_and(|s| s >= STEPS), "the job did not finish");
+    Ok(())
+}
+
+#[test]
 fn a_killed_ps_task_fails_every_task_by_name_and_the_restarted_cluster_resumes() -> Result<()> {
     const STEPS: u64 = 1500;
     let tmp = tempfile::tempdir()?;
     engine_binary()?;
     let dir = tmp.path().join("m");
     let ports = free_ports(3)?;
-    let mut ps = task(&dir, &tf_config(&ports, "ps", 0), "t", STEPS, 20, &[])?;
-    let chief = task(&dir, &tf_config(&ports, "chief", 0), "t", STEPS, 20, &[])?;
-    let worker = task(&dir, &tf_config(&ports, "worker", 0), "t", STEPS, 20, &[])?;
+    let (mut ps, chief, worker) = start_cluster(&dir, &ports, STEPS, 20)?;
     let saved = wait_for_checkpoint(&dir, 100, Duration::from_secs(120))?;
     let killed = Instant::now();
     ps.kill()?; // SIGKILL
@@ -221,9 +253,7 @@ fn a_killed_ps_task_fails_every_task_by_name_and_the_restarted_cluster_resumes()
 
     // Started again, the chief initializes the new ps task from its latest checkpoint.
     let ports = free_ports(3)?;
-    let ps = task(&dir, &tf_config(&ports, "ps", 0), "t", STEPS, 20, &[])?;
-    let chief = task(&dir, &tf_config(&ports, "chief", 0), "t", STEPS, 20, &[])?;
-    let worker = task(&dir, &tf_config(&ports, "worker", 0), "t", STEPS, 20, &[])?;
+    let (ps, chief, worker) = start_cluster(&dir, &ports, STEPS, 20)?;
     let (ok, log) = finish(chief, Duration::from_secs(180))?;
     ensure!(ok && log.contains("Restoring parameters from model.ckpt-"), "{log}");
     for (name, child) in [("worker", worker), ("ps", ps)] {
@@ -241,9 +271,7 @@ fn a_terminated_ps_task_stops_the_cluster_after_the_chief_saved_its_work() -> Re
     engine_binary()?;
     let dir = tmp.path().join("m");
     let ports = free_ports(3)?;
-    let ps = task(&dir, &tf_config(&ports, "ps", 0), "t", STEPS, 20, &[])?;
-    let chief = task(&dir, &tf_config(&ports, "chief", 0), "t", STEPS, 20, &[])?;
-    let worker = task(&dir, &tf_config(&ports, "worker", 0), "t", STEPS, 20, &[])?;
+    let (ps, chief, worker) = start_cluster(&dir, &ports, STEPS, 20)?;
     let before = wait_for_checkpoint(&dir, 100, Duration::from_secs(120))?;
     let status = std::process::Command::new("kill").args(["-TERM", &ps.id().to_string()]).status()?;
     ensure!(status.success(), "kill -TERM failed");
@@ -267,9 +295,7 @@ fn a_killed_chief_stops_the_workers_by_name_and_restarted_they_go_on() -> Result
     engine_binary()?;
     let dir = tmp.path().join("m");
     let ports = free_ports(3)?;
-    let ps = task(&dir, &tf_config(&ports, "ps", 0), "t", STEPS, 60, &[])?;
-    let mut chief = task(&dir, &tf_config(&ports, "chief", 0), "t", STEPS, 20, &[])?;
-    let worker = task(&dir, &tf_config(&ports, "worker", 0), "t", STEPS, 20, &[])?;
+    let (ps, mut chief, worker) = start_cluster(&dir, &ports, STEPS, 60)?;
     wait_for_checkpoint(&dir, 100, Duration::from_secs(120))?;
     chief.kill()?;
     chief.wait()?;
