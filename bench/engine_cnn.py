@@ -46,8 +46,9 @@ sys.dont_write_bytecode = True
 sys.path.insert(0, HERE)
 import _models  # noqa: E402
 
-# `I 21:55:20.556 engine] loss = 0.9336241, step = 100 (1.079 sec)`; the prefix is UTC.
-LOG_LINE = re.compile(rb"^([IWED]) (\d\d):(\d\d):(\d\d)\.(\d{3}) engine\] (.*)$")
+# `I 2026-11-24 21:55:20.556 engine] loss = 0.9336241, step = 100 (1.079 sec)`; the prefix
+# is UTC (older builds printed no date).
+LOG_LINE = re.compile(rb"^([IWED]) (?:\d{4}-\d\d-\d\d )?(\d\d):(\d\d):(\d\d)\.(\d{3}) engine\] (.*)$")
 STEP = re.compile(rb"\bstep = (\d+)\b")
 RATE = re.compile(rb"^global_step/sec: ([0-9.]+), examples/sec: ([0-9.]+)")
 

@@ -47,13 +47,18 @@ fn plan_compiles_each_mode_with_its_batch_size() -> Result<()> {
 
 #[test]
 fn plan_draws_graphviz_to_stdout_or_a_file() -> Result<()> {
-    let out = engine(&["plan", &spec_path("fashion_mnist_mlp.ron"), "--dot"])?;
-    ensure!(out.code == Some(0), "{}", out.stderr);
-    ensure!(out.stdout.starts_with("digraph engine {") && out.stdout.trim_end().ends_with('}'));
+    // `--dot` before or after the spec: it never takes the spec for its file.
+    for args in
+        [["plan", &spec_path("fashion_mnist_mlp.ron"), "--dot"], ["plan", "--dot", &spec_path("fashion_mnist_mlp.ron")]]
+    {
+        let out = engine(&args)?;
+        ensure!(out.code == Some(0), "{}", out.stderr);
+        ensure!(out.stdout.starts_with("digraph engine {") && out.stdout.trim_end().ends_with('}'));
+    }
     let dir = tempfile::tempdir()?;
     let file = dir.path().join("mlp.dot");
     let file_arg = file.display().to_string();
-    let out = engine(&["plan", &spec_path("fashion_mnist_mlp.ron"), "--dot", &file_arg])?;
+    let out = engine(&["plan", &spec_path("fashion_mnist_mlp.ron"), &format!("--dot={file_arg}")])?;
     ensure!(out.code == Some(0), "{}", out.stderr);
     ensure!(out.stdout.contains("schedule (") && out.stdout.contains(&format!("graph written to {file_arg}")));
     ensure!(std::fs::read_to_string(&file)?.contains("dense_2/MatMul"));

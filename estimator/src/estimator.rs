@@ -67,7 +67,7 @@ impl Estimator {
         let eval_name = config.eval_distribute.as_deref().or(config.train_distribute.as_deref()).unwrap_or("default");
         let eval_name = if eval_name == "multi_worker" { "default" } else { eval_name };
         let eval_strategy: Arc<dyn Strategy> = strategy_by_name(eval_name, &options)?.into();
-        log::info!("Using config: {config:?}");
+        log::info!("Using config: {config}");
         Ok(Estimator {
             model_fn: Arc::new(model_fn),
             config,

@@ -71,6 +71,39 @@ pub struct RunConfig {
     pub variable_partitioner: Option<Partitioner>,
 }
 
+/// One line for the log, as a user wrote it (no Rust formatting; the token never shown).
+impl std::fmt::Display for RunConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let or_default = |s: &Option<String>| s.clone().unwrap_or_else(|| "default".into());
+        write!(f, "model_dir {}, random_seed {}", self.model_dir, self.seed())?;
+        match self.checkpoint_trigger() {
+            CheckpointTrigger::Steps(n) => write!(f, ", checkpoints every {n} steps")?,
+            CheckpointTrigger::Secs(d) => write!(f, ", checkpoints every {} s", d.as_secs())?,
+        }
+        write!(
+            f,
+            ", keep_checkpoint_max {}, summaries every {} steps, logs every {} steps, train_distribute {}, \
+             eval_distribute {}, device {}, precision {:?}",
+            self.keep_checkpoint_max,
+            self.save_summary_steps,
+            self.log_step_count_steps,
+            or_default(&self.train_distribute),
+            or_default(&self.eval_distribute),
+            self.devices.as_ref().map(|d| d.join(",")).unwrap_or_else(|| self.device.clone()),
+            self.precision,
+        )?;
+        if let Some(c) = &self.cluster {
+            write!(f, ", task {} of cluster {}", c.task(), c.spec())?;
+        }
+        match self.non_finite {
+            NonFinitePolicy::Stop => write!(f, ", non-finite steps stop training"),
+            NonFinitePolicy::Skip { max_consecutive } => {
+                write!(f, ", non-finite steps are skipped (at most {max_consecutive} in a row)")
+            }
+        }
+    }
+}
+
 /// What training does with a step that produced a NaN or an infinity in a gradient or an
 /// update. Either way the step commits nothing: the variables stay as they were.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -172,7 +172,12 @@ pub fn train_and_evaluate(
         }
         (listener.last_step, latest.map(|c| c.path))
     };
-    log::info!("Training finished at step {final_step}; last evaluation at step {last_step:?} of {last_path:?}");
+    match (last_step, last_path) {
+        (Some(step), Some(path)) => {
+            log::info!("Training finished at step {final_step}; last evaluation: {path} (step {step})")
+        }
+        _ => log::info!("Training finished at step {final_step}; no checkpoint was evaluated"),
+    }
     last_result.ok_or(crate::EstimatorError::NoCheckpoint("evaluate"))
 }
 

@@ -72,8 +72,9 @@ pub struct PlanArgs {
     /// Which graph to compile.
     #[arg(long, default_value = "train", value_parser = parse_mode)]
     pub mode: Mode,
-    /// Write the graph in Graphviz's dot language to FILE, or to stdout without FILE.
-    #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = "-")]
+    /// Write the graph in Graphviz's dot language to stdout, or to FILE with `--dot=FILE`
+    /// (the `=` keeps `--dot SPEC` from taking the spec for the file).
+    #[arg(long, value_name = "FILE", num_args = 0..=1, require_equals = true, default_missing_value = "-")]
     pub dot: Option<PathBuf>,
     /// The batch size for the statistics (1 to 65536); defaults to the input's `batch_size`.
     #[arg(long, value_name = "N", value_parser = parse_batch)]
@@ -134,7 +135,7 @@ pub struct ClusterArgs {
     pub connect_timeout: Option<u64>,
     /// How tasks all-reduce: `auto` (shared memory when all are on this host, else the
     /// gRPC ring), `ring`, or `shared_memory`; overrides `run_config.communication`.
-    #[arg(long, value_name = "PATH")]
+    #[arg(long, value_name = "auto|ring|shared_memory")]
     pub communication: Option<engine_runtime::transport::Communication>,
 }
 

@@ -26,6 +26,22 @@ pub enum StopCondition {
     },
 }
 
+/// How a log line says what happened: `had no new minimum for 150 steps`.
+impl std::fmt::Display for StopCondition {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StopCondition::NoDecrease { max_steps_without_decrease: n } => {
+                write!(f, "had no new minimum for {n} steps")
+            }
+            StopCondition::NoIncrease { max_steps_without_increase: n } => {
+                write!(f, "had no new maximum for {n} steps")
+            }
+            StopCondition::Higher { threshold } => write!(f, "went above {threshold}"),
+            StopCondition::Lower { threshold } => write!(f, "went below {threshold}"),
+        }
+    }
+}
+
 pub struct EarlyStoppingHook {
     metric: String,
     condition: StopCondition,
@@ -103,7 +119,7 @@ impl SessionRunHook for EarlyStoppingHook {
         }
         let history = self.history(ctx)?;
         if self.should_stop(&history, ctx.global_step) {
-            log::info!("Early stopping: {} met {:?} at step {}", self.metric, self.condition, ctx.global_step);
+            log::info!("Early stopping at step {}: {} {}", ctx.global_step, self.metric, self.condition);
             ctx.request_stop();
         }
         Ok(())

@@ -32,7 +32,7 @@ impl ProfilerHook {
             .map_err(|e| EstimatorError::Hook { hook: "ProfilerHook".into(), reason: e.to_string() })?;
         ctx.model_dir.put(&name, bytes)?;
         log::info!(
-            "Wrote the op profile of steps {}..={} to {}",
+            "Wrote the op profile of steps {} to {} to {}",
             self.first_step,
             self.last_step,
             ctx.model_dir.url_of(&name)
