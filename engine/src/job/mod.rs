@@ -86,7 +86,14 @@ pub fn estimator(spec: Arc<Spec>, overrides: &RunOverrides) -> engine_estimator:
     let config = run_config(&spec, overrides);
     let seed = config.seed();
     let config = RunConfig { random_seed: Some(seed), ..config };
-    Estimator::new(SpecModelFn::new(spec, seed), config)
+    let warm_start = spec.job.warm_start_from.clone();
+    let estimator = Estimator::new(SpecModelFn::new(spec, seed), config)?;
+    Ok(match warm_start {
+        Some(ws) => {
+            estimator.with_warm_start(engine_estimator::WarmStartSettings::new(&ws.checkpoint, &ws.vars_to_warm_start))
+        }
+        None => estimator,
+    })
 }
 
 /// The input spec of `train_input` or `eval_input`, decoded with located errors.

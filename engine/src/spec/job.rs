@@ -26,4 +26,24 @@ pub struct Job {
     pub train_spec: TrainSpec,
     #[serde(default)]
     pub eval_spec: EvalSpec,
+    /// Start the trainable variables from another run's checkpoint, as TensorFlow's
+    /// `warm_start_from` does: `Some(WarmStart(checkpoint: "old/model.ckpt-2814",
+    /// vars_to_warm_start: "conv2d/.*"))`. Optimizer slots and the global step start fresh.
+    /// Used only when the model dir has no checkpoint of its own (a resumed run resumes).
+    #[serde(default)]
+    pub warm_start_from: Option<WarmStart>,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WarmStart {
+    /// A checkpoint path or URL (`model.ckpt-N` in another model dir).
+    pub checkpoint: String,
+    /// A regular expression over variable names; by default every trainable variable.
+    #[serde(default = "every_variable")]
+    pub vars_to_warm_start: String,
+}
+
+fn every_variable() -> String {
+    ".*".into()
 }

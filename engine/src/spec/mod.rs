@@ -41,7 +41,7 @@ mod validate;
 pub use de::{RawSection, SectionKinds};
 pub use error::{ErrorKind, Location, Origin, SpecError};
 pub use input::{HookSection, InputSection, input_batch_size};
-pub use job::Job;
+pub use job::{Job, WarmStart};
 pub use layer::{Activation, Concatenate, Conv2d, Dense, Dropout, Layer, Pool2d, Regularizer, Reshape, Size2};
 pub use loss::{Loss, Metric};
 pub use model::{Functional, FunctionalNode, Model, Sequential};

@@ -44,7 +44,22 @@ impl Checker<'_> {
         }
         self.metrics(job.loss, &job.metrics)?;
         self.optimizer(&job.optimizer)?;
-        self.run_config(job)
+        self.run_config(job)?;
+        self.warm_start(job)
+    }
+
+    fn warm_start(&self, job: &Job) -> Check {
+        let Some(ws) = &job.warm_start_from else { return Ok(()) };
+        let at = root().field("warm_start_from");
+        self.require(!ws.checkpoint.trim().is_empty(), at.field("checkpoint"), "must not be empty")?;
+        match regex::Regex::new(&ws.vars_to_warm_start) {
+            Ok(_) => Ok(()),
+            Err(e) => {
+                // The regex crate's message spans lines (the pattern, a caret, the cause).
+                let cause = e.to_string().lines().last().unwrap_or_default().trim().to_string();
+                Err(self.fail(at.field("vars_to_warm_start"), format!("is not a regular expression ({cause})")))
+            }
+        }
     }
 
     fn positive_shape(&self, shape: &[usize], path: FieldPath) -> Check {
