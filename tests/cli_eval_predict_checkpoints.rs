@@ -88,7 +88,7 @@ fn predict_writes_one_json_object_per_example_consistent_with_eval() -> Result<(
     let accuracy = printed_dict(&eval.stdout)?["accuracy"];
     ensure!((correct as f64 / 1000.0 - accuracy).abs() < 1e-9, "{correct}/1000 vs {accuracy}");
 
-    // All keys on stdout; `--input` replaces eval_input (here 5 examples in batches of 2).
+    // All keys on stdout; `--input` changes eval_input (here 5 examples in batches of 2).
     let input =
         format!(r#"Idx(images: "{T10K_IMAGES}", labels: "{T10K_LABELS}", scale: 255.0, batch_size: 2, take: 5)"#);
     let all = engine(&["predict", &spec, "--model-dir", &dir, "--input", &input])?.ok()?;
@@ -102,6 +102,27 @@ fn predict_writes_one_json_object_per_example_consistent_with_eval() -> Result<(
         let argmax = (0..10).max_by(|&a, &b| probabilities[a].total_cmp(&probabilities[b])).unwrap_or(0);
         ensure!(p["classes"].as_u64() == Some(argmax as u64) && p["classes"] == first["classes"], "{p}");
     }
+
+    // `--input` of eval_input's kind changes only what it names: without `scale` or
+    // `labels`, the spec's scale still applies and no labels are read, so the predictions
+    // are the same.
+    let input = format!(r#"Idx(images: "{T10K_IMAGES}", batch_size: 2, take: 5)"#);
+    let short = engine(&["predict", &spec, "--model-dir", &dir, "--input", &input])?.ok()?;
+    ensure!(lines(&short.stdout)? == all, "predictions changed when --input left out scale and labels");
+    // Another kind would drop the spec's transforms: refused, saying why.
+    let other = engine(&["predict", &spec, "--model-dir", &dir, "--input", r#"Csv(path: "a.csv", batch_size: 2)"#])?;
+    ensure!(
+        other.code == Some(2) && other.stderr.contains("transforms (scale, maps, filters) would not apply"),
+        "{}",
+        other.stderr
+    );
+    // Training and evaluation need the labels an Idx input may leave out for prediction.
+    let nolabels = engine(&["eval", &spec, "--model-dir", &dir, "--set", "eval_input.labels=None"])?;
+    ensure!(
+        nolabels.code == Some(1) && nolabels.stderr.contains("eval_input.labels: required to evaluate"),
+        "{}",
+        nolabels.stderr
+    );
 
     let bad_key = engine(&["predict", &spec, "--model-dir", &dir, "--keys", "scores"])?;
     ensure!(

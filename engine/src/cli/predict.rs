@@ -8,7 +8,10 @@ use super::{
 };
 use crate::{
     job,
-    spec::{FieldPath, Origin, Override, syntax::parse_value},
+    spec::{
+        FieldPath, Origin, Override,
+        syntax::{Value, parse_value},
+    },
 };
 use clap::Args;
 use engine_graph::{HostData, HostTensor};
@@ -46,15 +49,45 @@ pub struct PredictArgs {
 }
 
 impl PredictArgs {
-    /// `--input` replaces `eval_input`, so it is parsed and checked like the spec's own
-    /// section (errors point into the flag's text).
+    /// `--input` is parsed and checked like the spec's own section (errors point into the
+    /// flag's text). Of the same kind as `eval_input`, it changes only the fields it names:
+    /// the spec's transforms (`scale`, `maps`, `filters`, `batch_size`) still apply, so
+    /// predictions see the inputs the model was trained on. Without `labels`, an `Idx`
+    /// input reads images only. Of another kind, it would silently drop those transforms,
+    /// and is refused.
     fn overrides(&self) -> Result<Vec<Override>, CliError> {
         let mut v = model_dir_override(self.model_dir.as_deref());
-        if let Some(text) = &self.input {
-            const FLAG: &str = "--input ";
-            let shown = format!("{FLAG}{text}");
-            let node = parse_value(text, &Origin::CommandLine(shown.as_str().into()), FLAG.chars().count() + 1)?;
-            v.push(Override::flag(&shown, FieldPath::root().field("eval_input"), node.value));
+        let Some(text) = &self.input else { return Ok(v) };
+        const FLAG: &str = "--input ";
+        let shown = format!("{FLAG}{text}");
+        let node = parse_value(text, &Origin::CommandLine(shown.as_str().into()), FLAG.chars().count() + 1)?;
+        let at = FieldPath::root().field("eval_input");
+        let base = self.common.load(v.clone())?;
+        let spec_kind = base.job.eval_input.as_ref().and_then(|s| base.node(&s.path)).and_then(|n| match &n.value {
+            Value::Struct { name, .. } | Value::Tuple { name, .. } => name.clone(),
+            _ => None,
+        });
+        let Value::Struct { name: Some(kind), fields } = &node.value else {
+            v.push(Override::flag(&shown, at, node.value));
+            return Ok(v);
+        };
+        match spec_kind {
+            Some(spec_kind) if spec_kind == *kind => {
+                for f in fields {
+                    v.push(Override::field(at.clone().field(&f.name), f));
+                }
+            }
+            Some(spec_kind) => {
+                return Err(CliError::Usage(format!(
+                    "--input is {kind}(...) but the spec's eval_input is {spec_kind}(...), whose transforms (scale, \
+                     maps, filters) would not apply: give --input as {spec_kind}(...) with the fields to change, or \
+                     write the input in the spec's eval_input"
+                )));
+            }
+            None => v.push(Override::flag(&shown, at.clone(), node.value.clone())),
+        }
+        if kind == "Idx" && !fields.iter().any(|f| f.name == "labels") {
+            v.push(Override::flag(&shown, at.field("labels"), Value::Ident("None".into())));
         }
         Ok(v)
     }
@@ -63,7 +96,7 @@ impl PredictArgs {
 pub fn predict(args: &PredictArgs) -> Result<(), CliError> {
     let spec = Arc::new(args.common.load(args.overrides()?)?);
     let estimator = evaluation_estimator(&spec, &args.common, args.device)?;
-    let input = job::eval_input_fn(&spec)?.ok_or_else(|| missing_eval_input(&spec, "engine predict"))?;
+    let input = job::predict_input_fn(&spec)?.ok_or_else(|| missing_eval_input(&spec, "engine predict"))?;
     let checkpoint = checkpoint_location(&estimator, args.checkpoint.as_deref())?;
     let keys = if args.keys.is_empty() { None } else { Some(args.keys.clone()) };
     let predictions = estimator.predict(input.as_ref(), keys, Some(&checkpoint))?;

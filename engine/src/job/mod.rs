@@ -110,11 +110,30 @@ pub fn train_input_fn(spec: &Spec) -> Result<Arc<SpecInputFn>, SpecError> {
     let s = input_spec(spec, "train_input")?.ok_or_else(|| {
         spec.error(FieldPath::root().field("train_input"), crate::spec::ErrorKind::Invalid("missing".into()))
     })?;
+    require_labels(spec, &spec.job.train_input.path, &s, "train")?;
     open_input(spec, &spec.job.train_input.path, s, engine_estimator::Mode::Train)
+}
+
+/// Training and evaluation need labels; an `Idx` input without them is refused at its
+/// `labels` field.
+fn require_labels(spec: &Spec, section: &FieldPath, input: &InputSpec, to: &str) -> Result<(), SpecError> {
+    if input.lacks_labels() {
+        let message = format!("required to {to} (only `engine predict` reads images without labels)");
+        return Err(spec.error(section.clone().field("labels"), crate::spec::ErrorKind::Invalid(message)));
+    }
+    Ok(())
 }
 
 /// `eval_input` as an input function, if the spec has one, its source opened and checked.
 pub fn eval_input_fn(spec: &Spec) -> Result<Option<Arc<SpecInputFn>>, SpecError> {
+    let Some(section) = &spec.job.eval_input else { return Ok(None) };
+    let Some(s) = input_spec(spec, "eval_input")? else { return Ok(None) };
+    require_labels(spec, &section.path, &s, "evaluate")?;
+    Ok(Some(open_input(spec, &section.path, s, engine_estimator::Mode::Eval)?))
+}
+
+/// `eval_input` as the input of `engine predict`, which reads no labels.
+pub fn predict_input_fn(spec: &Spec) -> Result<Option<Arc<SpecInputFn>>, SpecError> {
     let Some(section) = &spec.job.eval_input else { return Ok(None) };
     let Some(s) = input_spec(spec, "eval_input")? else { return Ok(None) };
     Ok(Some(open_input(spec, &section.path, s, engine_estimator::Mode::Eval)?))

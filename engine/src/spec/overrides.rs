@@ -51,6 +51,12 @@ impl Override {
         Override { path, value: Node::new(loc.clone(), value), path_loc: loc }
     }
 
+    /// An override of one field taken from a value written elsewhere (a field of
+    /// `engine predict --input Idx(...)`): errors point where the field was written.
+    pub fn field(path: FieldPath, field: &Field) -> Self {
+        Override { path, value: field.value.clone(), path_loc: field.name_loc.clone() }
+    }
+
     /// Replaces (or adds) the value at the path. Missing struct fields on the way are
     /// created, so `--set eval_spec.steps=10` works when the file has no `eval_spec`.
     pub fn apply(&self, root: &mut Node) -> Result<(), SpecError> {

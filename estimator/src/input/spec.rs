@@ -51,7 +51,9 @@ pub enum InputSpec {
     /// IDX images (feature `x`, f32 `[h, w, 1]`) and labels (i64 scalars).
     Idx {
         images: String,
-        labels: String,
+        /// Required to train and evaluate; prediction reads images only.
+        #[serde(default)]
+        labels: Option<String>,
         /// Pixels are divided by this (`255.0` gives [0, 1]); none when absent.
         #[serde(default, deserialize_with = "lenient::option")]
         scale: Option<f32>,
@@ -189,6 +191,11 @@ struct Pipeline<'a> {
 }
 
 impl InputSpec {
+    /// Whether the source was given no labels (an `Idx` input written for prediction).
+    pub fn lacks_labels(&self) -> bool {
+        matches!(self, InputSpec::Idx { labels: None, .. })
+    }
+
     fn pipeline(&self) -> Pipeline<'_> {
         match self {
             InputSpec::Idx {
@@ -305,19 +312,25 @@ impl InputSpec {
             move |e: InputError| InputError::Field { field: InputField::named(field), source: Box::new(e) }
         };
         match self {
-            InputSpec::Idx { images, labels, .. } => Dataset::from_idx(images, labels).map_err(|e| {
-                let field = match &e {
-                    InputError::Io { path, .. }
-                    | InputError::BadIdx { path, .. }
-                    | InputError::BadIdxMagic { path, .. }
-                        if path.as_path() == std::path::Path::new(labels) =>
-                    {
-                        "labels"
-                    }
-                    _ => "images",
+            InputSpec::Idx { images, labels, .. } => {
+                let opened = match labels {
+                    Some(labels) => Dataset::from_idx(images, labels),
+                    None => Dataset::from_idx_images(images),
                 };
-                at(field)(e)
-            }),
+                opened.map_err(|e| {
+                    let field = match &e {
+                        InputError::Io { path, .. }
+                        | InputError::BadIdx { path, .. }
+                        | InputError::BadIdxMagic { path, .. }
+                            if labels.as_deref().is_some_and(|l| path.as_path() == std::path::Path::new(l)) =>
+                        {
+                            "labels"
+                        }
+                        _ => "images",
+                    };
+                    at(field)(e)
+                })
+            }
             InputSpec::Csv { path, label, columns, categorical, delimiter, .. } => Dataset::from_csv(CsvOptions {
                 path: path.clone(),
                 label: label.clone(),
