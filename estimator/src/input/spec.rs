@@ -52,7 +52,7 @@ pub enum InputSpec {
     Idx {
         images: String,
         /// Required to train and evaluate; prediction reads images only.
-        #[serde(default)]
+        #[serde(default, deserialize_with = "lenient::option")]
         labels: Option<String>,
         /// Pixels are divided by this (`255.0` gives [0, 1]); none when absent.
         #[serde(default, deserialize_with = "lenient::option")]
