@@ -368,12 +368,10 @@ pub fn serve(config: ServeConfig, shard: ParameterShard) -> Result<Option<i64>> 
                 life.draining = Some((signal, Instant::now()));
             }
             if let Some((signal, since)) = &life.draining {
-                // Done once the chief has saved (or there is no chief to wait for).
-                if matches!(life.chief, Chief::Done(_)) {
-                    log::info!("{me}: the chief saved its final checkpoint; stopping ({signal})");
-                    return Ok(());
-                }
-                if !matches!(life.chief, Chief::Present(_)) || since.elapsed() > config.linger {
+                // Done once the chief has saved and the workers have stopped (below, as at
+                // the end of training), or at once when there is no chief to wait for.
+                let chief_done = matches!(life.chief, Chief::Done(_));
+                if !chief_done && (!matches!(life.chief, Chief::Present(_)) || since.elapsed() > config.linger) {
                     return Err(err(format!("stopped by {signal}"), true));
                 }
             }
