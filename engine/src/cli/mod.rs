@@ -10,6 +10,7 @@ pub mod logging;
 mod plan;
 mod predict;
 mod run;
+mod utc;
 
 pub use checkpoints::CheckpointsArgs;
 pub use device::Device;
