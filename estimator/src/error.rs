@@ -81,6 +81,11 @@ pub enum EstimatorError {
     #[error(transparent)]
     Model(Box<dyn std::error::Error + Send + Sync>),
 
+    /// A prediction request that does not match the model's signature (a client's error:
+    /// servers answer it with HTTP 400).
+    #[error("{0}")]
+    Request(String),
+
     #[error("{0}")]
     Other(String),
 }

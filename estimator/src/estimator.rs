@@ -35,9 +35,9 @@ pub enum StepLimit {
 pub type EvalResult = BTreeMap<String, f64>;
 
 pub struct Estimator {
-    model_fn: Arc<dyn ModelFn>,
+    pub(crate) model_fn: Arc<dyn ModelFn>,
     config: RunConfig,
-    params: Params,
+    pub(crate) params: Params,
     warm_start: Option<WarmStartSettings>,
     model_dir: ModelDir,
     checkpoints: CheckpointManager,
@@ -129,6 +129,14 @@ impl Estimator {
         let restored =
             self.checkpoints.restore_latest_valid()?.ok_or(EstimatorError::NoCheckpoint("read variables from"))?;
         restored.checkpoint.tensors.get(name).cloned().ok_or_else(|| EstimatorError::UnknownVariable(name.to_string()))
+    }
+
+    /// The checkpoint at `path`, or the latest valid one of the model directory.
+    pub(crate) fn checkpoint_for(&self, path: Option<&str>, what: &'static str) -> Result<Checkpoint> {
+        Ok(match path {
+            Some(p) => read_checkpoint(p, self.config.s3.as_ref())?,
+            None => self.checkpoints.restore_latest_valid()?.ok_or(EstimatorError::NoCheckpoint(what))?.checkpoint,
+        })
     }
 
     fn dataset(&self, input_fn: &dyn InputFn, mode: Mode, strategy: &dyn Strategy) -> Result<Dataset> {
@@ -410,12 +418,7 @@ impl Estimator {
         checkpoint_path: Option<&str>,
     ) -> Result<Predictions> {
         let strategy = strategy_by_name("default", &self.config.strategy_options())?;
-        let checkpoint = match checkpoint_path {
-            Some(p) => read_checkpoint(p, self.config.s3.as_ref())?,
-            None => {
-                self.checkpoints.restore_latest_valid()?.ok_or(EstimatorError::NoCheckpoint("predict from"))?.checkpoint
-            }
-        };
+        let checkpoint = self.checkpoint_for(checkpoint_path, "predict from")?;
         let dataset = self.dataset(input_fn, Mode::Predict, strategy.as_ref())?;
         let schema = dataset.schema()?;
         let compiled = compile(self.model_fn.as_ref(), &self.params, Mode::Predict, &schema, strategy.as_ref(), &[])?;

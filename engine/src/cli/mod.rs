@@ -1,23 +1,27 @@
-//! The command line: `engine plan`, `engine run`, `engine eval`, `engine predict` and
-//! `engine checkpoints`.
+//! The command line: `engine plan`, `run`, `eval`, `predict`, `checkpoints`, `launch`,
+//! `export` and `serve`.
 
 mod checkpoints;
 mod device;
 mod error;
 mod eval;
+mod export;
 mod launch;
 pub mod logging;
 mod plan;
 mod predict;
 mod run;
+mod serve;
 mod utc;
 
 pub use checkpoints::CheckpointsArgs;
 pub use device::Device;
 pub use error::{CliError, exit};
 pub use eval::EvalArgs;
+pub use export::ExportArgs;
 pub use launch::LaunchArgs;
 pub use predict::PredictArgs;
+pub use serve::ServeArgs;
 
 use crate::{
     lower::Mode,
@@ -49,6 +53,12 @@ pub enum Command {
     /// Start a local cluster of `engine run` processes on 127.0.0.1 (one per task), with
     /// their logs prefixed by task; stop them all if one fails.
     Launch(LaunchArgs),
+    /// Write a checkpoint of the model as an export: the engine's saved model (for `engine
+    /// serve`) and `model.onnx` (for onnxruntime and other ONNX runtimes).
+    Export(ExportArgs),
+    /// Answer TensorFlow Serving's REST API (`/v1/models/NAME:predict`) from an export,
+    /// batching concurrent requests.
+    Serve(ServeArgs),
 }
 
 /// What every command that reads a spec takes.
@@ -205,6 +215,8 @@ pub fn execute(cli: Cli) -> Result<(), CliError> {
         Command::Predict(args) => predict::predict(&args),
         Command::Checkpoints(args) => checkpoints::checkpoints(&args),
         Command::Launch(args) => launch::launch(&args),
+        Command::Export(args) => export::export(&args),
+        Command::Serve(args) => serve::serve(&args),
     }
 }
 

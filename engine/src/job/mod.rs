@@ -139,6 +139,21 @@ pub fn predict_input_fn(spec: &Spec) -> Result<Option<Arc<SpecInputFn>>, SpecErr
     Ok(Some(open_input(spec, &section.path, s, engine_estimator::Mode::Eval)?))
 }
 
+/// What a served model receives: the features of `eval_input` (else `train_input`), as
+/// `predict` feeds them, after the input's transforms.
+pub fn serving_input(spec: &Spec) -> Result<engine_estimator::export::ServingInput, crate::cli::CliError> {
+    let input: Arc<SpecInputFn> = match predict_input_fn(spec)? {
+        Some(i) => i,
+        None => {
+            let s = input_spec(spec, "train_input")?.ok_or_else(|| {
+                spec.error(FieldPath::root().field("train_input"), crate::spec::ErrorKind::Invalid("missing".into()))
+            })?;
+            open_input(spec, &spec.job.train_input.path, s, engine_estimator::Mode::Train)?
+        }
+    };
+    Ok(engine_estimator::export::ServingInput::from_input_fn(input.as_ref())?)
+}
+
 /// Opens an input section's source and checks it against this machine; an error is located
 /// at the field it is about (`train_input.prefetch`, `eval_input.images`).
 fn open_input(

@@ -28,7 +28,7 @@
 //! ```
 
 mod error;
-mod format;
+pub(crate) mod format;
 mod gc;
 mod inventory;
 mod lease;

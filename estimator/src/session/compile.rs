@@ -104,18 +104,8 @@ pub(crate) fn compile(
     extra_tensors: &[String],
 ) -> Result<Compiled> {
     let mut graph = Graph::new();
+    let mut spec = build_model(&mut graph, model_fn, params, mode, schema)?;
     let mut b = GraphBuilder::new(&mut graph);
-    let mut features = BTreeMap::new();
-    for f in &schema.features {
-        let p = b.placeholder(&f.name, f.dtype, Shape::batched(&f.shape))?;
-        features.insert(f.name.clone(), p);
-    }
-    let labels = match (&schema.label, mode) {
-        (Some(l), Mode::Train | Mode::Eval) => Some(b.placeholder(LABELS, l.dtype, Shape::batched(&l.shape))?),
-        _ => None,
-    };
-    let mut spec: EstimatorSpec = model_fn.build(&features, labels, mode, params, &mut b)?;
-    spec.validate(mode, b.graph())?;
     let mut metrics = Vec::new();
     if mode == Mode::Eval {
         for (name, metric) in &spec.eval_metric_ops {
@@ -123,12 +113,6 @@ pub(crate) fn compile(
             metrics.push((name.clone(), metric.clone(), outs));
         }
     }
-    graph.roles.inputs = features.clone();
-    if let Some(l) = labels {
-        graph.roles.inputs.insert(LABELS.into(), l);
-    }
-    graph.roles.loss = spec.loss;
-    graph.roles.predictions = spec.predictions.clone();
     for (name, _, outs) in &metrics {
         for (i, o) in outs.iter().enumerate() {
             graph.roles.fetches.insert(format!("metrics/{name}/{i}"), *o);
@@ -187,6 +171,37 @@ pub(crate) fn compile(
         replica_losses,
         plan: plan.clone(),
     })
+}
+
+/// The model's nodes for a mode, before any pass: placeholders from the schema, the model
+/// function, and the roles (inputs, loss, predictions). What an export stores as the graph
+/// to recompile wherever it is loaded.
+pub(crate) fn build_model(
+    graph: &mut Graph,
+    model_fn: &dyn ModelFn,
+    params: &Params,
+    mode: Mode,
+    schema: &Schema,
+) -> Result<EstimatorSpec> {
+    let mut b = GraphBuilder::new(graph);
+    let mut features = BTreeMap::new();
+    for f in &schema.features {
+        let p = b.placeholder(&f.name, f.dtype, Shape::batched(&f.shape))?;
+        features.insert(f.name.clone(), p);
+    }
+    let labels = match (&schema.label, mode) {
+        (Some(l), Mode::Train | Mode::Eval) => Some(b.placeholder(LABELS, l.dtype, Shape::batched(&l.shape))?),
+        _ => None,
+    };
+    let spec: EstimatorSpec = model_fn.build(&features, labels, mode, params, &mut b)?;
+    spec.validate(mode, b.graph())?;
+    graph.roles.inputs = features;
+    if let Some(l) = labels {
+        graph.roles.inputs.insert(LABELS.into(), l);
+    }
+    graph.roles.loss = spec.loss;
+    graph.roles.predictions = spec.predictions.clone();
+    Ok(spec)
 }
 
 /// The pass pipeline every graph goes through, in one place: for training (`optimizer`

@@ -36,7 +36,7 @@ pub use source::*;
 pub use state::*;
 
 /// How many inputs an op takes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Arity {
     Exact(usize),
     AtLeast(usize),
@@ -93,7 +93,7 @@ pub trait OpDef {
 macro_rules! op_set {
     ($($variant:ident),* $(,)?) => {
         /// The closed set of ops a graph may contain.
-        #[derive(Debug, Clone, PartialEq)]
+        #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
         pub enum Op {
             $($variant($variant)),*
         }

@@ -7,7 +7,7 @@ use crate::{
 };
 
 /// Inputs: `(relu output, gradient of the output)`.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ReluGrad;
 
 impl OpDef for ReluGrad {

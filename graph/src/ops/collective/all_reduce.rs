@@ -29,7 +29,7 @@ impl fmt::Display for ReduceOp {
 /// replica. A bucket travels as one message (packed), so small gradients share the
 /// latency of one collective. `bucket` is the bucket's place in the order every replica
 /// launches them in.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct AllReduce {
     pub reduce: ReduceOp,
     pub bucket: usize,

@@ -7,7 +7,7 @@ use crate::{
     ops::{Arity, OpDef},
 };
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Transfer {
     /// The device the value is delivered to.
     pub to: String,

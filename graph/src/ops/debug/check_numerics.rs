@@ -14,7 +14,7 @@ use crate::{
 /// `message` names the value in reports (`gradient of dense/kernel`); `order` ranks the
 /// checks of a graph, so that "the first non-finite value" means the same on every replica
 /// whatever the schedule (gradients in model order first, then updates).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct CheckNumerics {
     pub message: String,
     pub order: usize,

@@ -1,6 +1,6 @@
 //! The activation a fused op applies to its biased result.
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize, serde::Deserialize)]
 pub enum Activation {
     #[default]
     Linear,

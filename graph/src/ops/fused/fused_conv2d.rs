@@ -7,7 +7,7 @@ use crate::{
 };
 
 /// Inputs: `(x NHWC, filter HWIO, bias [out channels])`.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct FusedConv2d {
     pub strides: [usize; 2],
     pub padding: Padding,

@@ -14,7 +14,7 @@ use crate::{
 /// Inputs: `(x NHWC, filter HWIO, bias)`; outputs: `(pooled values, argmax positions)`,
 /// exactly as `MaxPool2d` on the `FusedConv2d` output would give them (positions count
 /// cells of the convolution's output plane), so the backward ops read them unchanged.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct FusedConv2dMaxPool {
     pub strides: [usize; 2],
     pub padding: Padding,

@@ -11,7 +11,7 @@ use crate::{
 use std::fmt;
 
 /// The elementwise ops a fusion may hold.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum ElementOp {
     Add,
     Sub,
@@ -46,14 +46,14 @@ impl ElementOp {
 }
 
 /// An operand: one of the op's inputs, or the result of an earlier instruction.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum Operand {
     Input(usize),
     Temp(usize),
 }
 
 /// `Temp(i)` is instruction `i`'s result; unary ops ignore `args[1]`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct Instr {
     pub op: ElementOp,
     pub args: [Operand; 2],
@@ -61,7 +61,7 @@ pub struct Instr {
 
 /// Inputs: tensors of the output's shape, or single-element tensors broadcast over it.
 /// The output is the last instruction's result.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct FusedElementwise {
     pub program: Vec<Instr>,
     pub inputs: usize,

@@ -7,7 +7,7 @@ use crate::{
 };
 
 /// Inputs: `(a, b, bias [columns])`.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct FusedMatMul {
     pub transpose_a: bool,
     pub transpose_b: bool,

@@ -13,7 +13,7 @@ use crate::{
 /// Inputs: `(conv input x, pooled values, argmax positions, gradient of the pooled
 /// values)`; outputs: the filter gradient and, `with_bias`, the bias gradient. Equal to
 /// `Conv2dBackpropFilter(x, MaxPoolGradWithArgmax(pooled, argmax, gradient))`.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct FusedMaxPoolConv2dBackpropFilter {
     pub filter_hw: [usize; 2],
     pub strides: [usize; 2],

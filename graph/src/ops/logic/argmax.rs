@@ -5,7 +5,7 @@ use crate::{
     ops::{Arity, OpDef, rules},
 };
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ArgMax {
     pub axis: usize,
 }

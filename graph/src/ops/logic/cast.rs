@@ -6,7 +6,7 @@ use crate::{
     ops::{Arity, OpDef},
 };
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Cast {
     pub to: DType,
 }

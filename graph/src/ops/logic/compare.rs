@@ -9,7 +9,7 @@ use crate::{
 macro_rules! comparison {
     ($name:ident, $tf:literal, $method:ident, $doc:literal) => {
         #[doc = $doc]
-        #[derive(Debug, Clone, PartialEq)]
+        #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
         pub struct $name;
 
         impl OpDef for $name {

@@ -6,7 +6,7 @@ use crate::{
 };
 
 /// `[..] i64 -> [.., depth] f32`; out-of-range classes give all-zero rows, as in TensorFlow.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct OneHot {
     pub depth: usize,
 }

@@ -8,7 +8,7 @@ use crate::{
 
 /// `max(x, 0) - x * z + log(1 + exp(-|x|))`: TensorFlow's stable form of
 /// `-z log(sigmoid(x)) - (1 - z) log(1 - sigmoid(x))`.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct SigmoidCrossEntropy;
 
 impl OpDef for SigmoidCrossEntropy {

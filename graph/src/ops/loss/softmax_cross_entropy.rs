@@ -8,7 +8,7 @@ use crate::{
 
 /// Inputs: `(logits [.., C], labels [.., C])`, both f32; output `[..]`:
 /// `-sum(labels * log_softmax(logits))`, stable for any logits.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct SoftmaxCrossEntropy;
 
 impl OpDef for SoftmaxCrossEntropy {

@@ -8,7 +8,7 @@ use crate::{
 
 /// Inputs: `(logits [.., C] f32, labels [..] i64)`; output: loss `[..]`. Computed as
 /// `logsumexp(logits) - logits[label]`, which neither overflows nor takes `log(0)`.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct SparseSoftmaxCrossEntropy;
 
 impl OpDef for SparseSoftmaxCrossEntropy {

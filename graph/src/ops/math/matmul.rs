@@ -6,7 +6,7 @@ use crate::{
     ops::{Arity, OpDef, rules},
 };
 
-#[derive(Debug, Clone, PartialEq, Default)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
 pub struct MatMul {
     pub transpose_a: bool,
     pub transpose_b: bool,

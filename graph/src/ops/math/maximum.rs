@@ -6,7 +6,7 @@ use crate::{
     ops::{Arity, OpDef, rules},
 };
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Maximum;
 
 impl OpDef for Maximum {

@@ -8,7 +8,7 @@ use crate::{
     ops::{Arity, OpDef, rules},
 };
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct AvgPool2d {
     pub window: Window,
 }

@@ -8,7 +8,7 @@ use crate::{
 };
 
 /// Input: the gradient of the pooled values; the pool input's spatial size is an attribute.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct AvgPool2dGrad {
     pub input_hw: [usize; 2],
     pub window: Window,

@@ -7,7 +7,7 @@ use crate::{
     ops::{Arity, OpDef, rules},
 };
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Conv2d {
     pub strides: [usize; 2],
     pub padding: Padding,

@@ -15,7 +15,7 @@ use crate::{
 /// With `with_bias`, a second output holds the bias gradient (the output gradient summed
 /// over batch and space), computed in the same pass over the gradient: the fusion of the
 /// `Sum` a bias add's gradient would otherwise be.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Conv2dBackpropFilter {
     pub filter_hw: [usize; 2],
     pub strides: [usize; 2],

@@ -13,7 +13,7 @@ use crate::{
 
 /// Inputs: `(filter, gradient of the output)`; the input's spatial size is an attribute
 /// because strided convolutions lose it.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Conv2dBackpropInput {
     pub input_hw: [usize; 2],
     pub strides: [usize; 2],

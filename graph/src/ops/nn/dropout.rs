@@ -8,7 +8,7 @@ use crate::{
 
 /// Outputs: `(x * mask, mask)` where `mask` is 0 or `1 / (1 - rate)`. The mask is drawn
 /// from `(seed, global step)`, so a resumed run drops the same units as an unbroken one.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Dropout {
     pub rate: f32,
     pub seed: u64,

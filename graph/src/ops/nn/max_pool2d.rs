@@ -10,7 +10,7 @@ use crate::{
 
 /// Outputs: `(pooled values, argmax positions)`. The positions are the runtime's business:
 /// only `MaxPool2dGrad` reads them.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct MaxPool2d {
     pub window: Window,
 }

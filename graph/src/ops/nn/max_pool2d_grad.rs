@@ -10,7 +10,7 @@ use crate::{
 ///
 /// With `relu_mask`, a gradient landing on a non-positive input is dropped: the fusion of
 /// `ReluGrad(y, MaxPoolGrad(y, ...))` when the pool reads a ReLU's output `y`.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct MaxPool2dGrad {
     pub window: Window,
     pub relu_mask: bool,

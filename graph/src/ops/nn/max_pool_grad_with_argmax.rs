@@ -14,7 +14,7 @@ use crate::{
 /// With `relu_mask`, the pool read a ReLU's output: a gradient whose pooled value is not
 /// positive is dropped (the maximum of ReLU outputs is positive exactly when the ReLU
 /// passed it), which is `MaxPool2dGrad`'s mask computed without the pool's input.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct MaxPoolGradWithArgmax {
     pub window: Window,
     pub input_hw: [usize; 2],

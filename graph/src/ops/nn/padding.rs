@@ -11,7 +11,7 @@ pub enum Padding {
 }
 
 /// A 2-D sliding window: kernel size, strides, padding.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct Window {
     pub kernel: [usize; 2],
     pub strides: [usize; 2],

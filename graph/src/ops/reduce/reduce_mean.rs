@@ -8,7 +8,7 @@ use crate::{
     ops::{Arity, OpDef},
 };
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ReduceMean {
     pub axes: Vec<usize>,
     pub keep_dims: bool,

@@ -7,7 +7,7 @@ use crate::{
     ops::{Arity, OpDef},
 };
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ReduceSum {
     pub axes: Vec<usize>,
     pub keep_dims: bool,

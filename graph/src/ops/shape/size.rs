@@ -9,7 +9,7 @@ use crate::{
     ops::{Arity, OpDef},
 };
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Size {
     /// Axes to count over; all axes when empty.
     pub axes: Vec<usize>,

@@ -8,7 +8,7 @@ use crate::{
 
 /// `begin[a]..begin[a] + size[a]` along each axis; `size[a] = None` takes the rest of the
 /// axis, which is the only choice along a batch-sized axis (with `begin = 0`).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Slice {
     pub begin: Vec<usize>,
     pub size: Vec<Option<usize>>,

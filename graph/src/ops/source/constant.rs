@@ -5,7 +5,7 @@ use crate::{
     ops::{Arity, OpDef},
 };
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Constant {
     pub value: HostTensor,
 }

@@ -6,7 +6,7 @@ use crate::{
 };
 
 /// A variable's shape is fully known (no batch dimension): it is state, not data.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Variable {
     pub dtype: DType,
     pub shape: Vec<usize>,
@@ -19,7 +19,7 @@ pub struct Variable {
 /// This variable is rows `offset..offset + shape[0]` of the variable `of`, whose shape is
 /// `full_shape`: it starts as that slice of `of`'s initial value, and checkpoints hold
 /// `of` whole, so a partitioned run and an unpartitioned one read each other's.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Partition {
     pub of: String,
     pub full_shape: Vec<usize>,

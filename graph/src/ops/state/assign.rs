@@ -8,7 +8,7 @@ use crate::{
 /// Inputs: `(variable, new value)`; output: the new value. Every read of the variable in
 /// the same step sees the old value (reads happen at step start, assignments commit at
 /// step end), so the order of updates cannot change results.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Assign;
 
 impl OpDef for Assign {

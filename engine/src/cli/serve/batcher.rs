@@ -1,0 +1,131 @@
+//! Server-side batching: requests that arrive within a short window run as one batch, as
+//! TensorFlow Serving's batching does (`max_batch_size`, `batch_timeout_micros`). One
+//! thread owns the model; the HTTP tasks hand it requests through a bounded queue and
+//! await their rows of the result.
+
+use engine_estimator::{EstimatorError, export::Predictor};
+use engine_graph::HostTensor;
+use std::collections::BTreeMap;
+use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError, sync_channel};
+use std::time::{Duration, Instant};
+use tokio::sync::oneshot;
+
+pub type Outputs = BTreeMap<String, HostTensor>;
+
+#[derive(Debug, Clone, Copy)]
+pub struct BatchOptions {
+    /// Examples per run at most (a larger request runs alone).
+    pub max_batch_size: usize,
+    /// How long the first request of a batch waits for others.
+    pub timeout: Duration,
+    /// Requests waiting at most; beyond it the server answers 503 at once.
+    pub queue: usize,
+}
+
+struct Job {
+    inputs: BTreeMap<String, HostTensor>,
+    rows: usize,
+    reply: oneshot::Sender<Result<Outputs, EstimatorError>>,
+}
+
+/// Why a request got no result.
+pub enum Refused {
+    Busy,
+    Stopped,
+}
+
+#[derive(Clone)]
+pub struct Batcher {
+    tx: SyncSender<Job>,
+}
+
+impl Batcher {
+    /// Starts the model thread. It ends when every `Batcher` clone is dropped.
+    pub fn start(predictor: Predictor, options: BatchOptions) -> std::io::Result<Self> {
+        let (tx, rx) = sync_channel(options.queue.max(1));
+        std::thread::Builder::new().name("serve-model".into()).spawn(move || run(predictor, rx, options))?;
+        Ok(Batcher { tx })
+    }
+
+    /// Queues a request and waits for its outputs.
+    pub async fn predict(
+        &self,
+        inputs: BTreeMap<String, HostTensor>,
+        rows: usize,
+    ) -> Result<Result<Outputs, EstimatorError>, Refused> {
+        let (reply, rx) = oneshot::channel();
+        match self.tx.try_send(Job { inputs, rows, reply }) {
+            Ok(()) => {}
+            Err(TrySendError::Full(_)) => return Err(Refused::Busy),
+            Err(TrySendError::Disconnected(_)) => return Err(Refused::Stopped),
+        }
+        rx.await.map_err(|_| Refused::Stopped)
+    }
+}
+
+fn run(mut predictor: Predictor, rx: Receiver<Job>, options: BatchOptions) {
+    let mut carried: Option<Job> = None;
+    loop {
+        let first = match carried.take() {
+            Some(j) => j,
+            None => match rx.recv() {
+                Ok(j) => j,
+                Err(_) => return,
+            },
+        };
+        let mut rows = first.rows;
+        let mut jobs = vec![first];
+        let deadline = Instant::now() + options.timeout;
+        while rows < options.max_batch_size {
+            let next = match deadline.checked_duration_since(Instant::now()) {
+                Some(left) if !left.is_zero() => rx.recv_timeout(left),
+                _ => rx.try_recv().map_err(|_| RecvTimeoutError::Timeout),
+            };
+            match next {
+                Ok(j) if rows + j.rows > options.max_batch_size => {
+                    carried = Some(j);
+                    break;
+                }
+                Ok(j) => {
+                    rows += j.rows;
+                    jobs.push(j);
+                }
+                Err(_) => break,
+            }
+        }
+        execute(&mut predictor, jobs);
+    }
+}
+
+/// Runs the jobs as one batch and gives each its rows.
+fn execute(predictor: &mut Predictor, jobs: Vec<Job>) {
+    if jobs.len() == 1 {
+        let job = jobs.into_iter().next().map(|j| (j.inputs, j.reply));
+        if let Some((inputs, reply)) = job {
+            let _ = reply.send(predictor.predict(inputs));
+        }
+        return;
+    }
+    let merged = merge(&jobs).and_then(|inputs| predictor.predict(inputs));
+    let mut start = 0;
+    for job in jobs {
+        let result = match &merged {
+            Ok(outputs) => outputs
+                .iter()
+                .map(|(k, t)| Ok((k.clone(), t.rows(start, job.rows)?)))
+                .collect::<Result<Outputs, EstimatorError>>(),
+            Err(e) => Err(EstimatorError::Other(e.to_string())),
+        };
+        start += job.rows;
+        let _ = job.reply.send(result);
+    }
+}
+
+fn merge(jobs: &[Job]) -> Result<BTreeMap<String, HostTensor>, EstimatorError> {
+    let mut out = BTreeMap::new();
+    for name in jobs[0].inputs.keys() {
+        let parts: Vec<&HostTensor> = jobs.iter().filter_map(|j| j.inputs.get(name)).collect();
+        out.insert(name.clone(), HostTensor::concat_rows(&parts)?);
+    }
+    Ok(out)
+}
