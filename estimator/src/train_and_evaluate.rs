@@ -69,6 +69,9 @@ struct EvaluateAfterSave<'e> {
     last_time: Option<Instant>,
     last_step: Option<u64>,
     last_result: &'e mut Option<EvalResult>,
+    /// An evaluation at this step is the final one, whatever triggered it (TensorFlow's
+    /// `is_the_final_export`): a schedule that lands on it leaves no evaluation to run after.
+    max_steps: Option<u64>,
 }
 
 impl EvaluateAfterSave<'_> {
@@ -90,6 +93,7 @@ impl EvaluateAfterSave<'_> {
         let checkpoint =
             read_checkpoint(&self.estimator.model_dir().url_of(path), self.estimator.config().s3.as_ref())?;
         let result = self.evaluator.evaluate(&checkpoint)?;
+        let is_final = is_final || self.max_steps.is_some_and(|m| step >= m);
         run_exporters(self.exporters, self.estimator, path, &result, is_final)?;
         self.last_time = Some(Instant::now());
         self.last_step = Some(step);
@@ -151,6 +155,7 @@ pub fn train_and_evaluate(
             last_time: None,
             last_step: None,
             last_result: &mut last_result,
+            max_steps: train_spec.max_steps,
         };
         let limit = match train_spec.max_steps {
             Some(m) => StepLimit::MaxSteps(m),

@@ -135,7 +135,7 @@ fn json_line(example: &BTreeMap<String, HostTensor>) -> Json {
 
 /// A tensor as nested JSON arrays of its shape (a scalar as a number). Integers stay
 /// integers; a non-finite float becomes `null`, which JSON has instead.
-fn tensor_json(t: &HostTensor) -> Json {
+pub(super) fn tensor_json(t: &HostTensor) -> Json {
     let flat: Vec<Json> = match &t.data {
         HostData::F32(v) => v.iter().map(|&x| f32_json(x)).collect(),
         HostData::I64(v) => v.iter().map(|&x| Json::from(x)).collect(),

@@ -36,7 +36,7 @@ pub fn run(args: &RunArgs) -> Result<(), CliError> {
                 steps: es.steps,
                 name: es.name.clone(),
                 hooks: job::hooks_of(&spec, &es.hooks)?,
-                exporters: Vec::new(),
+                exporters: job::exporters(&spec)?,
                 start_delay_secs: es.start_delay_secs,
                 throttle_secs: es.throttle_secs,
                 every_n_steps: es.every_n_steps,

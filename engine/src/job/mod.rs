@@ -154,6 +154,32 @@ pub fn serving_input(spec: &Spec) -> Result<engine_estimator::export::ServingInp
     Ok(engine_estimator::export::ServingInput::from_input_fn(input.as_ref())?)
 }
 
+/// `eval_spec.exporters` as the estimator's exporters, serving the model's features.
+pub fn exporters(spec: &Spec) -> Result<Vec<Box<dyn engine_estimator::Exporter>>, crate::cli::CliError> {
+    use crate::spec::Exporter as E;
+    use engine_estimator::export::{BestExporter, Compare, FinalExporter, LatestExporter};
+    let specs = &spec.job.eval_spec.exporters;
+    if specs.is_empty() {
+        return Ok(Vec::new());
+    }
+    let serving = serving_input(spec)?;
+    Ok(specs
+        .iter()
+        .map(|e| -> Box<dyn engine_estimator::Exporter> {
+            match e {
+                E::Latest { name, exports_to_keep } => {
+                    Box::new(LatestExporter::new(name, serving.clone(), *exports_to_keep))
+                }
+                E::Best { name, metric, higher_is_better, exports_to_keep } => {
+                    let compare = Compare { metric: metric.clone(), higher_is_better: *higher_is_better };
+                    Box::new(BestExporter::new(name, serving.clone(), compare, *exports_to_keep))
+                }
+                E::Final { name } => Box::new(FinalExporter::new(name, serving.clone())),
+            }
+        })
+        .collect())
+}
+
 /// Opens an input section's source and checks it against this machine; an error is located
 /// at the field it is about (`train_input.prefetch`, `eval_input.images`).
 fn open_input(

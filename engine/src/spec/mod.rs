@@ -25,6 +25,7 @@
 
 mod de;
 mod error;
+mod exporter;
 mod input;
 mod job;
 mod layer;
@@ -40,6 +41,7 @@ mod validate;
 
 pub use de::{RawSection, SectionKinds};
 pub use error::{ErrorKind, Location, Origin, SpecError};
+pub use exporter::{Exporter, MAX_EXPORTS_TO_KEEP};
 pub use input::{HookSection, InputSection, input_batch_size};
 pub use job::{Job, WarmStart};
 pub use layer::{Activation, Concatenate, Conv2d, Dense, Dropout, Layer, Pool2d, Regularizer, Reshape, Size2};

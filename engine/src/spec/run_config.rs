@@ -141,6 +141,10 @@ pub struct EvalSpec {
     pub every_n_steps: Option<u64>,
     #[serde(default)]
     pub hooks: Vec<HookSection>,
+    /// Exports after evaluations: `[Latest(), Best(metric: "accuracy", higher_is_better:
+    /// true), Final()]`.
+    #[serde(default)]
+    pub exporters: Vec<super::Exporter>,
 }
 
 impl Default for EvalSpec {
@@ -152,6 +156,7 @@ impl Default for EvalSpec {
             throttle_secs: six_hundred(),
             every_n_steps: None,
             hooks: Vec::new(),
+            exporters: Vec::new(),
         }
     }
 }

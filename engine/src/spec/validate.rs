@@ -362,6 +362,39 @@ impl Checker<'_> {
             job.eval_spec.name.as_deref().is_none_or(|n| !n.is_empty()),
             eval.field("name"),
             "must not be empty",
-        )
+        )?;
+        let mut names = std::collections::BTreeSet::new();
+        for (i, e) in job.eval_spec.exporters.iter().enumerate() {
+            let at = eval.clone().field("exporters").index(i);
+            let name = e.name();
+            self.require(
+                !name.is_empty()
+                    && name.chars().all(|c| c.is_ascii_alphanumeric() || "_-.".contains(c))
+                    && name != "."
+                    && name != "..",
+                at.clone().field("name"),
+                "must be a directory name: letters, digits, '_', '-' and '.'",
+            )?;
+            self.require(names.insert(name), at.clone().field("name"), format!("'{name}' names another exporter too"))?;
+            if let super::Exporter::Best { metric, .. } = e {
+                let mut known: Vec<String> = vec!["loss".into()];
+                known.extend(job.metrics.iter().map(|m| m.key()));
+                self.require(
+                    known.contains(metric),
+                    at.clone().field("metric"),
+                    format!("'{metric}' is not evaluated; the evaluation reports: {}", known.join(", ")),
+                )?;
+            }
+            if let super::Exporter::Latest { exports_to_keep: Some(n), .. }
+            | super::Exporter::Best { exports_to_keep: Some(n), .. } = e
+            {
+                self.require(
+                    (1..=super::MAX_EXPORTS_TO_KEEP).contains(n),
+                    at.field("exports_to_keep"),
+                    format!("must be from 1 to {} (None keeps every export)", super::MAX_EXPORTS_TO_KEEP),
+                )?;
+            }
+        }
+        Ok(())
     }
 }

@@ -6,6 +6,8 @@
 use engine_estimator::{EstimatorError, export::Predictor};
 use engine_graph::HostTensor;
 use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError, sync_channel};
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
@@ -34,17 +36,28 @@ pub enum Refused {
     Stopped,
 }
 
+/// What the model thread has run: requests, examples and batches (runs).
+#[derive(Debug, Default)]
+pub struct Counts {
+    pub requests: AtomicU64,
+    pub examples: AtomicU64,
+    pub batches: AtomicU64,
+}
+
 #[derive(Clone)]
 pub struct Batcher {
     tx: SyncSender<Job>,
+    pub counts: Arc<Counts>,
 }
 
 impl Batcher {
     /// Starts the model thread. It ends when every `Batcher` clone is dropped.
     pub fn start(predictor: Predictor, options: BatchOptions) -> std::io::Result<Self> {
         let (tx, rx) = sync_channel(options.queue.max(1));
-        std::thread::Builder::new().name("serve-model".into()).spawn(move || run(predictor, rx, options))?;
-        Ok(Batcher { tx })
+        let counts = Arc::new(Counts::default());
+        let c = counts.clone();
+        std::thread::Builder::new().name("serve-model".into()).spawn(move || run(predictor, rx, options, &c))?;
+        Ok(Batcher { tx, counts })
     }
 
     /// Queues a request and waits for its outputs.
@@ -63,7 +76,7 @@ impl Batcher {
     }
 }
 
-fn run(mut predictor: Predictor, rx: Receiver<Job>, options: BatchOptions) {
+fn run(mut predictor: Predictor, rx: Receiver<Job>, options: BatchOptions, counts: &Counts) {
     let mut carried: Option<Job> = None;
     loop {
         let first = match carried.take() {
@@ -93,6 +106,9 @@ fn run(mut predictor: Predictor, rx: Receiver<Job>, options: BatchOptions) {
                 Err(_) => break,
             }
         }
+        counts.requests.fetch_add(jobs.len() as u64, Ordering::Relaxed);
+        counts.examples.fetch_add(rows as u64, Ordering::Relaxed);
+        counts.batches.fetch_add(1, Ordering::Relaxed);
         execute(&mut predictor, jobs);
     }
 }

@@ -1,6 +1,7 @@
 //! TensorFlow Serving's JSON: requests in row (`instances`) or columnar (`inputs`) form to
 //! tensors, and results back, checked against the signature with errors a client can act on.
 
+use super::super::predict::tensor_json;
 use engine_estimator::export::{Signature, TensorSpec};
 use engine_graph::{DType, HostData, HostTensor};
 use serde_json::{Map, Value};
@@ -42,6 +43,9 @@ pub fn parse_request(body: &[u8], signature: &Signature) -> Result<Request, Stri
         (None, Some(inputs)) => (Form::Columnar, columnar(inputs, signature)?),
         (None, None) => return Err(r#"the body has neither "instances" nor "inputs""#.into()),
     };
+    if let Some(extra) = inputs.keys().find(|k| !signature.inputs.iter().any(|s| &s.name == *k)) {
+        return Err(format!("unknown input '{extra}'; the model takes: {}", names(&signature.inputs)));
+    }
     let mut tensors = BTreeMap::new();
     let mut rows = None;
     for spec in &signature.inputs {
@@ -54,9 +58,6 @@ pub fn parse_request(body: &[u8], signature: &Signature) -> Result<Request, Stri
             _ => rows = Some(t.shape[0]),
         }
         tensors.insert(spec.name.clone(), t);
-    }
-    if let Some(extra) = inputs.keys().find(|k| !signature.inputs.iter().any(|s| &s.name == *k)) {
-        return Err(format!("unknown input '{extra}'; the model takes: {}", names(&signature.inputs)));
     }
     let rows = rows.unwrap_or(0);
     if rows == 0 {
@@ -72,6 +73,9 @@ fn names(specs: &[TensorSpec]) -> String {
 /// Row form: a list of examples, each the single input's value or an object of inputs.
 fn rows_to_columns(instances: Value, signature: &Signature) -> Result<BTreeMap<String, Value>, String> {
     let Value::Array(instances) = instances else { return Err(r#""instances" must be a list"#.into()) };
+    if instances.is_empty() {
+        return Err("the request has no examples".into());
+    }
     if instances.len() > MAX_INSTANCES {
         return Err(format!("{} instances; at most {MAX_INSTANCES} per request", instances.len()));
     }
@@ -173,50 +177,32 @@ fn flatten(
 
 /// The response body: every output, in the request's form.
 pub fn response(form: Form, outputs: &BTreeMap<String, HostTensor>) -> Value {
+    let one_or_object = |mut m: Map<String, Value>| {
+        if m.len() == 1 { m.values_mut().next().map(std::mem::take).unwrap_or_default() } else { Value::Object(m) }
+    };
     match form {
         Form::Columnar => {
-            let mut m = Map::new();
-            for (k, t) in outputs {
-                m.insert(k.clone(), nested(&t.shape, &t.data, &mut 0));
-            }
-            serde_json::json!({ "outputs": if m.len() == 1 { m.into_iter().next().map(|(_, v)| v).unwrap_or_default() } else { Value::Object(m) } })
+            let m = outputs.iter().map(|(k, t)| (k.clone(), tensor_json(t))).collect();
+            serde_json::json!({ "outputs": one_or_object(m) })
         }
         Form::Row => {
             let rows = outputs.values().next().map_or(0, |t| t.shape.first().copied().unwrap_or(0));
             let predictions: Vec<Value> = (0..rows)
                 .map(|r| {
-                    let mut m = Map::new();
-                    for (k, t) in outputs {
-                        let per_row: usize = t.shape[1..].iter().product();
-                        m.insert(k.clone(), nested(&t.shape[1..], &t.data, &mut (r * per_row)));
-                    }
-                    if m.len() == 1 {
-                        m.into_iter().next().map(|(_, v)| v).unwrap_or_default()
-                    } else {
-                        Value::Object(m)
-                    }
+                    let m = outputs
+                        .iter()
+                        .map(|(k, t)| {
+                            let row = t.rows(r, 1).map(|mut x| {
+                                x.shape.remove(0);
+                                tensor_json(&x)
+                            });
+                            (k.clone(), row.unwrap_or(Value::Null))
+                        })
+                        .collect();
+                    one_or_object(m)
                 })
                 .collect();
             serde_json::json!({ "predictions": predictions })
-        }
-    }
-}
-
-/// Values from `pos` on, nested as `shape`; a non-finite float becomes `null`.
-fn nested(shape: &[usize], data: &HostData, pos: &mut usize) -> Value {
-    match shape.split_first() {
-        Some((&n, rest)) => Value::Array((0..n).map(|_| nested(rest, data, pos)).collect()),
-        None => {
-            let i = *pos;
-            *pos += 1;
-            match data {
-                HostData::F32(v) => v
-                    .get(i)
-                    .and_then(|x| serde_json::Number::from_f64(f64::from(*x)))
-                    .map_or(Value::Null, Value::Number),
-                HostData::I64(v) => v.get(i).map_or(Value::Null, |x| Value::from(*x)),
-                HostData::Bool(v) => v.get(i).map_or(Value::Null, |x| Value::Bool(*x)),
-            }
         }
     }
 }
@@ -255,7 +241,8 @@ mod tests {
         assert!(err(r#"{"instances": [[1, 2, 3]]}"#).contains("a list of 3 where 2 were expected"));
         assert!(err(r#"{"instances": [["a", 2]]}"#).contains("where a f32 was expected"));
         assert!(err(r#"{"instances": []}"#).contains("no examples"));
-        assert!(err(r#"{"inputs": {"y": [[1, 2]]}}"#).contains("missing input 'x'"));
+        assert!(err(r#"{"inputs": {"y": [[1, 2]]}}"#).contains("unknown input 'y'"));
+        assert!(err(r#"{"inputs": {}}"#).contains("missing input 'x'"));
         assert!(err(r#"{"inputs": {"x": [[1, 2]], "y": 1}}"#).contains("unknown input 'y'"));
         assert!(err(r#"[1]"#).contains("JSON object"));
     }

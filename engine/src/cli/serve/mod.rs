@@ -96,7 +96,15 @@ async fn listen(args: &ServeArgs, state: Arc<http::State>, model: &LoadedModel) 
     super::output(&format!("http://{bound}/v1/models/{}\n", state.name));
     loop {
         if let Some(signal) = engine_estimator::preemption::requested() {
-            log::info!("Received {}; no longer accepting requests", signal.name());
+            let c = &state.batcher.counts;
+            let load = |x: &std::sync::atomic::AtomicU64| x.load(std::sync::atomic::Ordering::Relaxed);
+            log::info!(
+                "Received {}; no longer accepting requests. Served {} requests ({} examples) in {} batches",
+                signal.name(),
+                load(&c.requests),
+                load(&c.examples),
+                load(&c.batches)
+            );
             return Ok(());
         }
         let (stream, _) = match tokio::time::timeout(Duration::from_millis(200), listener.accept()).await {
