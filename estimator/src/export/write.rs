@@ -66,3 +66,36 @@ fn write_local(root: &Path, name: &str, files: &[(&str, Vec<u8>)], manifest: (&s
     std::fs::File::open(&parent).and_then(|d| d.sync_all()).map_err(|e| io("sync", &parent, e))?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_local_export_appears_whole_and_is_never_replaced() -> Result<()> {
+        let tmp = tempfile::tempdir().map_err(|e| EstimatorError::Other(e.to_string()))?;
+        let base = ModelDir::open(&tmp.path().to_string_lossy())?;
+        let files = [("a.bin", vec![1u8, 2, 3])];
+        let at = write_export(&base, "exports/1", &files, b"{}".to_vec())?;
+        let dir = tmp.path().join("exports/1");
+        assert!(at.ends_with("exports/1"), "{at}");
+        assert_eq!(std::fs::read(dir.join("a.bin")).ok(), Some(vec![1, 2, 3]));
+        assert!(dir.join(crate::export::MANIFEST).is_file());
+        let e = write_export(&base, "exports/1", &files, b"{}".to_vec()).unwrap_err().to_string();
+        assert!(e.contains("already exists"), "{e}");
+        // Nothing but the export: the staging directory was renamed, not copied.
+        let left: Vec<_> = std::fs::read_dir(tmp.path().join("exports")).into_iter().flatten().flatten().collect();
+        assert_eq!(left.len(), 1);
+        Ok(())
+    }
+
+    #[test]
+    fn on_an_object_store_the_manifest_is_written_last() -> Result<()> {
+        let base = ModelDir::open("memory://export-write-test/base")?;
+        write_export(&base, "7", &[("a.bin", vec![9u8])], b"{}".to_vec())?;
+        let names: Vec<String> = base.list("7")?.into_iter().map(|i| i.name).collect();
+        assert_eq!(names, ["7/a.bin", "7/saved_model.json"]);
+        assert!(write_export(&base, "7", &[], b"{}".to_vec()).is_err());
+        Ok(())
+    }
+}

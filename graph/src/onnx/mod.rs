@@ -42,3 +42,30 @@ pub fn to_onnx(graph: &Graph, values: &BTreeMap<String, HostTensor>, options: &O
     let model = lower::model(graph, values, options)?;
     Ok(prost::Message::encode_to_vec(&model))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{DType, GraphBuilder, Initializer, Shape};
+
+    #[test]
+    fn an_op_without_an_onnx_form_is_refused_with_its_node() {
+        let mut g = Graph::new();
+        let mut b = GraphBuilder::new(&mut g);
+        let x = b.placeholder("x", DType::F32, Shape::batched(&[4])).unwrap();
+        let w = b.variable("w", &[4, 2], Initializer::Zeros, true).unwrap();
+        let y = b.matmul(x, w).unwrap();
+        let d = b.with_scope("drop", |b| b.dropout(y, 0.5, 1)).unwrap();
+        g.roles.inputs.insert("x".into(), x);
+        g.roles.predictions.insert("logits".into(), d);
+        let values = BTreeMap::from([("w".to_string(), HostTensor::f32(vec![4, 2], vec![0.0; 8]).unwrap())]);
+        let e = to_onnx(&g, &values, &OnnxOptions::default()).unwrap_err().to_string();
+        assert!(e.contains("drop/") && e.contains("dropout in an inference graph"), "{e}");
+
+        // Without the dropout it exports; a missing variable value is named.
+        g.roles.predictions.insert("logits".into(), y);
+        assert!(!to_onnx(&g, &values, &OnnxOptions::default()).unwrap().is_empty());
+        let e = to_onnx(&g, &BTreeMap::new(), &OnnxOptions::default()).unwrap_err().to_string();
+        assert!(e.contains("'w'") && e.contains("no value"), "{e}");
+    }
+}
