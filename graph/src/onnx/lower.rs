@@ -183,12 +183,12 @@ impl Lowering<'_> {
             }
             Op::Conv2d(c) => {
                 let y = self.conv(node, c.strides, c.padding, None)?;
-                self.to_nhwc(n, y)
+                self.back_to_nhwc(n, y)
             }
             Op::FusedConv2d(c) => {
                 let y = self.conv(node, c.strides, c.padding, Some(ins[2].clone()))?;
                 let y = self.activation(n, y, c.activation);
-                self.to_nhwc(n, y)
+                self.back_to_nhwc(n, y)
             }
             Op::FusedConv2dMaxPool(c) => {
                 self.only_first_output_used(id)?;
@@ -196,20 +196,20 @@ impl Lowering<'_> {
                 let y = self.activation(n, y, c.activation);
                 let conv_hw = conv_output_hw(self.g, node)?;
                 let y = self.pool(n, "MaxPool", y, &c.pool, conv_hw)?;
-                self.to_nhwc(n, y)
+                self.back_to_nhwc(n, y)
             }
             Op::MaxPool2d(p) => {
                 self.only_first_output_used(id)?;
-                let x = self.to_nchw(node.inputs[0])?;
+                let x = self.nchw_of(node.inputs[0])?;
                 let hw = spatial_of(self.g, node.inputs[0])?;
                 let y = self.pool(n, "MaxPool", x, &p.window, hw)?;
-                self.to_nhwc(n, y)
+                self.back_to_nhwc(n, y)
             }
             Op::AvgPool2d(p) => {
-                let x = self.to_nchw(node.inputs[0])?;
+                let x = self.nchw_of(node.inputs[0])?;
                 let hw = spatial_of(self.g, node.inputs[0])?;
                 let y = self.pool(n, "AveragePool", x, &p.window, hw)?;
-                self.to_nhwc(n, y)
+                self.back_to_nhwc(n, y)
             }
             Op::FusedElementwise(f) => self.elementwise(n, &f.program, &ins),
             Op::ArgMax(a) => self.w.node(
@@ -295,7 +295,7 @@ impl Lowering<'_> {
         }
     }
 
-    fn to_nchw(&mut self, o: Outlet) -> Result<String> {
+    fn nchw_of(&mut self, o: Outlet) -> Result<String> {
         if let Some(v) = self.nchw.get(&o) {
             return Ok(v.clone());
         }
@@ -306,14 +306,14 @@ impl Lowering<'_> {
         Ok(v)
     }
 
-    fn to_nhwc(&mut self, n: &str, y: String) -> String {
+    fn back_to_nhwc(&mut self, n: &str, y: String) -> String {
         self.w.node("Transpose", n, vec![y], vec![("perm", Attr::Ints(TO_NHWC.into()))])
     }
 
     /// `Conv` in NCHW; the HWIO filter becomes an OIHW initializer when it is a stored value.
     fn conv(&mut self, node: &Node, strides: [usize; 2], padding: Padding, bias: Option<String>) -> Result<String> {
         let n = node.name.as_str();
-        let x = self.to_nchw(node.inputs[0])?;
+        let x = self.nchw_of(node.inputs[0])?;
         let filter = self.g.fact(node.inputs[1])?;
         let k: Vec<usize> = filter.shape.dims().iter().map(|d| d.known().unwrap_or(0)).collect();
         let stored = match &self.g.node(node.inputs[1].node).op {

@@ -109,16 +109,41 @@ fn run(mut predictor: Predictor, rx: Receiver<Job>, options: BatchOptions, count
         counts.requests.fetch_add(jobs.len() as u64, Ordering::Relaxed);
         counts.examples.fetch_add(rows as u64, Ordering::Relaxed);
         counts.batches.fetch_add(1, Ordering::Relaxed);
-        execute(&mut predictor, jobs);
+        execute(&mut predictor, jobs, options.max_batch_size);
     }
 }
 
+/// Runs one request in runs of at most `max` examples, so that a large request cannot
+/// allocate activations for more than a batch at a time.
+fn chunked(
+    predictor: &mut Predictor,
+    inputs: BTreeMap<String, HostTensor>,
+    rows: usize,
+    max: usize,
+) -> Result<Outputs, EstimatorError> {
+    if rows <= max {
+        return predictor.predict(inputs);
+    }
+    let mut parts: Vec<Outputs> = Vec::new();
+    for start in (0..rows).step_by(max.max(1)) {
+        let n = max.min(rows - start);
+        let chunk =
+            inputs.iter().map(|(k, t)| Ok((k.clone(), t.rows(start, n)?))).collect::<Result<_, EstimatorError>>()?;
+        parts.push(predictor.predict(chunk)?);
+    }
+    let mut out = Outputs::new();
+    for key in parts[0].keys() {
+        let pieces: Vec<&HostTensor> = parts.iter().filter_map(|p| p.get(key)).collect();
+        out.insert(key.clone(), HostTensor::concat_rows(&pieces)?);
+    }
+    Ok(out)
+}
+
 /// Runs the jobs as one batch and gives each its rows.
-fn execute(predictor: &mut Predictor, jobs: Vec<Job>) {
+fn execute(predictor: &mut Predictor, jobs: Vec<Job>, max: usize) {
     if jobs.len() == 1 {
-        let job = jobs.into_iter().next().map(|j| (j.inputs, j.reply));
-        if let Some((inputs, reply)) = job {
-            let _ = reply.send(predictor.predict(inputs));
+        if let Some(Job { inputs, rows, reply }) = jobs.into_iter().next() {
+            let _ = reply.send(chunked(predictor, inputs, rows, max));
         }
         return;
     }
