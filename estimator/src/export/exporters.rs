@@ -100,14 +100,17 @@ impl Compare {
                 current.keys().cloned().collect::<Vec<_>>().join(", ")
             ))
         })?;
-        if !value.is_finite() {
-            return Ok(false);
-        }
-        Ok(match best {
-            None => true,
-            Some(b) if self.higher_is_better => value > b,
-            Some(b) => value < b,
-        })
+        Ok(self.beats(value, best))
+    }
+
+    /// Whether a finite `value` is better than `best` (anything is better than nothing).
+    fn beats(&self, value: f64, best: Option<f64>) -> bool {
+        value.is_finite()
+            && match best {
+                None => true,
+                Some(b) if self.higher_is_better => value > b,
+                Some(b) => value < b,
+            }
     }
 }
 
@@ -138,15 +141,10 @@ impl BestExporter {
         }
         let mut best: Option<f64> = None;
         for (_, manifest) in exports(estimator.model_dir(), &self.name)? {
-            if let Some(v) = manifest.metrics.get(&self.compare.metric).copied().filter(|v| v.is_finite()) {
-                let better = match best {
-                    None => true,
-                    Some(b) if self.compare.higher_is_better => v > b,
-                    Some(b) => v < b,
-                };
-                if better {
-                    best = Some(v);
-                }
+            if let Some(v) = manifest.metrics.get(&self.compare.metric).copied()
+                && self.compare.beats(v, best)
+            {
+                best = Some(v);
             }
         }
         self.best = Some(best);
