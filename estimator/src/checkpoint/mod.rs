@@ -41,6 +41,7 @@ mod state_file;
 pub use error::{CheckpointError, Result};
 pub use format::{Checkpoint, CheckpointMeta};
 pub use inventory::{CheckpointStatus, Inventory, InventoryEntry};
+pub(crate) use lease::unix_now;
 pub use lease::{Lease, LeaseInfo};
 pub use manager::{CheckpointInfo, CheckpointManager, GcReport};
 pub use name::{CHECKPOINT_BASENAME, DATA_SUFFIX, STATE_FILE, checkpoint_name, data_object_name, parse_step};

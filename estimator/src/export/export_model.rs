@@ -4,7 +4,7 @@
 use super::{GRAPH, MANIFEST, ONNX, VARIABLES, manifest, write::write_export};
 use crate::{
     Estimator, EstimatorError, Mode, Result,
-    checkpoint::{CheckpointMeta, format::encode},
+    checkpoint::{CheckpointMeta, format::encode, unix_now},
     input::Schema,
     model_dir::ModelDir,
     session::{build_model, compile_plan},
@@ -82,7 +82,7 @@ impl Estimator {
                 .collect::<Result<_>>()?,
         };
         let meta = CheckpointMeta { fingerprint: graph.fingerprint()?, ..CheckpointMeta::default() };
-        let created = now_unix();
+        let created = unix_now();
         let files: Vec<(&str, Vec<u8>)> = vec![
             (GRAPH, serde_json::to_vec_pretty(&def).map_err(|e| EstimatorError::Other(e.to_string()))?),
             (VARIABLES, encode(checkpoint.step, &variables, &meta, created)?),
@@ -123,13 +123,9 @@ fn variables_of(
     Ok(out)
 }
 
-fn now_unix() -> f64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
-}
-
 /// TensorFlow names exports by the Unix time in seconds; two in one second get the next.
 pub(crate) fn fresh_timestamp(base: &ModelDir) -> Result<String> {
-    let mut t = now_unix() as u64;
+    let mut t = unix_now() as u64;
     loop {
         let name = t.to_string();
         let taken = match base.local_root() {

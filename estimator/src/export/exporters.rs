@@ -197,19 +197,28 @@ fn export_base(estimator: &Estimator, name: &str) -> Result<ModelDir> {
 pub fn exports(model_dir: &ModelDir, name: &str) -> Result<Vec<(u64, Manifest)>> {
     let prefix = format!("export/{name}");
     let mut out = Vec::new();
-    for info in model_dir.list(&prefix)? {
-        let Some(rest) = info.name.strip_prefix(&format!("{prefix}/")) else { continue };
-        let Some((stamp, file)) = rest.split_once('/') else { continue };
-        let Ok(stamp) = stamp.parse::<u64>() else { continue };
-        if file != MANIFEST {
-            continue;
-        }
-        let data = model_dir.get(&info.name)?;
+    for stamp in versions(model_dir, &prefix)? {
+        let data = model_dir.get(&format!("{prefix}/{stamp}/{MANIFEST}"))?;
         if let Ok(manifest) = serde_json::from_slice::<Manifest>(&data) {
             out.push((stamp, manifest));
         }
     }
-    out.sort_by_key(|(s, _)| *s);
+    Ok(out)
+}
+
+/// The numbered exports under `prefix` (`""`: the directory itself) that have their
+/// manifest, oldest first: staging directories and uncommitted prefixes are not versions.
+pub(crate) fn versions(dir: &ModelDir, prefix: &str) -> Result<Vec<u64>> {
+    let lead = if prefix.is_empty() { String::new() } else { format!("{prefix}/") };
+    let mut out: Vec<u64> = dir
+        .list(prefix)?
+        .into_iter()
+        .filter_map(|info| {
+            let (stamp, file) = info.name.strip_prefix(&lead)?.split_once('/')?;
+            (file == MANIFEST).then(|| stamp.parse::<u64>().ok()).flatten()
+        })
+        .collect();
+    out.sort_unstable();
     Ok(out)
 }
 

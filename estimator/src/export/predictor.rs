@@ -33,15 +33,7 @@ impl LoadedModel {
         if dir.exists(MANIFEST)? {
             return Self::load(location, s3);
         }
-        let newest = dir
-            .list("")?
-            .into_iter()
-            .filter_map(|info| {
-                let (stamp, file) = info.name.split_once('/')?;
-                (file == MANIFEST).then(|| stamp.parse::<u64>().ok()).flatten()
-            })
-            .max();
-        match newest {
+        match super::exporters::versions(&dir, "")?.last() {
             Some(version) => Self::load(&dir.url_of(&version.to_string()), s3),
             None => Err(EstimatorError::Other(format!(
                 "{location} holds no export: neither a {MANIFEST} nor numbered export directories with one"

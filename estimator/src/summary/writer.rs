@@ -10,13 +10,13 @@ use super::error::{Result, SummaryError};
 use super::histogram::histogram_of;
 use super::proto::{Event, Summary, SummaryValue};
 use super::record::{append_record, read_records};
+use crate::checkpoint::unix_now;
 use crate::model_dir::{ModelDir, PutOutcome};
 use engine_graph::HostTensor;
 use prost::Message;
 use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, ErrorKind, Write};
 use std::path::PathBuf;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 /// The first record of every event file; TensorBoard reads the version from it.
 pub const FILE_VERSION: &str = "brain.Event:2";
@@ -37,10 +37,6 @@ impl std::fmt::Debug for SummaryWriter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SummaryWriter").field("url", &self.url()).finish()
     }
-}
-
-fn unix_now() -> f64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
 }
 
 /// The host name as TensorFlow puts it in event file names, reduced to characters safe in object names.

@@ -182,19 +182,18 @@ impl Lowering<'_> {
                 self.w.node("Pad", n, vec![ins[0].clone(), pads], vec![])
             }
             Op::Conv2d(c) => {
-                let y = self.conv(node, c.strides, c.padding, None)?;
+                let (y, _) = self.conv(node, c.strides, c.padding, None)?;
                 self.back_to_nhwc(n, y)
             }
             Op::FusedConv2d(c) => {
-                let y = self.conv(node, c.strides, c.padding, Some(ins[2].clone()))?;
+                let (y, _) = self.conv(node, c.strides, c.padding, Some(ins[2].clone()))?;
                 let y = self.activation(n, y, c.activation);
                 self.back_to_nhwc(n, y)
             }
             Op::FusedConv2dMaxPool(c) => {
                 self.only_first_output_used(id)?;
-                let y = self.conv(node, c.strides, c.padding, Some(ins[2].clone()))?;
+                let (y, conv_hw) = self.conv(node, c.strides, c.padding, Some(ins[2].clone()))?;
                 let y = self.activation(n, y, c.activation);
-                let conv_hw = conv_output_hw(self.g, node)?;
                 let y = self.pool(n, "MaxPool", y, &c.pool, conv_hw)?;
                 self.back_to_nhwc(n, y)
             }
@@ -310,8 +309,15 @@ impl Lowering<'_> {
         self.w.node("Transpose", n, vec![y], vec![("perm", Attr::Ints(TO_NHWC.into()))])
     }
 
-    /// `Conv` in NCHW; the HWIO filter becomes an OIHW initializer when it is a stored value.
-    fn conv(&mut self, node: &Node, strides: [usize; 2], padding: Padding, bias: Option<String>) -> Result<String> {
+    /// `Conv` in NCHW and the spatial size of its result; the HWIO filter becomes an OIHW
+    /// initializer when it is a stored value.
+    fn conv(
+        &mut self,
+        node: &Node,
+        strides: [usize; 2],
+        padding: Padding,
+        bias: Option<String>,
+    ) -> Result<(String, [usize; 2])> {
         let n = node.name.as_str();
         let x = self.nchw_of(node.inputs[0])?;
         let filter = self.g.fact(node.inputs[1])?;
@@ -334,7 +340,7 @@ impl Lowering<'_> {
         };
         let window = Window { kernel: [k[0], k[1]], strides, padding };
         let hw = spatial_of(self.g, node.inputs[0])?;
-        let (_, pads) = window.output(hw).map_err(|e| Self::refuse(node, &e))?;
+        let (out_hw, pads) = window.output(hw).map_err(|e| Self::refuse(node, &e))?;
         let mut args = vec![x, w];
         args.extend(bias);
         let attrs = vec![
@@ -342,7 +348,7 @@ impl Lowering<'_> {
             ("strides", Attr::Ints(ints(&strides))),
             ("pads", Attr::Ints(onnx_pads(pads))),
         ];
-        Ok(self.w.node("Conv", n, args, attrs))
+        Ok((self.w.node("Conv", n, args, attrs), out_hw))
     }
 
     fn pool(&mut self, n: &str, op: &str, x: String, window: &Window, hw: [usize; 2]) -> Result<String> {
@@ -412,27 +418,7 @@ fn onnx_pads(p: [usize; 4]) -> Vec<i64> {
 }
 
 fn spatial_of(g: &Graph, o: Outlet) -> Result<[usize; 2]> {
-    let f = g.fact(o)?;
-    match (f.shape.dims().get(1).and_then(|d| d.known()), f.shape.dims().get(2).and_then(|d| d.known())) {
-        (Some(h), Some(w)) if f.rank() == 4 => Ok([h, w]),
-        _ => Err(GraphError::invalid(
-            "ONNX export",
-            format!("an NHWC value with known height and width, found {}", f.shape),
-        )),
-    }
-}
-
-/// The spatial size of a fused convolution's result, before its pooling.
-fn conv_output_hw(g: &Graph, node: &Node) -> Result<[usize; 2]> {
-    let Op::FusedConv2dMaxPool(c) = &node.op else { return spatial_of(g, Outlet::new(g.find(&node.name)?, 0)) };
-    let filter = g.fact(node.inputs[1])?;
-    let k: Vec<usize> = filter.shape.dims().iter().map(|d| d.known().unwrap_or(0)).collect();
-    let window = Window { kernel: [k[0], k[1]], strides: c.strides, padding: c.padding };
-    let hw = spatial_of(g, node.inputs[0])?;
-    window
-        .output(hw)
-        .map(|(o, _)| o)
-        .map_err(|e| GraphError::invalid(format!("ONNX export of node '{}'", node.name), e))
+    crate::ops::nn::padding::spatial(g.fact(o)?, "the input").map_err(|e| GraphError::invalid("ONNX export", e))
 }
 
 /// HWIO filter values as OIHW.
