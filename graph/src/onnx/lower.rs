@@ -140,6 +140,7 @@ impl Lowering<'_> {
             Op::Exp(_) => unary(&mut self.w, "Exp"),
             Op::Log(_) => unary(&mut self.w, "Log"),
             Op::Sqrt(_) => unary(&mut self.w, "Sqrt"),
+            Op::Erf(_) => unary(&mut self.w, "Erf"),
             Op::Cos(_) => unary(&mut self.w, "Cos"),
             Op::Sin(_) => unary(&mut self.w, "Sin"),
             Op::Square(_) => self.w.node("Mul", n, vec![ins[0].clone(), ins[0].clone()], vec![]),

@@ -118,7 +118,7 @@ op_set! {
     // sources
     Placeholder, Variable, Constant,
     // math
-    MatMul, Add, Sub, Mul, Div, Maximum, Minimum, AddN, Neg, Exp, Log, Sqrt, Square, Cos, Sin,
+    MatMul, Add, Sub, Mul, Div, Maximum, Minimum, AddN, Neg, Exp, Log, Sqrt, Square, Cos, Sin, Erf,
     // activations
     Relu, ReluGrad, Sigmoid, Tanh, Softmax, LogSoftmax,
     // reductions

@@ -57,7 +57,10 @@ fn bias_add_of(g: &Graph, add: NodeId) -> Option<(NodeId, Outlet)> {
     let inputs = &g.node(add).inputs;
     for (main, bias) in [(inputs[0], inputs[1]), (inputs[1], inputs[0])] {
         let producer = g.node(main.node);
-        let fusable = matches!(producer.op, Op::Conv2d(_) | Op::MatMul(_)) && main.output == 0;
+        // Batched products (attention's) keep their bias add: the fused kernel takes matrices.
+        let matrix = || g.fact(main).is_ok_and(|f| f.rank() == 2);
+        let fusable = (matches!(producer.op, Op::Conv2d(_)) || (matches!(producer.op, Op::MatMul(_)) && matrix()))
+            && main.output == 0;
         if !fusable || sole_consumer(g, main) != Some(add) {
             continue;
         }

@@ -5,13 +5,15 @@ use crate::{
     Result, Value,
     value::{B, T},
 };
+use burn::backend::TensorMetadata;
 use burn::backend::ops::{FloatTensorOps, IntTensorOps};
 use engine_graph::{Op, ops::MatMul};
 
 pub(super) fn matmul(m: &MatMul, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Result<T> {
     let [a, b] = ctx.floats(inputs)?;
-    let a = if m.transpose_a { B::float_swap_dims(a, 0, 1) } else { a };
-    let b = if m.transpose_b { B::float_swap_dims(b, 0, 1) } else { b };
+    let (ra, rb) = (a.shape().num_dims(), b.shape().num_dims());
+    let a = if m.transpose_a { B::float_swap_dims(a, ra - 2, ra - 1) } else { a };
+    let b = if m.transpose_b { B::float_swap_dims(b, rb - 2, rb - 1) } else { b };
     Ok(B::float_matmul(a, b))
 }
 
@@ -121,6 +123,7 @@ pub(super) fn unary(op: &Op, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Result<
         Op::Square(_) => B::float_mul(x.clone(), x),
         Op::Cos(_) => B::float_cos(x),
         Op::Sin(_) => B::float_sin(x),
+        Op::Erf(_) => B::float_erf(x),
         _ => return Err(ctx.err("not a unary op")),
     })
 }

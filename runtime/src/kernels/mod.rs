@@ -115,7 +115,7 @@ pub(crate) fn generic(op: &Op, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Resul
         MatMul(m) => one(math::matmul(m, inputs, ctx)?),
         Add(_) | Sub(_) | Mul(_) | Div(_) | Maximum(_) | Minimum(_) => Ok(vec![math::binary(op, inputs, ctx)?]),
         AddN(_) => one(math::add_n(inputs, ctx)?),
-        Neg(_) | Exp(_) | Log(_) | Sqrt(_) | Square(_) | Cos(_) | Sin(_) => one(math::unary(op, inputs, ctx)?),
+        Neg(_) | Exp(_) | Log(_) | Sqrt(_) | Square(_) | Cos(_) | Sin(_) | Erf(_) => one(math::unary(op, inputs, ctx)?),
         Relu(_) | ReluGrad(_) | Sigmoid(_) | Tanh(_) | Softmax(_) | LogSoftmax(_) => {
             one(activation::run(op, inputs, ctx)?)
         }

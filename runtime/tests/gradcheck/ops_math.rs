@@ -12,6 +12,15 @@ fn matmul_all_transposes() -> Result<()> {
     check(&[input(&[4, 3]), input(&[2, 4])], |b, x| b.matmul_t(x[0], x[1], true, true))
 }
 
+/// Attention's per-head products: rank 3 and 4, every transpose of the last two axes.
+#[test]
+fn batched_matmul_all_transposes() -> Result<()> {
+    check(&[input(&[2, 3, 4]), input(&[2, 4, 2])], |b, x| b.matmul_t(x[0], x[1], false, false))?;
+    check(&[input(&[2, 4, 3]), input(&[2, 4, 2])], |b, x| b.matmul_t(x[0], x[1], true, false))?;
+    check(&[input(&[2, 3, 4]), input(&[2, 2, 4])], |b, x| b.matmul_t(x[0], x[1], false, true))?;
+    check(&[input(&[2, 2, 4, 3]), input(&[2, 2, 2, 4])], |b, x| b.matmul_t(x[0], x[1], true, true))
+}
+
 #[test]
 fn add_broadcasts_both_ways() -> Result<()> {
     check(&[input(&[3, 4]), input(&[4])], |b, x| b.add(x[0], x[1]))?;
@@ -52,7 +61,9 @@ fn unary_functions() -> Result<()> {
     check(&[positive(&[2, 3])], |b, x| b.sqrt(x[0]))?;
     check(&[input(&[2, 3])], |b, x| b.square(x[0]))?;
     check(&[input(&[2, 3])], |b, x| b.cos(x[0]))?;
-    check(&[input(&[2, 3])], |b, x| b.sin(x[0]))
+    check(&[input(&[2, 3])], |b, x| b.sin(x[0]))?;
+    check(&[input(&[2, 3])], |b, x| b.erf(x[0]))?;
+    check(&[input(&[2, 3])], |b, x| b.gelu(x[0]))
 }
 
 #[test]

@@ -1,4 +1,6 @@
-//! Matrix product of two rank-2 tensors, either optionally transposed.
+//! Matrix product of two tensors of rank 2, or of equal rank above 2 with equal leading
+//! (batch) dimensions (TensorFlow's `BatchMatMulV2` without broadcasting: attention's
+//! per-head products), either optionally transposed in its last two axes.
 
 use crate::{
     DType, Dim, Fact, GraphBuilder, Outlet, Result, Shape,
@@ -13,9 +15,13 @@ pub struct MatMul {
 }
 
 impl MatMul {
+    /// `(m, k_a, k_b, n)` from the last two axes.
     fn dims(&self, a: &Shape, b: &Shape) -> (Dim, Dim, Dim, Dim) {
-        let (m, k1) = if self.transpose_a { (a.dim(1), a.dim(0)) } else { (a.dim(0), a.dim(1)) };
-        let (k2, n) = if self.transpose_b { (b.dim(1), b.dim(0)) } else { (b.dim(0), b.dim(1)) };
+        let (ra, rb) = (a.rank(), b.rank());
+        let (a0, a1) = (a.dim(ra - 2), a.dim(ra - 1));
+        let (b0, b1) = (b.dim(rb - 2), b.dim(rb - 1));
+        let (m, k1) = if self.transpose_a { (a1, a0) } else { (a0, a1) };
+        let (k2, n) = if self.transpose_b { (b1, b0) } else { (b0, b1) };
         (m, k1, k2, n)
     }
 }
@@ -31,13 +37,23 @@ impl OpDef for MatMul {
         let (a, b) = (&inputs[0], &inputs[1]);
         rules::expect_dtype(a, DType::F32, "a")?;
         rules::expect_dtype(b, DType::F32, "b")?;
-        rules::expect_rank(a, 2, "a")?;
-        rules::expect_rank(b, 2, "b")?;
+        if a.rank() < 2 || a.rank() != b.rank() {
+            return Err(format!(
+                "operands must be matrices, or batches of matrices of equal rank; found {} and {}",
+                a.shape, b.shape
+            ));
+        }
+        let lead = &a.shape.dims()[..a.rank() - 2];
+        if lead != &b.shape.dims()[..b.rank() - 2] {
+            return Err(format!("batch dimensions differ: {} x {}", a.shape, b.shape));
+        }
         let (m, k1, k2, n) = self.dims(&a.shape, &b.shape);
         if k1 != k2 {
             return Err(format!("inner dimensions differ: {} x {} (contracting {k1} with {k2})", a.shape, b.shape));
         }
-        Ok(vec![Fact::f32(Shape(vec![m, n]))])
+        let mut dims = lead.to_vec();
+        dims.extend([m, n]);
+        Ok(vec![Fact::f32(Shape(dims))])
     }
     fn grad(&self, ctx: &mut GradCtx<'_, '_>) -> Result<()> {
         let gy = ctx.out_grad(0)?;
@@ -60,8 +76,10 @@ impl OpDef for MatMul {
         Ok(())
     }
     fn flops(&self, inputs: &[Fact], _: &[Fact], batch: usize) -> u64 {
-        let (m, k, _, n) = self.dims(&inputs[0].shape, &inputs[1].shape);
-        2 * (m.resolve(batch) * k.resolve(batch) * n.resolve(batch)) as u64
+        let a = &inputs[0].shape;
+        let (m, k, _, n) = self.dims(a, &inputs[1].shape);
+        let lead: usize = a.dims()[..a.rank() - 2].iter().map(|d| d.resolve(batch)).product();
+        2 * (lead * m.resolve(batch) * k.resolve(batch) * n.resolve(batch)) as u64
     }
 }
 
