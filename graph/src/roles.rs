@@ -20,6 +20,15 @@ pub struct Roles {
     pub gradients: Vec<(NodeId, Outlet)>,
     /// Fetching this runs every update of a training step.
     pub train_op: Option<Outlet>,
+    /// `(variable, new value)` for state a training step replaces besides what the
+    /// optimizer does: batch normalization's moving statistics (TensorFlow's `UPDATE_OPS`).
+    /// The optimizer pass assigns them in the train op; data-parallel strategies average
+    /// them over the replicas first, so every copy of the variable stays equal.
+    pub updates: Vec<(NodeId, Outlet)>,
+    /// Batch statistics a layer wants over the global batch rather than the replica's
+    /// (`BatchNormalization(synchronized: true)`): strategies with replicas in sync replace
+    /// each by its mean over the replicas; alone, the local batch is the global one.
+    pub cross_replica_means: Vec<Outlet>,
     /// Further named values a step may fetch (metric inputs, learning rate, hook tensors).
     pub fetches: BTreeMap<String, Outlet>,
 }
@@ -33,6 +42,8 @@ impl Roles {
         v.extend(self.predictions.values().copied());
         v.extend(self.gradients.iter().map(|(_, g)| *g));
         v.extend(self.train_op);
+        v.extend(self.updates.iter().map(|(_, u)| *u));
+        v.extend(self.cross_replica_means.iter().copied());
         v.extend(self.fetches.values().copied());
         v
     }
@@ -49,6 +60,8 @@ impl Roles {
         self.predictions.values_mut().for_each(swap);
         self.gradients.iter_mut().for_each(|(_, g)| swap(g));
         self.train_op.iter_mut().for_each(swap);
+        self.updates.iter_mut().for_each(|(_, u)| swap(u));
+        self.cross_replica_means.iter_mut().for_each(swap);
         self.fetches.values_mut().for_each(swap);
     }
 }

@@ -7,7 +7,10 @@ use engine_graph::{
     ops::ReduceOp,
     passes::{
         Pass,
-        strategy::{AllReduceFusion, AllReduceGradients, AllReduceLoss, Placement, ScaleLoss},
+        strategy::{
+            AllReduceFusion, AllReduceGradients, AllReduceLoss, AllReduceUpdates, Placement, ScaleLoss,
+            SyncBatchStatistics,
+        },
     },
 };
 use engine_runtime::{Collective, CrossDeviceOps, Device, InProcessGroup};
@@ -33,8 +36,9 @@ impl MirroredStrategy {
 }
 
 /// The passes every all-reducing strategy shares (mirrored here, multi-worker across
-/// processes): scale the loss by the replica count, all-reduce (sum) every gradient and
-/// the loss (so that the loss every replica fetches is the global batch's), pack the
+/// processes): scale the loss by the replica count, synchronize the batch statistics that
+/// ask for it, all-reduce (sum) every gradient and the loss (so that the loss every
+/// replica fetches is the global batch's), average the moving statistics, pack the
 /// all-reduces into buckets.
 pub(crate) fn all_reduce_passes(
     stage: Stage,
@@ -43,9 +47,10 @@ pub(crate) fn all_reduce_passes(
     bucket_bytes: usize,
 ) -> Vec<Box<dyn Pass>> {
     match (stage, training) {
-        (Stage::BeforeGradients, true) => vec![Box::new(ScaleLoss { replicas })],
+        (Stage::BeforeGradients, true) => vec![Box::new(ScaleLoss { replicas }), Box::new(SyncBatchStatistics)],
         (Stage::Gradients, true) => vec![
             Box::new(AllReduceGradients { reduce: ReduceOp::Sum }),
+            Box::new(AllReduceUpdates { replicas }),
             Box::new(AllReduceLoss { reduce: ReduceOp::Sum }),
             Box::new(AllReduceFusion { bucket_bytes, first_bucket_bytes: bucket_bytes.min(1 << 20) }),
         ],

@@ -4,7 +4,8 @@ use super::{Optimizer, OptimizerConfig, adagrad, adam, clip::clip_by_global_norm
 use crate::{Graph, GraphBuilder, GraphError, HostTensor, Outlet, Result, passes::Pass};
 
 /// Appends, for every `(variable, gradient)` in `roles.gradients`, the optimizer's update,
-/// then the global step increment, grouped into `roles.train_op`. The learning rate is
+/// then the assignments of `roles.updates`, then the global step increment, grouped into
+/// `roles.train_op`. The learning rate is
 /// exposed as the fetch `learning_rate` for logs and summaries.
 #[derive(Debug, Clone)]
 pub struct ApplyOptimizer {
@@ -61,6 +62,11 @@ impl Pass for ApplyOptimizer {
                     }
                 })?;
                 assigns.extend(updates);
+            }
+            // Moving statistics and other non-optimizer state, as computed (and, under a
+            // data-parallel strategy, averaged) in this step.
+            for (var, value) in b.graph().roles.updates.clone() {
+                assigns.push(b.assign(Outlet::from(var), value)?);
             }
             let one = b.constant(HostTensor::scalar_i64(1))?;
             let next = b.add(step, one)?;

@@ -2,6 +2,7 @@
 
 use crate::{
     Fact, GraphBuilder, Outlet, Result,
+    autodiff::GradCtx,
     ops::{Arity, OpDef},
 };
 use serde::{Deserialize, Serialize};
@@ -33,6 +34,11 @@ impl fmt::Display for ReduceOp {
 pub struct AllReduce {
     pub reduce: ReduceOp,
     pub bucket: usize,
+    /// Read inside the step (synchronized batch statistics and, in the backward pass,
+    /// their gradients), so launched where it stands: never packed into a bucket with
+    /// gradients, which would wait on values computed from it.
+    #[serde(default)]
+    pub immediate: bool,
 }
 
 impl OpDef for AllReduce {
@@ -54,12 +60,37 @@ impl OpDef for AllReduce {
     fn is_pure(&self) -> bool {
         false
     }
+    /// Replica `r` holds `y = reduce_j(x_j)`, and its loss reaches `x_r` through every
+    /// replica's `y`: the gradient is the same reduction of the output gradients (for a
+    /// mean, `d y / d x_r = 1 / R` and `sum_j g_j / R` is the mean of the `g_j`).
+    fn grad(&self, ctx: &mut GradCtx<'_, '_>) -> Result<()> {
+        let n = ctx.num_inputs();
+        let mut gys = Vec::with_capacity(n);
+        for i in 0..n {
+            gys.push(ctx.out_grad(i)?);
+        }
+        let reduced = ctx.b.all_reduce_now(&gys, self.reduce)?;
+        for (i, g) in reduced.into_iter().enumerate() {
+            if ctx.needs(i) {
+                ctx.set(i, g);
+            }
+        }
+        Ok(())
+    }
 }
 
 impl GraphBuilder<'_> {
     /// One all-reduce node over `xs`; returns its node's outputs, one per input.
     pub fn all_reduce(&mut self, xs: &[Outlet], reduce: ReduceOp, bucket: usize) -> Result<Vec<Outlet>> {
-        let id = self.node(&format!("AllReduce_bucket_{bucket}"), AllReduce { reduce, bucket }.into(), xs)?;
+        let op = AllReduce { reduce, bucket, immediate: false };
+        let id = self.node(&format!("AllReduce_bucket_{bucket}"), op.into(), xs)?;
+        Ok((0..xs.len()).map(|i| Outlet::new(id, i)).collect())
+    }
+
+    /// An [`AllReduce::immediate`] one: its value is needed within the step.
+    pub fn all_reduce_now(&mut self, xs: &[Outlet], reduce: ReduceOp) -> Result<Vec<Outlet>> {
+        let op = AllReduce { reduce, bucket: usize::MAX, immediate: true };
+        let id = self.node("AllReduce", op.into(), xs)?;
         Ok((0..xs.len()).map(|i| Outlet::new(id, i)).collect())
     }
 }

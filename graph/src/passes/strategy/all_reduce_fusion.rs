@@ -56,7 +56,7 @@ pub fn buckets(g: &Graph) -> Vec<Bucket> {
     let mut out: Vec<Bucket> = g
         .nodes()
         .filter_map(|(id, n)| match &n.op {
-            Op::AllReduce(a) => Some(Bucket {
+            Op::AllReduce(a) if !a.immediate => Some(Bucket {
                 index: a.bucket,
                 node: id,
                 tensors: n
@@ -97,7 +97,7 @@ impl Pass for AllReduceFusion {
         let mut singles: Vec<(usize, NodeId, ReduceOp)> = g
             .nodes()
             .filter_map(|(id, n)| match &n.op {
-                Op::AllReduce(a) if n.inputs.len() == 1 && Some(id) != loss => {
+                Op::AllReduce(a) if n.inputs.len() == 1 && Some(id) != loss && !a.immediate => {
                     Some((position[&n.inputs[0].node], id, a.reduce))
                 }
                 _ => None,
@@ -142,7 +142,7 @@ impl Pass for AllReduceFusion {
             let inputs: Vec<Outlet> = group.iter().map(|&id| g.node(id).inputs[0]).collect();
             let name = g.unique_name(&format!("allreduce/bucket_{index}"));
             let device = g.node(group[0]).device.clone();
-            let fused = g.add_node(name, AllReduce { reduce, bucket: index }.into(), inputs)?;
+            let fused = g.add_node(name, AllReduce { reduce, bucket: index, immediate: false }.into(), inputs)?;
             g.set_device(fused, device);
             for (i, &old) in group.iter().enumerate() {
                 g.replace_uses(Outlet::from(old), Outlet::new(fused, i))?;

@@ -36,7 +36,10 @@ impl Pass for CentralStorage {
         }
         // Downstream of a reduced gradient: the update.
         let mut update: BTreeSet<NodeId> = BTreeSet::new();
-        let grads: BTreeSet<Outlet> = g.roles.gradients.iter().map(|(_, o)| *o).collect();
+        // Non-optimizer updates (moving statistics) are committed where their variables
+        // live, like the optimizer's.
+        let grads: BTreeSet<Outlet> =
+            g.roles.gradients.iter().chain(&g.roles.updates).map(|(_, o)| *o).collect();
         for &id in &order {
             if g.node(id).inputs.iter().any(|o| grads.contains(o) || update.contains(&o.node)) {
                 update.insert(id);
