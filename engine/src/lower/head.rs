@@ -36,13 +36,33 @@ pub(super) fn build(
     let dtype = if loss_kind == Loss::SparseSoftmaxCrossEntropy { DType::I64 } else { DType::F32 };
     let labels = cx.labels(dtype, labels_shape, output_path)?;
     let regularizers = cx.regularizers.clone();
+    let smoothing = cx.spec.job.label_smoothing;
     let scope = cx.b.unique_scope("loss");
     let (loss, regularization) =
         cx.b.with_scope(&scope, |b| {
             let per_example = match loss_kind {
+                Loss::SparseSoftmaxCrossEntropy if smoothing > 0.0 => {
+                    // (1 - s) * CE(one-hot) + s * mean over classes of -log p: the
+                    // cross-entropy against the smoothed labels, without a one-hot.
+                    let hard = b.sparse_softmax_cross_entropy(logits, labels)?;
+                    let log_p = b.log_softmax(logits, -1)?;
+                    let mean_log_p = b.reduce_mean(log_p, &[1], false)?;
+                    let keep = b.scalar(1.0 - smoothing)?;
+                    let hard = b.mul(hard, keep)?;
+                    let s = b.scalar(-smoothing)?;
+                    let uniform = b.mul(mean_log_p, s)?;
+                    b.add(hard, uniform)?
+                }
                 Loss::SparseSoftmaxCrossEntropy => b.sparse_softmax_cross_entropy(logits, labels)?,
-                Loss::SoftmaxCrossEntropy => b.softmax_cross_entropy(logits, labels)?,
-                Loss::SigmoidCrossEntropy => b.sigmoid_cross_entropy(logits, labels)?,
+                Loss::SoftmaxCrossEntropy => {
+                    let classes = shape.dims().last().and_then(|d| d.known()).unwrap_or(1);
+                    let labels = smooth(b, labels, smoothing, classes)?;
+                    b.softmax_cross_entropy(logits, labels)?
+                }
+                Loss::SigmoidCrossEntropy => {
+                    let labels = smooth(b, labels, smoothing, 2)?;
+                    b.sigmoid_cross_entropy(logits, labels)?
+                }
                 Loss::MeanSquaredError => b.mean_squared_error(logits, labels)?,
             };
             // The mean over every element: over the batch, and for sigmoid losses over
@@ -65,6 +85,17 @@ pub(super) fn build(
         })
         .map_err(|e| cx.graph_error(output_path, e))?;
     Ok(Head { labels: Some(labels), loss: Some(loss), regularization, predictions })
+}
+
+/// `labels * (1 - s) + s / classes`.
+fn smooth(b: &mut GraphBuilder<'_>, labels: Outlet, s: f32, classes: usize) -> engine_graph::Result<Outlet> {
+    if s == 0.0 {
+        return Ok(labels);
+    }
+    let keep = b.scalar(1.0 - s)?;
+    let kept = b.mul(labels, keep)?;
+    let spread = b.scalar(s / classes as f32)?;
+    b.add(kept, spread)
 }
 
 /// The labels each loss takes, or why the model's output does not suit the loss.

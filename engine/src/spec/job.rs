@@ -15,6 +15,11 @@ use serde::Deserialize;
 pub struct Job {
     pub model: Model,
     pub loss: Loss,
+    /// Cross-entropy against smoothed labels: `labels * (1 - s) + s / classes` for the
+    /// softmax losses, `labels * (1 - s) + s / 2` for the sigmoid one (Keras'
+    /// `label_smoothing`). 0 turns it off.
+    #[serde(default)]
+    pub label_smoothing: f32,
     pub optimizer: OptimizerSpec,
     #[serde(default)]
     pub metrics: Vec<Metric>,

@@ -1,7 +1,9 @@
 //! Layers, with Keras' parameters and defaults (glorot_uniform kernels, zero biases,
 //! VALID padding, pool strides equal to the pool size).
 
+use super::{AddPositionEmbedding, BatchNormalization, LayerNormalization, MultiHeadAttention};
 use engine_graph::{Initializer, ops::Padding};
+use std::ops::RangeInclusive;
 use serde::{
     Deserialize, Deserializer,
     de::{self, SeqAccess, Visitor},
@@ -24,7 +26,19 @@ pub enum Layer {
     Add,
     Multiply,
     Concatenate(Concatenate),
+    BatchNormalization(BatchNormalization),
+    LayerNormalization(LayerNormalization),
+    /// `[batch, height, width, channels]` to `[batch, channels]`: the mean over space.
+    GlobalAveragePooling2D,
+    /// `[batch, steps, features]` to `[batch, features]`: the mean over steps (tokens).
+    GlobalAveragePooling1D,
+    ZeroPadding2D(ZeroPadding2D),
+    MultiHeadAttention(MultiHeadAttention),
+    AddPositionEmbedding(AddPositionEmbedding),
 }
+
+/// Most inputs a merge layer takes (each is a value held at once).
+pub const MAX_MERGE_INPUTS: usize = 64;
 
 impl Layer {
     /// Keras' default layer name, the base of variable scopes (`dense`, `dense_1`, ...).
@@ -41,6 +55,13 @@ impl Layer {
             Layer::Add => "add",
             Layer::Multiply => "multiply",
             Layer::Concatenate(_) => "concatenate",
+            Layer::BatchNormalization(_) => "batch_normalization",
+            Layer::LayerNormalization(_) => "layer_normalization",
+            Layer::GlobalAveragePooling2D => "global_average_pooling2d",
+            Layer::GlobalAveragePooling1D => "global_average_pooling1d",
+            Layer::ZeroPadding2D(_) => "zero_padding2d",
+            Layer::MultiHeadAttention(_) => "multi_head_attention",
+            Layer::AddPositionEmbedding(_) => "add_position_embedding",
         }
     }
 
@@ -58,12 +79,24 @@ impl Layer {
             Layer::Add => "Add",
             Layer::Multiply => "Multiply",
             Layer::Concatenate(_) => "Concatenate",
+            Layer::BatchNormalization(_) => "BatchNormalization",
+            Layer::LayerNormalization(_) => "LayerNormalization",
+            Layer::GlobalAveragePooling2D => "GlobalAveragePooling2D",
+            Layer::GlobalAveragePooling1D => "GlobalAveragePooling1D",
+            Layer::ZeroPadding2D(_) => "ZeroPadding2D",
+            Layer::MultiHeadAttention(_) => "MultiHeadAttention",
+            Layer::AddPositionEmbedding(_) => "AddPositionEmbedding",
         }
     }
 
-    /// Whether the layer combines several inputs.
-    pub fn is_merge(&self) -> bool {
-        matches!(self, Layer::Add | Layer::Multiply | Layer::Concatenate(_))
+    /// How many inputs the layer takes: merges two or more, attention its query and
+    /// optionally value and key, the rest one.
+    pub fn inputs(&self) -> RangeInclusive<usize> {
+        match self {
+            Layer::Add | Layer::Multiply | Layer::Concatenate(_) => 2..=MAX_MERGE_INPUTS,
+            Layer::MultiHeadAttention(_) => 1..=3,
+            _ => 1..=1,
+        }
     }
 }
 
@@ -72,6 +105,8 @@ pub enum Activation {
     Relu,
     Sigmoid,
     Tanh,
+    /// The exact GELU, `0.5 x (1 + erf(x / sqrt 2))` (Keras' `gelu`, `approximate=False`).
+    Gelu,
     /// Over the last axis.
     Softmax,
     #[default]
@@ -159,6 +194,14 @@ pub struct Dropout {
     /// `None`: derived from the job's random seed and the layer's name.
     #[serde(default)]
     pub seed: Option<u64>,
+}
+
+/// Keras' `ZeroPadding2D`: `padding` rows above and below, columns left and right.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ZeroPadding2D {
+    #[serde(default = "ones")]
+    pub padding: Size2,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]

@@ -23,6 +23,7 @@
 //! # Ok::<(), engine_cli::spec::SpecError>(())
 //! ```
 
+mod attention;
 mod de;
 mod error;
 mod exporter;
@@ -31,6 +32,7 @@ mod job;
 mod layer;
 mod loss;
 mod model;
+mod normalization;
 mod optimizer;
 mod overrides;
 mod path;
@@ -44,10 +46,15 @@ pub use error::{ErrorKind, Location, Origin, SpecError};
 pub use exporter::{Exporter, MAX_EXPORTS_TO_KEEP};
 pub use input::{HookSection, InputSection, input_batch_size};
 pub use job::{Job, WarmStart};
-pub use layer::{Activation, Concatenate, Conv2d, Dense, Dropout, Layer, Pool2d, Regularizer, Reshape, Size2};
+pub use attention::{AddPositionEmbedding, MultiHeadAttention};
+pub use layer::{
+    Activation, Concatenate, Conv2d, Dense, Dropout, Layer, Pool2d, Regularizer, Reshape, Size2, ZeroPadding2D,
+    MAX_MERGE_INPUTS,
+};
+pub use normalization::{BatchNormalization, LayerNormalization};
 pub use loss::{Loss, Metric};
 pub use model::{Functional, FunctionalNode, Model, Sequential};
-pub use optimizer::{Adagrad, Adam, LearningRateSpec, OptimizerSpec, RmsProp, Sgd};
+pub use optimizer::{Adagrad, Adam, AdamW, LearningRateSpec, OptimizerSpec, RmsProp, Sgd};
 pub use overrides::Override;
 pub use path::{FieldPath, Segment};
 pub use run_config::{

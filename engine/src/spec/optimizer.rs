@@ -14,6 +14,8 @@ pub enum OptimizerSpec {
     /// `GradientDescentOptimizer`, or `MomentumOptimizer` when `momentum` is set.
     Sgd(Sgd),
     Adam(Adam),
+    /// Keras' `AdamW` (decoupled weight decay), with Keras' defaults.
+    AdamW(AdamW),
     RmsProp(RmsProp),
     Adagrad(Adagrad),
 }
@@ -40,6 +42,23 @@ pub struct Adam {
     #[serde(default = "beta2")]
     pub beta2: f32,
     #[serde(default = "adam_epsilon")]
+    pub epsilon: f32,
+    #[serde(default)]
+    pub clip_global_norm: Option<f32>,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdamW {
+    #[serde(default = "adam_learning_rate")]
+    pub learning_rate: LearningRateSpec,
+    #[serde(default = "adamw_weight_decay")]
+    pub weight_decay: f32,
+    #[serde(default = "beta1")]
+    pub beta1: f32,
+    #[serde(default = "beta2")]
+    pub beta2: f32,
+    #[serde(default = "keras_epsilon")]
     pub epsilon: f32,
     #[serde(default)]
     pub clip_global_norm: Option<f32>,
@@ -80,6 +99,7 @@ impl OptimizerSpec {
         match self {
             OptimizerSpec::Sgd(o) => &o.learning_rate.0,
             OptimizerSpec::Adam(o) => &o.learning_rate.0,
+            OptimizerSpec::AdamW(o) => &o.learning_rate.0,
             OptimizerSpec::RmsProp(o) => &o.learning_rate.0,
             OptimizerSpec::Adagrad(o) => &o.learning_rate.0,
         }
@@ -89,6 +109,7 @@ impl OptimizerSpec {
         match self {
             OptimizerSpec::Sgd(o) => o.clip_global_norm,
             OptimizerSpec::Adam(o) => o.clip_global_norm,
+            OptimizerSpec::AdamW(o) => o.clip_global_norm,
             OptimizerSpec::RmsProp(o) => o.clip_global_norm,
             OptimizerSpec::Adagrad(o) => o.clip_global_norm,
         }
@@ -99,6 +120,12 @@ impl OptimizerSpec {
         let optimizer = match self {
             OptimizerSpec::Sgd(o) => Optimizer::Sgd { momentum: o.momentum, nesterov: o.nesterov },
             OptimizerSpec::Adam(o) => Optimizer::Adam { beta1: o.beta1, beta2: o.beta2, epsilon: o.epsilon },
+            OptimizerSpec::AdamW(o) => Optimizer::AdamW {
+                beta1: o.beta1,
+                beta2: o.beta2,
+                epsilon: o.epsilon,
+                weight_decay: o.weight_decay,
+            },
             OptimizerSpec::RmsProp(o) => {
                 Optimizer::RmsProp { decay: o.decay, momentum: o.momentum, epsilon: o.epsilon, centered: o.centered }
             }
@@ -139,9 +166,15 @@ enum Schedule {
         #[serde(default)]
         alpha: f32,
     },
+    LinearWarmup {
+        steps: u64,
+        #[serde(default)]
+        initial: f32,
+        then: LearningRateSpec,
+    },
 }
 
-const SCHEDULES: &[&str] = &["ExponentialDecay", "PiecewiseConstant", "CosineDecay"];
+const SCHEDULES: &[&str] = &["ExponentialDecay", "PiecewiseConstant", "CosineDecay", "LinearWarmup"];
 
 impl<'de> Deserialize<'de> for LearningRateSpec {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -184,6 +217,9 @@ impl<'de> Visitor<'de> for LearningRateVisitor {
             Schedule::CosineDecay { initial, decay_steps, alpha } => {
                 LearningRate::CosineDecay { initial, decay_steps, alpha }
             }
+            Schedule::LinearWarmup { steps, initial, then } => {
+                LearningRate::LinearWarmup { steps, initial, then: Box::new(then.0) }
+            }
         }))
     }
 }
@@ -202,6 +238,14 @@ fn beta2() -> f32 {
 
 fn adam_epsilon() -> f32 {
     1e-8
+}
+
+fn keras_epsilon() -> f32 {
+    1e-7
+}
+
+fn adamw_weight_decay() -> f32 {
+    0.004
 }
 
 fn rmsprop_decay() -> f32 {

@@ -2,7 +2,7 @@
 //! settings that exclude each other. Shapes are checked later, when the model is lowered.
 
 use super::{
-    ErrorKind, FieldPath, Functional, Job, Layer, LearningRateSpec, Loss, MAX_SHARDS, Metric, Model, OptimizerSpec,
+    ErrorKind, FieldPath, Functional, Job, Layer, LearningRateSpec, Loss, MAX_MERGE_INPUTS, MAX_SHARDS, Metric, Model, OptimizerSpec,
     Regularizer, Sequential, Spec, SpecError, VariablePartitioner,
 };
 use engine_graph::{Initializer, optimizer::LearningRate};
@@ -10,6 +10,8 @@ use std::collections::BTreeSet;
 
 /// Window sizes and strides beyond this are typos; the bound keeps padding arithmetic exact.
 const MAX_WINDOW: usize = 1 << 20;
+/// Attention heads per layer (each is a batch of products).
+const MAX_HEADS: usize = 1024;
 
 /// Names the graph uses itself; a functional input or node may not take them.
 pub const RESERVED_NAMES: &[&str] = &["labels", "global_step", "x", "head", "loss"];
@@ -43,6 +45,7 @@ impl Checker<'_> {
             Model::Functional(f) => self.functional(f)?,
         }
         self.metrics(job.loss, &job.metrics)?;
+        self.label_smoothing(job)?;
         self.optimizer(&job.optimizer)?;
         self.run_config(job)?;
         self.warm_start(job)
@@ -76,7 +79,7 @@ impl Checker<'_> {
         self.require(!s.layers.is_empty(), path.field("layers"), "a Sequential model needs at least one layer")?;
         for (i, layer) in s.layers.iter().enumerate() {
             let at = path.field("layers").index(i);
-            if layer.is_merge() {
+            if *layer.inputs().start() > 1 {
                 return Err(self.fail(
                     at,
                     format!("`{}` merges several inputs, so it needs a Functional model", layer.spec_name()),
@@ -104,19 +107,18 @@ impl Checker<'_> {
             let layer = node.layer();
             self.layer(layer, at.elem(1))?;
             let n = node.inputs().len();
-            if layer.is_merge() {
-                self.require(
-                    n >= 2,
-                    at.elem(2),
-                    format!("`{}` needs at least two inputs, found {n}", layer.spec_name()),
-                )?;
-            } else {
-                self.require(
-                    n == 1,
-                    at.elem(2),
-                    format!("`{}` takes exactly one input, found {n}", layer.spec_name()),
-                )?;
-            }
+            let range = layer.inputs();
+            let (lo, hi) = (*range.start(), *range.end());
+            let takes = match (lo, hi) {
+                (1, 1) => "exactly one input".to_string(),
+                (lo, MAX_MERGE_INPUTS) => format!("at least {lo} and at most {MAX_MERGE_INPUTS} inputs"),
+                (lo, hi) => format!("{lo} to {hi} inputs"),
+            };
+            self.require(
+                range.contains(&n),
+                at.elem(2),
+                format!("`{}` takes {takes}, found {n}", layer.spec_name()),
+            )?;
             for (j, input) in node.inputs().iter().enumerate() {
                 self.reference(input, &known, at.elem(2).index(j), &format!("input of node `{}`", node.name()))?;
             }
@@ -204,8 +206,49 @@ impl Checker<'_> {
                 at.field("axis"),
                 "axis 0 is the batch axis; examples cannot be concatenated with each other",
             ),
-            Layer::Flatten | Layer::Activation(_) | Layer::Add | Layer::Multiply => Ok(()),
+            Layer::BatchNormalization(n) => {
+                self.require(
+                    (0.0..=1.0).contains(&n.momentum),
+                    at.field("momentum"),
+                    format!("must be in [0, 1], found {}", n.momentum),
+                )?;
+                self.epsilon(n.epsilon, at.field("epsilon"))
+            }
+            Layer::LayerNormalization(n) => self.epsilon(n.epsilon, at.field("epsilon")),
+            Layer::ZeroPadding2D(z) => self.require(
+                z.padding.0.iter().all(|&p| p <= MAX_WINDOW),
+                at.field("padding"),
+                format!("must be at most {MAX_WINDOW}"),
+            ),
+            Layer::MultiHeadAttention(m) => {
+                self.require(
+                    (1..=MAX_HEADS).contains(&m.num_heads),
+                    at.field("num_heads"),
+                    format!("must be between 1 and {MAX_HEADS}"),
+                )?;
+                self.require(m.key_dim > 0, at.field("key_dim"), "must be positive")?;
+                self.require(m.value_dim != Some(0), at.field("value_dim"), "must be positive")?;
+                self.require(m.output_shape != Some(0), at.field("output_shape"), "must be positive")?;
+                self.require(
+                    (0.0..1.0).contains(&m.dropout),
+                    at.field("dropout"),
+                    format!("must be in [0, 1), found {}", m.dropout),
+                )?;
+                self.initializer(&m.kernel_initializer, at.field("kernel_initializer"))?;
+                self.initializer(&m.bias_initializer, at.field("bias_initializer"))
+            }
+            Layer::AddPositionEmbedding(p) => self.initializer(&p.initializer, at.field("initializer")),
+            Layer::Flatten
+            | Layer::Activation(_)
+            | Layer::Add
+            | Layer::Multiply
+            | Layer::GlobalAveragePooling2D
+            | Layer::GlobalAveragePooling1D => Ok(()),
         }
+    }
+
+    fn epsilon(&self, e: f32, at: FieldPath) -> Check {
+        self.require(e.is_finite() && e > 0.0, at, format!("must be positive, found {e}"))
     }
 
     fn size(&self, s: [usize; 2], at: FieldPath) -> Check {
@@ -256,6 +299,17 @@ impl Checker<'_> {
         Ok(())
     }
 
+    fn label_smoothing(&self, job: &Job) -> Check {
+        let s = job.label_smoothing;
+        let at = root().field("label_smoothing");
+        self.require((0.0..1.0).contains(&s), at.clone(), format!("must be in [0, 1), found {s}"))?;
+        self.require(
+            s == 0.0 || job.loss.is_classification(),
+            at,
+            format!("applies to cross-entropy losses, not {:?}", job.loss),
+        )
+    }
+
     fn optimizer(&self, o: &OptimizerSpec) -> Check {
         let at = root().field("optimizer");
         let unit = |x: f32| (0.0..1.0).contains(&x);
@@ -267,6 +321,16 @@ impl Checker<'_> {
                 self.require(unit(a.beta1), at.field("beta1"), "must be in [0, 1)")?;
                 self.require(unit(a.beta2), at.field("beta2"), "must be in [0, 1)")?;
                 self.require(a.epsilon >= 0.0, at.field("epsilon"), "must be >= 0")?;
+            }
+            OptimizerSpec::AdamW(a) => {
+                self.require(unit(a.beta1), at.field("beta1"), "must be in [0, 1)")?;
+                self.require(unit(a.beta2), at.field("beta2"), "must be in [0, 1)")?;
+                self.require(a.epsilon >= 0.0, at.field("epsilon"), "must be >= 0")?;
+                self.require(
+                    a.weight_decay.is_finite() && a.weight_decay >= 0.0,
+                    at.field("weight_decay"),
+                    "must be >= 0",
+                )?;
             }
             OptimizerSpec::RmsProp(r) => {
                 self.require(unit(r.decay), at.field("decay"), "must be in [0, 1)")?;
@@ -316,6 +380,16 @@ impl Checker<'_> {
                 self.require(positive(*initial), at.field("initial"), "must be positive")?;
                 self.require(*decay_steps > 0, at.field("decay_steps"), "must be positive")?;
                 self.require((0.0..=1.0).contains(alpha), at.field("alpha"), "must be in [0, 1]")
+            }
+            LearningRate::LinearWarmup { steps, initial, then } => {
+                self.require(*steps > 0, at.field("steps"), "must be positive")?;
+                self.require(initial.is_finite() && *initial >= 0.0, at.field("initial"), "must be >= 0")?;
+                self.require(
+                    !matches!(**then, LearningRate::LinearWarmup { .. }),
+                    at.field("then"),
+                    "a warmup cannot follow a warmup",
+                )?;
+                self.learning_rate(&LearningRateSpec((**then).clone()), at.field("then"))
             }
         }
     }

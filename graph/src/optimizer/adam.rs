@@ -31,15 +31,18 @@ pub(super) fn corrected_lr(
     })
 }
 
-pub(super) fn update(
-    b: &mut GraphBuilder<'_>,
-    var: Outlet,
-    g: Outlet,
-    lr_t: Outlet,
-    beta1: f32,
-    beta2: f32,
-    epsilon: f32,
-) -> Result<Vec<Outlet>> {
+pub(super) struct Params {
+    pub beta1: f32,
+    pub beta2: f32,
+    pub epsilon: f32,
+    /// AdamW's `(weight_decay, learning_rate)`: the variable first loses
+    /// `learning_rate * weight_decay` of itself (Keras applies the decay before the
+    /// Adam step, with the schedule's rate, not the bias-corrected one).
+    pub decay: Option<(f32, Outlet)>,
+}
+
+pub(super) fn update(b: &mut GraphBuilder<'_>, var: Outlet, g: Outlet, lr_t: Outlet, p: &Params) -> Result<Vec<Outlet>> {
+    let (beta1, beta2, epsilon) = (p.beta1, p.beta2, p.epsilon);
     let m = slot(b, var, "Adam", Initializer::Zeros)?;
     let v = slot(b, var, "Adam_1", Initializer::Zeros)?;
     let m_new = blend(b, beta1, m, 1.0 - beta1, g)?;
@@ -50,6 +53,15 @@ pub(super) fn update(
     let denom = b.add(root, eps)?;
     let dir = b.div(m_new, denom)?;
     let step = b.mul(lr_t, dir)?;
-    let new = b.sub(var, step)?;
+    let decayed = match p.decay {
+        Some((wd, lr)) => {
+            let wd = b.scalar(wd)?;
+            let rate = b.mul(lr, wd)?;
+            let loss = b.mul(var, rate)?;
+            b.sub(var, loss)?
+        }
+        None => var,
+    };
+    let new = b.sub(decayed, step)?;
     Ok(vec![b.assign(m, m_new)?, b.assign(v, v_new)?, b.assign(var, new)?])
 }

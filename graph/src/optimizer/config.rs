@@ -25,6 +25,14 @@ pub enum LearningRate {
         decay_steps: u64,
         alpha: f32,
     },
+    /// From `initial` at step 0 linearly up to `then(steps)` at step `steps`, then
+    /// `then(step)` (TensorFlow Model Garden's `LinearWarmup`): transformers trained with
+    /// Adam diverge early without it.
+    LinearWarmup {
+        steps: u64,
+        initial: f32,
+        then: Box<LearningRate>,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -38,6 +46,15 @@ pub enum Optimizer {
         beta1: f32,
         beta2: f32,
         epsilon: f32,
+    },
+    /// Adam with decoupled weight decay (Loshchilov & Hutter; Keras' `AdamW`): each step
+    /// also subtracts `learning_rate * weight_decay * variable`, outside the adaptive
+    /// scaling, so the decay is not weakened where gradients are large.
+    AdamW {
+        beta1: f32,
+        beta2: f32,
+        epsilon: f32,
+        weight_decay: f32,
     },
     RmsProp {
         decay: f32,
@@ -65,6 +82,7 @@ impl Optimizer {
             Optimizer::Sgd { momentum, .. } if *momentum == 0.0 => "GradientDescent",
             Optimizer::Sgd { .. } => "Momentum",
             Optimizer::Adam { .. } => "Adam",
+            Optimizer::AdamW { .. } => "AdamW",
             Optimizer::RmsProp { .. } => "RMSProp",
             Optimizer::Adagrad { .. } => "Adagrad",
         }

@@ -8,6 +8,13 @@ impl LearningRate {
     pub fn build(&self, b: &mut GraphBuilder<'_>, global_step: Outlet) -> Result<Outlet> {
         b.with_scope("learning_rate", |b| {
             let step = b.cast(global_step, DType::F32)?;
+            self.at(b, step)
+        })
+    }
+
+    /// The rate at `step` (an f32 scalar), so that schedules can nest.
+    fn at(&self, b: &mut GraphBuilder<'_>, step: Outlet) -> Result<Outlet> {
+        {
             match self {
                 LearningRate::Constant(lr) => b.scalar(*lr),
                 LearningRate::ExponentialDecay { initial, decay_steps, decay_rate, staircase } => {
@@ -60,8 +67,27 @@ impl LearningRate {
                     let init = b.scalar(*initial)?;
                     b.mul(init, decayed)
                 }
+                LearningRate::LinearWarmup { steps, initial, then } => {
+                    positive(*steps, "warmup steps")?;
+                    let end = b.scalar(*steps as f32)?;
+                    let peak = then.at(b, end)?;
+                    let start = b.scalar(*initial)?;
+                    let rise = b.sub(peak, start)?;
+                    let frac = b.div(step, end)?;
+                    let up = b.mul(rise, frac)?;
+                    let warm = b.add(start, up)?;
+                    let after = then.at(b, step)?;
+                    // warm while step < steps, then the schedule: a 0/1 blend.
+                    let warming = b.less(step, end)?;
+                    let warming = b.cast(warming, DType::F32)?;
+                    let one = b.scalar(1.0)?;
+                    let done = b.sub(one, warming)?;
+                    let a = b.mul(warm, warming)?;
+                    let c = b.mul(after, done)?;
+                    b.add(a, c)
+                }
             }
-        })
+        }
     }
 }
 

@@ -36,7 +36,9 @@ impl Pass for ApplyOptimizer {
                 grads = clip_by_global_norm(b, &grads, clip)?;
             }
             let adam_lr = match self.config.optimizer {
-                Optimizer::Adam { beta1, beta2, .. } => Some(adam::corrected_lr(b, lr, step, beta1, beta2)?),
+                Optimizer::Adam { beta1, beta2, .. } | Optimizer::AdamW { beta1, beta2, .. } => {
+                    Some(adam::corrected_lr(b, lr, step, beta1, beta2)?)
+                }
                 _ => None,
             };
             let mut assigns = Vec::new();
@@ -46,7 +48,13 @@ impl Pass for ApplyOptimizer {
                 let updates = b.with_scope(&format!("update_{var_name}"), |b| match &self.config.optimizer {
                     Optimizer::Sgd { momentum: m, nesterov } => momentum::update(b, var, grad, lr, *m, *nesterov),
                     Optimizer::Adam { beta1, beta2, epsilon } => {
-                        adam::update(b, var, grad, adam_lr.unwrap_or(lr), *beta1, *beta2, *epsilon)
+                        let p = adam::Params { beta1: *beta1, beta2: *beta2, epsilon: *epsilon, decay: None };
+                        adam::update(b, var, grad, adam_lr.unwrap_or(lr), &p)
+                    }
+                    Optimizer::AdamW { beta1, beta2, epsilon, weight_decay } => {
+                        let decay = Some((*weight_decay, lr));
+                        let p = adam::Params { beta1: *beta1, beta2: *beta2, epsilon: *epsilon, decay };
+                        adam::update(b, var, grad, adam_lr.unwrap_or(lr), &p)
                     }
                     Optimizer::RmsProp { decay, momentum, epsilon, centered } => {
                         let p = rmsprop::Params {

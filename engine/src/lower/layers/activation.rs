@@ -8,6 +8,7 @@ pub fn activate(b: &mut GraphBuilder<'_>, x: Outlet, a: Activation) -> Result<Ou
         Activation::Relu => b.relu(x),
         Activation::Sigmoid => b.sigmoid(x),
         Activation::Tanh => b.tanh(x),
+        Activation::Gelu => b.gelu(x),
         Activation::Softmax => b.softmax(x, -1),
         Activation::Linear => Ok(x),
     }

@@ -1,4 +1,5 @@
-//! `Dense`: `activation(x @ kernel + bias)` on `[batch, features]`.
+//! `Dense`: `activation(x @ kernel + bias)` on the last axis of `[batch, ..., features]`
+//! (on a sequence, every token alike, as Keras does).
 
 use super::{super::LowerError, super::build::Lowering, activate};
 use crate::spec::{Dense, FieldPath, Regularizer};
@@ -12,13 +13,13 @@ pub fn lower(
     path: &FieldPath,
 ) -> Result<Outlet, LowerError> {
     let shape = cx.shape_of(x)?;
-    let features = match shape.dims() {
-        [n, Dim::Known(f)] if n.is_batch() => *f,
+    let features = match (shape.dims().first(), shape.dims().last()) {
+        (Some(n), Some(Dim::Known(f))) if n.is_batch() && shape.rank() >= 2 => *f,
         _ => {
-            let hint = if shape.rank() > 2 { "; add a Flatten layer before it" } else { "" };
-            return Err(
-                cx.shape_error(path, format!("Dense needs an input of shape [batch, features], got {shape}{hint}"))
-            );
+            return Err(cx.shape_error(
+                path,
+                format!("Dense needs an input of shape [batch, ..., features] with known features, got {shape}"),
+            ));
         }
     };
     cx.check_variable(&path.field("units"), "kernel", &[features, d.units])?;
@@ -26,7 +27,7 @@ pub fn lower(
     let (out, kernel, bias) =
         cx.b.with_scope(name, |b| {
             let kernel = b.variable("kernel", &[features, units], d2.kernel_initializer.clone(), true)?;
-            let mut y = b.matmul(x, kernel)?;
+            let mut y = b.project(x, kernel)?;
             let mut bias = None;
             if d2.use_bias {
                 let v = b.variable("bias", &[units], d2.bias_initializer.clone(), true)?;

@@ -4,10 +4,12 @@
 //! ("Dense needs [batch, features]; add Flatten") rather than as an op's complaint.
 
 mod activation;
+mod attention;
 mod conv;
 mod dense;
 mod dropout;
 mod merge;
+mod normalization;
 mod pool;
 mod reshape;
 
@@ -27,8 +29,11 @@ pub(super) fn apply(
     path: &FieldPath,
 ) -> Result<Outlet, LowerError> {
     let first = inputs.first().map(|i| i.1).ok_or_else(|| cx.shape_error(path, "the layer has no input"))?;
-    if !layer.is_merge() && inputs.len() != 1 {
-        return Err(cx.shape_error(path, format!("`{}` takes one input, found {}", layer.spec_name(), inputs.len())));
+    if !layer.inputs().contains(&inputs.len()) {
+        return Err(cx.shape_error(
+            path,
+            format!("`{}` cannot take {} inputs", layer.spec_name(), inputs.len()),
+        ));
     }
     let out = match layer {
         Layer::Dense(d) => dense::lower(cx, d, name, first, path)?,
@@ -45,6 +50,16 @@ pub(super) fn apply(
         Layer::Add => merge::elementwise(cx, merge::Kind::Add, name, inputs, path)?,
         Layer::Multiply => merge::elementwise(cx, merge::Kind::Multiply, name, inputs, path)?,
         Layer::Concatenate(c) => merge::concatenate(cx, c.axis, name, inputs, path)?,
+        Layer::BatchNormalization(n) => normalization::batch_norm(cx, n, name, first, path)?,
+        Layer::LayerNormalization(n) => normalization::layer_norm(cx, n, name, first, path)?,
+        Layer::GlobalAveragePooling2D => pool::global_average(cx, 4, "GlobalAveragePooling2D", name, first, path)?,
+        Layer::GlobalAveragePooling1D => pool::global_average(cx, 3, "GlobalAveragePooling1D", name, first, path)?,
+        Layer::ZeroPadding2D(z) => pool::zero_padding(cx, z, name, first, path)?,
+        Layer::MultiHeadAttention(m) => {
+            let xs: Vec<Outlet> = inputs.iter().map(|i| i.1).collect();
+            attention::multi_head_attention(cx, m, name, &xs, path)?
+        }
+        Layer::AddPositionEmbedding(p) => attention::add_position_embedding(cx, p, name, first, path)?,
     };
     cx.check_output(path, out)?;
     cx.layers.push(LayerOutput { name: name.to_string(), path: path.clone(), output: out });

@@ -1,7 +1,8 @@
-//! `MaxPool2d` and `AvgPool2d` over NHWC inputs.
+//! `MaxPool2d`, `AvgPool2d`, the global average poolings and `ZeroPadding2D` over NHWC
+//! inputs.
 
 use super::super::{LowerError, build::Lowering};
-use crate::spec::{FieldPath, Pool2d};
+use crate::spec::{FieldPath, Pool2d, ZeroPadding2D};
 use engine_graph::{Dim, Outlet, ops::Window};
 
 #[derive(Clone, Copy)]
@@ -44,4 +45,44 @@ pub fn lower(
         Kind::Avg => b.avg_pool2d(x, window),
     })
     .map_err(|e| cx.graph_error(path, e))
+}
+
+/// Both global average poolings: the mean over every axis between the batch and the
+/// features.
+pub fn global_average(
+    cx: &mut Lowering<'_, '_, '_>,
+    rank: usize,
+    layer: &str,
+    name: &str,
+    x: Outlet,
+    path: &FieldPath,
+) -> Result<Outlet, LowerError> {
+    let shape = cx.shape_of(x)?;
+    let fits = shape.rank() == rank
+        && shape.dims().first().is_some_and(|d| d.is_batch())
+        && shape.dims()[1..].iter().all(|d| d.known().is_some_and(|n| n > 0));
+    if !fits {
+        let want = if rank == 4 { "[batch, height, width, channels]" } else { "[batch, steps, features]" };
+        return Err(cx.shape_error(path, format!("{layer} needs an input of shape {want}, got {shape}")));
+    }
+    let axes: Vec<usize> = (1..rank - 1).collect();
+    cx.b.with_scope(name, |b| b.reduce_mean(x, &axes, false)).map_err(|e| cx.graph_error(path, e))
+}
+
+pub fn zero_padding(
+    cx: &mut Lowering<'_, '_, '_>,
+    z: &ZeroPadding2D,
+    name: &str,
+    x: Outlet,
+    path: &FieldPath,
+) -> Result<Outlet, LowerError> {
+    let shape = cx.shape_of(x)?;
+    if !matches!(shape.dims(), [n, Dim::Known(_), Dim::Known(_), Dim::Known(_)] if n.is_batch()) {
+        return Err(cx.shape_error(
+            path,
+            format!("ZeroPadding2D needs an input of shape [batch, height, width, channels], got {shape}"),
+        ));
+    }
+    let [ph, pw] = z.padding.0;
+    cx.b.with_scope(name, |b| b.pad(x, &[(0, 0), (ph, ph), (pw, pw), (0, 0)])).map_err(|e| cx.graph_error(path, e))
 }

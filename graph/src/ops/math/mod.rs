@@ -12,6 +12,7 @@ mod maximum;
 mod minimum;
 mod mul;
 mod neg;
+mod project;
 mod sin;
 mod sqrt;
 mod square;

@@ -1,0 +1,110 @@
+//! `MultiHeadAttention` and `AddPositionEmbedding`, from primitives: projections
+//! (reshape + matrix product), per-head batched products, a softmax over the keys.
+
+use super::super::{LowerError, Mode, build::Lowering};
+use crate::spec::{AddPositionEmbedding, FieldPath, MultiHeadAttention};
+use engine_graph::{Dim, GraphBuilder, Outlet, Result, Shape, derive_seed};
+
+/// `[batch, tokens, features]` with known tokens and features.
+fn sequence(cx: &Lowering<'_, '_, '_>, layer: &str, x: Outlet, path: &FieldPath) -> Result<[usize; 2], LowerError> {
+    let shape = cx.shape_of(x)?;
+    match shape.dims() {
+        [n, Dim::Known(t), Dim::Known(d)] if n.is_batch() => Ok([*t, *d]),
+        _ => Err(cx.shape_error(path, format!("{layer} needs an input of shape [batch, tokens, features], got {shape}"))),
+    }
+}
+
+/// Keras' `MultiHeadAttention`: variables `query`, `key`, `value` (`kernel [features,
+/// heads, dim]`, `bias [heads, dim]`) and `attention_output` (`kernel [heads, dim,
+/// output]`, `bias [output]`), named and shaped as Keras' so weights translate.
+pub fn multi_head_attention(
+    cx: &mut Lowering<'_, '_, '_>,
+    m: &MultiHeadAttention,
+    name: &str,
+    inputs: &[Outlet],
+    path: &FieldPath,
+) -> Result<Outlet, LowerError> {
+    let query = inputs[0];
+    let value = inputs.get(1).copied().unwrap_or(query);
+    let key = inputs.get(2).copied().unwrap_or(value);
+    let [tq, dq] = sequence(cx, "MultiHeadAttention's query", query, path)?;
+    let [tv, dv] = sequence(cx, "MultiHeadAttention's value", value, path)?;
+    let [tk, dk] = sequence(cx, "MultiHeadAttention's key", key, path)?;
+    if tk != tv {
+        return Err(cx.shape_error(path, format!("key and value must have as many tokens, found {tk} and {tv}")));
+    }
+    let (h, kd, vd) = (m.num_heads, m.key_dim, m.value_dim());
+    let out_dim = m.output_shape.unwrap_or(dq);
+    for (what, dims) in [("query kernel", [dq, h, kd]), ("value kernel", [dv, h, vd]), ("output kernel", [h, vd, out_dim])]
+    {
+        cx.check_variable(path, what, &dims)?;
+    }
+    cx.check_flops(path, &[h as u64, tq as u64, tk as u64, kd.max(vd) as u64, 4])?;
+    let dropout = (cx.mode == Mode::Train && m.dropout > 0.0).then(|| (m.dropout, derive_seed(m.seed.unwrap_or(cx.seed), name)));
+    cx.b.with_scope(name, |b| {
+        let dense = |b: &mut GraphBuilder<'_>, scope: &str, x: Outlet, fin: usize, dim: usize| {
+            b.with_scope(scope, |b| {
+                let kernel = b.variable("kernel", &[fin, h, dim], m.kernel_initializer.clone(), true)?;
+                let w = b.reshape(kernel, Shape::known(&[fin, h * dim]))?;
+                let mut y = b.project(x, w)?;
+                if m.use_bias {
+                    let bias = b.variable("bias", &[h, dim], m.bias_initializer.clone(), true)?;
+                    let flat = b.reshape(bias, Shape::known(&[h * dim]))?;
+                    y = b.add(y, flat)?;
+                }
+                Ok(y)
+            })
+        };
+        let q = dense(b, "query", query, dq, kd)?;
+        let k = dense(b, "key", key, dk, kd)?;
+        let v = dense(b, "value", value, dv, vd)?;
+        // [N, T, H*D] -> [N*H, T, D]: one batch of per-head matrices.
+        let heads = |b: &mut GraphBuilder<'_>, x: Outlet, t: usize, d: usize| -> Result<Outlet> {
+            let x = b.reshape(x, Shape(vec![Dim::N, Dim::Known(t), Dim::Known(h), Dim::Known(d)]))?;
+            let x = b.transpose(x, &[0, 2, 1, 3])?;
+            b.reshape(x, Shape(vec![Dim::Batch(h), Dim::Known(t), Dim::Known(d)]))
+        };
+        let q = heads(b, q, tq, kd)?;
+        let k = heads(b, k, tk, kd)?;
+        let v = heads(b, v, tk, vd)?;
+        let scale = b.scalar(1.0 / (kd as f32).sqrt())?;
+        let q = b.mul(q, scale)?;
+        let scores = b.matmul_t(q, k, false, true)?;
+        let mut weights = b.softmax(scores, -1)?;
+        if let Some((rate, seed)) = dropout {
+            weights = b.dropout(weights, rate, seed)?;
+        }
+        let ctx = b.matmul(weights, v)?;
+        // [N*H, T, D] -> [N, T, H*D].
+        let ctx = b.reshape(ctx, Shape(vec![Dim::N, Dim::Known(h), Dim::Known(tq), Dim::Known(vd)]))?;
+        let ctx = b.transpose(ctx, &[0, 2, 1, 3])?;
+        let ctx = b.reshape(ctx, Shape(vec![Dim::N, Dim::Known(tq), Dim::Known(h * vd)]))?;
+        b.with_scope("attention_output", |b| {
+            let kernel = b.variable("kernel", &[h, vd, out_dim], m.kernel_initializer.clone(), true)?;
+            let w = b.reshape(kernel, Shape::known(&[h * vd, out_dim]))?;
+            let y = b.project(ctx, w)?;
+            if !m.use_bias {
+                return Ok(y);
+            }
+            let bias = b.variable("bias", &[out_dim], m.bias_initializer.clone(), true)?;
+            b.add(y, bias)
+        })
+    })
+    .map_err(|e| cx.graph_error(path, e))
+}
+
+pub fn add_position_embedding(
+    cx: &mut Lowering<'_, '_, '_>,
+    p: &AddPositionEmbedding,
+    name: &str,
+    x: Outlet,
+    path: &FieldPath,
+) -> Result<Outlet, LowerError> {
+    let [t, d] = sequence(cx, "AddPositionEmbedding", x, path)?;
+    cx.check_variable(path, "position embedding", &[t, d])?;
+    cx.b.with_scope(name, |b| {
+        let pos = b.variable("pos_embedding", &[t, d], p.initializer.clone(), true)?;
+        b.add(x, pos)
+    })
+    .map_err(|e| cx.graph_error(path, e))
+}
