@@ -25,6 +25,7 @@ MODELS = {
     "mlp": {"spec": "specs/fashion_mnist_mlp.ron", "steps": 1000, "warmup": 100},
     "residual": {"spec": "specs/fashion_mnist_residual.ron", "steps": 500, "warmup": 100},
     "vgg": {"spec": "specs/fashion_mnist_vgg.ron", "steps": 30, "warmup": 5},
+    "resnet": {"spec": "specs/fashion_mnist_resnet.ron", "steps": 300, "warmup": 50},
 }
 
 

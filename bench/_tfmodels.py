@@ -120,12 +120,60 @@ def vgg_model_fn():
     return model_fn
 
 
+def resnet_model_fn():
+    """specs/fashion_mnist_resnet.ron: Conv 32 3x3 SAME (no bias, he_normal) + batch norm
+    + relu; a strided Conv 32 + BN + relu; a residual block of two Conv 32 + BN; a strided
+    block of two Conv 64 + BN with a 1x1 strided projection shortcut; global average
+    pooling; Dense 10. Adam (TF 1, epsilon 1e-8) on a cosine decay from 0.003 over 4690
+    steps. Batch normalization as TF 1 Estimators write it (momentum 0.99, epsilon 1e-3,
+    the moving statistics updated through UPDATE_OPS in the train op)."""
+    import tensorflow as tf
+
+    bn_layer = tf.compat.v1.layers.batch_normalization
+
+    def model_fn(features, labels, mode):
+        training = mode == tf.estimator.ModeKeys.TRAIN
+
+        def conv_bn(x, filters, strides=1, kernel=3):
+            x = tf.compat.v1.layers.conv2d(
+                x, filters, kernel, strides=strides, padding="same" if kernel > 1 else "valid", use_bias=False,
+                kernel_initializer=tf.compat.v1.keras.initializers.he_normal())
+            return bn_layer(x, momentum=0.99, epsilon=1e-3, training=training)
+
+        x = tf.nn.relu(conv_bn(features, 32))
+        x = tf.nn.relu(conv_bn(x, 32, strides=2))
+        y = tf.nn.relu(conv_bn(x, 32))
+        x = tf.nn.relu(x + conv_bn(y, 32))
+        y = tf.nn.relu(conv_bn(x, 64, strides=2))
+        y = conv_bn(y, 64)
+        x = tf.nn.relu(conv_bn(x, 64, strides=2, kernel=1) + y)
+        x = tf.reduce_mean(x, axis=[1, 2])
+        logits = tf.compat.v1.layers.dense(x, 10)
+
+        class WithUpdates:
+            def __init__(self, opt):
+                self.opt = opt
+
+            def minimize(self, loss, global_step):
+                with tf.control_dependencies(tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.UPDATE_OPS)):
+                    return self.opt.minimize(loss, global_step=global_step)
+
+        def optimizer(global_step):
+            lr = tf.compat.v1.train.cosine_decay(0.003, global_step, 4690)
+            return WithUpdates(tf.compat.v1.train.AdamOptimizer(lr, epsilon=1e-8))
+
+        return _head(tf, mode, logits, labels, optimizer)
+
+    return model_fn
+
+
 # The tutorial CNN's twin stays in _tfcommon.py, shared with tf_mwms_estimator.py.
 MODEL_FNS = {
     "cnn": lambda: common.make_model_fn(0.05),
     "mlp": mlp_model_fn,
     "residual": residual_model_fn,
     "vgg": vgg_model_fn,
+    "resnet": resnet_model_fn,
 }
 
 

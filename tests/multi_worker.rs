@@ -174,6 +174,28 @@ fn two_and_three_workers_train_like_one_device() -> Result<()> {
     Ok(())
 }
 
+/// Synchronized batch normalization across processes: each worker normalizes with the
+/// statistics of the whole global batch (an all-reduce in the forward pass and its
+/// gradient's in the backward pass), so two workers end like one_device on that batch,
+/// moving statistics included.
+#[test]
+fn two_workers_with_synchronized_batch_norm_train_like_one_device() -> Result<()> {
+    let tmp = tempfile::tempdir()?;
+    let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/specs/sync_batch_norm.ron"))?;
+    ensure!(text.contains("shuffle_buffer: 1000, seed: 1,"), "the batch-norm spec changed; update this test");
+    let spec = tmp.path().join("sync_batch_norm.ron");
+    std::fs::write(&spec, text.replace("shuffle_buffer: 1000, seed: 1,", ""))?;
+    const STEPS: u64 = 8;
+    let reference = tmp.path().join("one_device");
+    let reference_loss = one_device(&spec, &reference, PER_WORKER * 2, STEPS)?;
+    let cluster = tmp.path().join("workers");
+    let out = engine(&common::strs(&launch_args(&spec, &cluster, 2, STEPS, &[])))?.ok()?;
+    let want = variables(&reference, STEPS)?;
+    ensure!(want.contains_key("batch_normalization/moving_mean"), "{:?}", want.keys());
+    assert_same_variables(&variables(&cluster, STEPS)?, &want, "2 workers, synchronized batch norm")?;
+    assert_global_final_loss(&out.stderr, 2, reference_loss, "2 workers, synchronized batch norm")
+}
+
 #[test]
 fn the_evaluator_task_evaluates_the_chiefs_checkpoints_until_the_last() -> Result<()> {
     let tmp = tempfile::tempdir()?;

@@ -2,7 +2,8 @@
 //! 100 steps from the same seed, ends with the same variables as `one_device` trained on
 //! the same global batches (per-replica batch times N), to 1e-5 relative, and reports the
 //! same final loss: the global batch's, however many replicas computed it. The CNN spec
-//! (SGD) and the residual functional spec (Adam, a stateful optimizer) both run.
+//! (SGD), the residual functional spec (Adam, a stateful optimizer) and a model with
+//! synchronized batch normalization (statistics over the global batch) run.
 //!
 //! The runs compute in f64. In f32, splitting a batch's gradient sum over replicas rounds
 //! differently, and 100 steps of training amplify that (Adam most of all, normalizing
@@ -35,7 +36,7 @@ fn spec(file: &str, batch: usize) -> Result<Arc<Spec>> {
 /// Trains `STEPS` steps and returns every variable and the last step's loss.
 fn train(file: &str, strategy: &str, replicas: usize) -> Result<Trained> {
     let spec = spec(file, if strategy == "one_device" { PER_REPLICA * replicas } else { PER_REPLICA })?;
-    let dir = format!("memory://equivalence-{file}-{strategy}-{replicas}/model");
+    let dir = format!("memory://equivalence-{}-{strategy}-{replicas}/model", file.replace('/', "_"));
     let devices = (strategy != "one_device").then(|| (0..replicas).map(|i| format!("cpu:{i}")).collect());
     let config = RunConfig {
         model_dir: dir,
@@ -127,6 +128,19 @@ fn mirrored_equals_one_device_on_the_residual_functional_model() -> Result<()> {
 #[test]
 fn central_storage_equals_one_device_on_the_residual_functional_model() -> Result<()> {
     check("fashion_mnist_residual.ron", "central_storage")
+}
+
+/// Synchronized batch normalization: statistics over the global batch (one immediate
+/// all-reduce of the mean and mean square per layer, differentiated in the backward
+/// pass), so mirrored training equals one_device on that batch, moving statistics too.
+#[test]
+fn mirrored_with_synchronized_batch_norm_equals_one_device() -> Result<()> {
+    check("../tests/specs/sync_batch_norm.ron", "mirrored")
+}
+
+#[test]
+fn central_storage_with_synchronized_batch_norm_equals_one_device() -> Result<()> {
+    check("../tests/specs/sync_batch_norm.ron", "central_storage")
 }
 
 /// Sanity: the comparison sees a difference when there is one (another seed's batches).

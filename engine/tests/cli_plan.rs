@@ -140,7 +140,7 @@ fn bad_specs_fail_with_located_messages() -> Result<()> {
         (
             "            Flatten,\n",
             "",
-            "9:13: model.layers[2]: shape mismatch: Dense needs an input of shape [batch, features], got [N, 13, 13, 32]",
+            "9:13: model.layers[2]: shape mismatch: Dense needs an input of shape [batch, features] or [batch, tokens, features], got [N, 13, 13, 32]",
         ),
         ("metrics: [Accuracy]", "metrics: [Accuracy, Accuracy]", "16:25: metrics[1]: `accuracy` is listed twice"),
         (

@@ -289,7 +289,7 @@ fn shape_mismatch_is_located_at_the_layer() -> Result<(), SpecError> {
             assert_eq!((f.line, f.col, f.path.as_str()), (9, 13, "model.layers[2]"));
             assert_eq!(
                 f.message,
-                "job.ron:9:13: model.layers[2]: shape mismatch: Dense needs an input of shape [batch, features], \
+                "job.ron:9:13: model.layers[2]: shape mismatch: Dense needs an input of shape [batch, features] or [batch, tokens, features], \
                  got [N, 13, 13, 32]; add a Flatten layer before it"
             );
         }

@@ -261,3 +261,26 @@ fn dropout_native_and_generic_masks_agree() -> Result<()> {
     anyhow::ensure!((fraction - 0.75).abs() < 0.03, "kept {fraction} of the units, expected about 0.75");
     Ok(())
 }
+
+/// An embedding lookup picks rows; an id outside the table is an error naming the node
+/// and the id (a wrapped or out-of-bounds read would be silent or a crash).
+#[test]
+fn gather_picks_rows_and_refuses_ids_outside_the_table() -> Result<()> {
+    let table = random(&[4, 3], 5);
+    let ids = HostTensor { shape: vec![2, 2], data: HostData::I64(vec![3, 0, 3, 1]) };
+    let y = eval(&[table.clone(), ids], |b, x| b.gather(x[0], x[1]))?;
+    assert_eq!(y.shape, vec![2, 2, 3]);
+    let (t, got) = (table.to_f64_vec(), y.to_f64_vec());
+    for (i, &row) in [3usize, 0, 3, 1].iter().enumerate() {
+        assert_eq!(&got[3 * i..3 * i + 3], &t[3 * row..3 * row + 3]);
+    }
+    for native in [true, false] {
+        let bad = HostTensor { shape: vec![2], data: HostData::I64(vec![1, 4]) };
+        let err = eval_with(native, &[table.clone(), bad], &|b, x| b.gather(x[0], x[1]))
+            .err()
+            .ok_or_else(|| anyhow!("id 4 of a 4-row table was accepted"))?;
+        let text = format!("{err:#}");
+        assert!(text.contains("GatherV2") && text.contains("index 4 is outside the table's 4 rows"), "{text}");
+    }
+    Ok(())
+}

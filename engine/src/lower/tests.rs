@@ -289,7 +289,7 @@ fn dense_after_conv_without_flatten_is_a_shape_error_at_the_dense_layer() {
     assert_eq!((line, col, path.as_str()), (6, 7, "model.layers[1]"));
     assert_eq!(
         message,
-        "Dense needs an input of shape [batch, features], got [N, 26, 26, 4]; add a Flatten layer before it"
+        "Dense needs an input of shape [batch, features] or [batch, tokens, features], got [N, 26, 26, 4]; add a Flatten layer before it"
     );
 }
 
@@ -369,5 +369,98 @@ fn overrides_change_what_is_lowered() -> TestResult {
     let spec = Spec::parse(CNN, "cnn.ron", &[set])?;
     let (graph, model) = build(&spec, Mode::Predict)?;
     assert_eq!(shapes(&graph, &model)[3].1, "[N, 32]");
+    Ok(())
+}
+
+const RESNET: &str = include_str!("../../../specs/fashion_mnist_resnet.ron");
+const VIT: &str = include_str!("../../../specs/fashion_mnist_vit.ron");
+
+#[test]
+fn batch_norm_updates_moving_statistics_in_training_only() -> TestResult {
+    let spec = spec(RESNET)?;
+    let (graph, _) = build(&spec, Mode::Train)?;
+    let bns = 7;
+    // Two non-trainable statistics per layer, each updated once per step.
+    assert_eq!(graph.roles.updates.len(), 2 * bns);
+    let trainable = variable_names(&graph, true);
+    let all = variable_names(&graph, false);
+    for v in ["stem_bn/moving_mean", "stem_bn/moving_variance"] {
+        assert!(all.iter().any(|n| n == v) && !trainable.iter().any(|n| n == v), "{v}: {all:?}");
+    }
+    for (var, _) in &graph.roles.updates {
+        assert!(graph.node(*var).name.contains("/moving_"), "{}", graph.node(*var).name);
+    }
+    assert!(graph.roles.cross_replica_means.is_empty(), "not synchronized");
+    // Evaluation reads the moving statistics: no update, no mean over the batch.
+    let (graph, _) = build(&spec, Mode::Eval)?;
+    assert!(graph.roles.updates.is_empty());
+    let batch_means = graph.nodes().filter(|(_, n)| matches!(&n.op, Op::ReduceMean(r) if r.axes.contains(&0))).count();
+    assert_eq!(batch_means, 0);
+    Ok(())
+}
+
+#[test]
+fn synchronized_batch_norm_asks_for_its_two_means() -> TestResult {
+    let text = job(
+        "Sequential(input_shape: [4, 4, 2], layers: [BatchNormalization(synchronized: true), Flatten, Dense(units: 3)])",
+        "SparseSoftmaxCrossEntropy",
+    );
+    let (graph, _) = build(&spec(&text)?, Mode::Train)?;
+    assert_eq!(graph.roles.cross_replica_means.len(), 2);
+    Ok(())
+}
+
+#[test]
+fn the_vit_spec_has_the_shapes_of_a_transformer() -> TestResult {
+    let spec = spec(VIT)?;
+    let (graph, model) = build(&spec, Mode::Train)?;
+    let shapes = shapes(&graph, &model);
+    let of = |name: &str| shapes.iter().find(|(n, _)| n == name).map(|(_, s)| s.clone()).unwrap_or_default();
+    assert_eq!(of("tokens"), "[N, 49, 64]");
+    assert_eq!(of("block1_attention"), "[N, 49, 64]");
+    assert_eq!(of("block2_mlp1"), "[N, 49, 128]");
+    assert_eq!(of("pool"), "[N, 64]");
+    let vars = variable_names(&graph, true);
+    for v in ["block1_attention/query/kernel", "block1_attention/attention_output/bias", "embedded/pos_embedding"] {
+        assert!(vars.iter().any(|n| n == v), "{v}: {vars:?}");
+    }
+    let q = graph.find("block1_attention/query/kernel")?;
+    assert_eq!(graph.node(q).outputs[0].shape.to_string(), "[64, 4, 16]", "Keras' [features, heads, key_dim]");
+    // Per-head products: batched matrix products over N*heads.
+    let batched = graph.nodes().filter(|(_, n)| matches!(n.op, Op::MatMul(_)) && n.outputs[0].rank() == 3).count();
+    assert_eq!(batched, 2 * 2, "scores and context in each of two blocks");
+    Ok(())
+}
+
+#[test]
+fn attention_shape_errors_name_the_layer() -> TestResult {
+    let text = job(
+        "Sequential(input_shape: [8], layers: [MultiHeadAttention(num_heads: 2, key_dim: 4), Dense(units: 2)])",
+        "SparseSoftmaxCrossEntropy",
+    );
+    let (_, _, path, message) = shape_error(&text);
+    assert_eq!(path, "model.layers[0]");
+    assert!(message.contains("[batch, tokens, features]"), "{message}");
+    let four = "Functional(inputs: {\"x\": [3, 4]}, nodes: [(\"a\", MultiHeadAttention(num_heads: 1, key_dim: 2), \
+                [\"x\", \"x\", \"x\", \"x\"]), (\"p\", GlobalAveragePooling1D, [\"a\"]), (\"o\", Dense(units: 2), [\"p\"])], \
+                outputs: [\"o\"])";
+    let err = spec(&job(four, "SparseSoftmaxCrossEntropy")).err().ok_or("four inputs were accepted")?;
+    assert!(err.to_string().contains("takes 1 to 3 inputs, found 4"), "{err}");
+    Ok(())
+}
+
+#[test]
+fn embedding_maps_ids_to_rows_of_a_table() -> TestResult {
+    let text = job(
+        "Sequential(input_shape: [5], layers: [Embedding(input_dim: 100, output_dim: 8), GlobalAveragePooling1D, \
+         Dense(units: 2)])",
+        "SparseSoftmaxCrossEntropy",
+    );
+    let (graph, model) = build(&spec(&text)?, Mode::Train)?;
+    let shapes = shapes(&graph, &model);
+    assert_eq!(shapes[0], ("embedding".to_string(), "[N, 5, 8]".to_string()));
+    assert_eq!(shapes[1].1, "[N, 8]");
+    let table = graph.find("embedding/embeddings")?;
+    assert_eq!(graph.node(table).outputs[0].shape.to_string(), "[100, 8]");
     Ok(())
 }

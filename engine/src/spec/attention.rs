@@ -39,6 +39,23 @@ impl MultiHeadAttention {
     }
 }
 
+/// Keras' `Embedding`: integer ids (given as numbers, `[batch, ...]`) to rows of a
+/// trainable `[input_dim, output_dim]` table, `embeddings`. An id outside
+/// `0..input_dim` fails the step, naming the layer.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Embedding {
+    pub input_dim: usize,
+    pub output_dim: usize,
+    #[serde(default = "embeddings_initializer")]
+    pub embeddings_initializer: Initializer,
+}
+
+/// Keras': uniform in `[-0.05, 0.05]`.
+fn embeddings_initializer() -> Initializer {
+    Initializer::RandomUniform { min: -0.05, max: 0.05 }
+}
+
 /// A learned position embedding added to `[batch, tokens, features]` (the original
 /// Vision Transformer's `AddPositionEmbs`): one trainable `[tokens, features]` variable,
 /// `pos_embedding`.

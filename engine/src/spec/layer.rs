@@ -1,7 +1,7 @@
 //! Layers, with Keras' parameters and defaults (glorot_uniform kernels, zero biases,
 //! VALID padding, pool strides equal to the pool size).
 
-use super::{AddPositionEmbedding, BatchNormalization, LayerNormalization, MultiHeadAttention};
+use super::{AddPositionEmbedding, BatchNormalization, Embedding, LayerNormalization, MultiHeadAttention};
 use engine_graph::{Initializer, ops::Padding};
 use std::ops::RangeInclusive;
 use serde::{
@@ -35,6 +35,7 @@ pub enum Layer {
     ZeroPadding2D(ZeroPadding2D),
     MultiHeadAttention(MultiHeadAttention),
     AddPositionEmbedding(AddPositionEmbedding),
+    Embedding(Embedding),
 }
 
 /// Most inputs a merge layer takes (each is a value held at once).
@@ -62,6 +63,7 @@ impl Layer {
             Layer::ZeroPadding2D(_) => "zero_padding2d",
             Layer::MultiHeadAttention(_) => "multi_head_attention",
             Layer::AddPositionEmbedding(_) => "add_position_embedding",
+            Layer::Embedding(_) => "embedding",
         }
     }
 
@@ -86,6 +88,7 @@ impl Layer {
             Layer::ZeroPadding2D(_) => "ZeroPadding2D",
             Layer::MultiHeadAttention(_) => "MultiHeadAttention",
             Layer::AddPositionEmbedding(_) => "AddPositionEmbedding",
+            Layer::Embedding(_) => "Embedding",
         }
     }
 

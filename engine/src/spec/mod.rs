@@ -46,7 +46,7 @@ pub use error::{ErrorKind, Location, Origin, SpecError};
 pub use exporter::{Exporter, MAX_EXPORTS_TO_KEEP};
 pub use input::{HookSection, InputSection, input_batch_size};
 pub use job::{Job, WarmStart};
-pub use attention::{AddPositionEmbedding, MultiHeadAttention};
+pub use attention::{AddPositionEmbedding, Embedding, MultiHeadAttention};
 pub use layer::{
     Activation, Concatenate, Conv2d, Dense, Dropout, Layer, Pool2d, Regularizer, Reshape, Size2, ZeroPadding2D,
     MAX_MERGE_INPUTS,

@@ -238,6 +238,11 @@ impl Checker<'_> {
                 self.initializer(&m.bias_initializer, at.field("bias_initializer"))
             }
             Layer::AddPositionEmbedding(p) => self.initializer(&p.initializer, at.field("initializer")),
+            Layer::Embedding(e) => {
+                self.require(e.input_dim > 0, at.field("input_dim"), "must be positive")?;
+                self.require(e.output_dim > 0, at.field("output_dim"), "must be positive")?;
+                self.initializer(&e.embeddings_initializer, at.field("embeddings_initializer"))
+            }
             Layer::Flatten
             | Layer::Activation(_)
             | Layer::Add

@@ -163,6 +163,7 @@ impl Lowering<'_> {
             }
             Op::Transpose(t) => self.w.node("Transpose", n, ins.clone(), vec![("perm", Attr::Ints(ints(&t.perm)))]),
             Op::Concat(c) => self.w.node("Concat", n, ins.clone(), vec![("axis", Attr::Int(c.axis as i64))]),
+            Op::Gather(_) => self.w.node("Gather", n, ins.clone(), vec![("axis", Attr::Int(0))]),
             Op::Slice(s) => {
                 let starts: Vec<i64> = ints(&s.begin);
                 let ends: Vec<i64> =

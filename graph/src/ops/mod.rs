@@ -124,7 +124,7 @@ op_set! {
     // reductions
     ReduceSum, ReduceMean, ReduceMax,
     // shape
-    Reshape, Transpose, Concat, Slice, Pad, BroadcastTo, Size,
+    Reshape, Transpose, Concat, Slice, Pad, BroadcastTo, Size, Gather, ScatterAddRows,
     // neural network
     Conv2d, Conv2dBackpropInput, Conv2dBackpropFilter, MaxPool2d, MaxPool2dGrad, MaxPoolGradWithArgmax,
     AvgPool2d, AvgPool2dGrad, Dropout,

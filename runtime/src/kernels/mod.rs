@@ -10,6 +10,7 @@ pub(crate) use collective::all_reduce;
 mod conv;
 mod cpu;
 mod dropout;
+mod gather;
 mod logic;
 mod loss;
 mod math;
@@ -127,6 +128,8 @@ pub(crate) fn generic(op: &Op, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Resul
         Slice(s) => Ok(vec![shape::slice(s, first(inputs, ctx)?, ctx)?]),
         Pad(p) => one(shape::pad(p, inputs, ctx)?),
         BroadcastTo(_) => Ok(vec![shape::broadcast_to(first(inputs, ctx)?, ctx)?]),
+        Gather(_) => Ok(vec![gather::gather(inputs, ctx)?]),
+        ScatterAddRows(s) => Ok(vec![gather::scatter_add_rows(s.rows, inputs, ctx)?]),
         Conv2d(c) => one(conv::forward(c, inputs, ctx)?),
         Conv2dBackpropInput(c) => one(conv::backprop_input(c, inputs, ctx)?),
         Conv2dBackpropFilter(c) => filter_grad_with_bias(c, inputs, ctx),

@@ -2,7 +2,7 @@
 
 use crate::harness::{check, input};
 use anyhow::Result;
-use engine_graph::Shape;
+use engine_graph::{HostData, HostTensor, Shape};
 
 #[test]
 fn reshape() -> Result<()> {
@@ -33,4 +33,18 @@ fn pad() -> Result<()> {
 #[test]
 fn broadcast_to() -> Result<()> {
     check(&[input(&[3, 1])], |b, x| b.broadcast_to(x[0], Shape::known(&[2, 3, 4])))
+}
+
+/// Embedding lookups: repeated and unused rows, indices of rank 2; the gradient of the
+/// scatter-add is a gather.
+#[test]
+fn gather_and_scatter_add_rows() -> Result<()> {
+    check(&[input(&[5, 3])], |b, x| {
+        let idx = b.constant(HostTensor::new(vec![2, 3], HostData::I64(vec![4, 0, 4, 2, 2, 1]))?)?;
+        b.gather(x[0], idx)
+    })?;
+    check(&[input(&[2, 3, 2])], |b, x| {
+        let idx = b.constant(HostTensor::new(vec![2, 3], HostData::I64(vec![4, 0, 4, 2, 2, 1]))?)?;
+        b.scatter_add_rows(idx, x[0], 6)
+    })
 }

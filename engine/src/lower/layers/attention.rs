@@ -1,9 +1,9 @@
-//! `MultiHeadAttention` and `AddPositionEmbedding`, from primitives: projections
+//! `MultiHeadAttention`, `AddPositionEmbedding` and `Embedding`, from primitives: projections
 //! (reshape + matrix product), per-head batched products, a softmax over the keys.
 
 use super::super::{LowerError, Mode, build::Lowering};
-use crate::spec::{AddPositionEmbedding, FieldPath, MultiHeadAttention};
-use engine_graph::{Dim, GraphBuilder, Outlet, Result, Shape, derive_seed};
+use crate::spec::{AddPositionEmbedding, Embedding, FieldPath, MultiHeadAttention};
+use engine_graph::{DType, Dim, GraphBuilder, Outlet, Result, Shape, derive_seed};
 
 /// `[batch, tokens, features]` with known tokens and features.
 fn sequence(cx: &Lowering<'_, '_, '_>, layer: &str, x: Outlet, path: &FieldPath) -> Result<[usize; 2], LowerError> {
@@ -105,6 +105,28 @@ pub fn add_position_embedding(
     cx.b.with_scope(name, |b| {
         let pos = b.variable("pos_embedding", &[t, d], p.initializer.clone(), true)?;
         b.add(x, pos)
+    })
+    .map_err(|e| cx.graph_error(path, e))
+}
+
+/// Ids arrive as numbers (model inputs are floats) and are cast to integers; the lookup's
+/// kernel refuses an id outside the table.
+pub fn embedding(
+    cx: &mut Lowering<'_, '_, '_>,
+    e: &Embedding,
+    name: &str,
+    x: Outlet,
+    path: &FieldPath,
+) -> Result<Outlet, LowerError> {
+    let shape = cx.shape_of(x)?;
+    if !shape.dims().first().is_some_and(|d| d.is_batch()) {
+        return Err(cx.shape_error(path, format!("Embedding needs an input of shape [batch, ...] of ids, got {shape}")));
+    }
+    cx.check_variable(path, "embeddings", &[e.input_dim, e.output_dim])?;
+    cx.b.with_scope(name, |b| {
+        let table = b.variable("embeddings", &[e.input_dim, e.output_dim], e.embeddings_initializer.clone(), true)?;
+        let ids = if b.fact(x)?.dtype == DType::I64 { x } else { b.cast(x, DType::I64)? };
+        b.gather(table, ids)
     })
     .map_err(|e| cx.graph_error(path, e))
 }

@@ -1,5 +1,7 @@
-//! `Dense`: `activation(x @ kernel + bias)` on the last axis of `[batch, ..., features]`
-//! (on a sequence, every token alike, as Keras does).
+//! `Dense`: `activation(x @ kernel + bias)` on `[batch, features]`, or on the last axis of
+//! `[batch, tokens, features]` (every token alike, as Keras does). Keras would also map
+//! the channels of an image; here that is refused with a hint, because a Dense straight
+//! after a convolution is nearly always a forgotten Flatten.
 
 use super::{super::LowerError, super::build::Lowering, activate};
 use crate::spec::{Dense, FieldPath, Regularizer};
@@ -13,12 +15,13 @@ pub fn lower(
     path: &FieldPath,
 ) -> Result<Outlet, LowerError> {
     let shape = cx.shape_of(x)?;
-    let features = match (shape.dims().first(), shape.dims().last()) {
-        (Some(n), Some(Dim::Known(f))) if n.is_batch() && shape.rank() >= 2 => *f,
+    let features = match shape.dims() {
+        [n, Dim::Known(f)] | [n, Dim::Known(_), Dim::Known(f)] if n.is_batch() => *f,
         _ => {
+            let hint = if shape.rank() > 3 { "; add a Flatten layer before it" } else { "" };
             return Err(cx.shape_error(
                 path,
-                format!("Dense needs an input of shape [batch, ..., features] with known features, got {shape}"),
+                format!("Dense needs an input of shape [batch, features] or [batch, tokens, features], got {shape}{hint}"),
             ));
         }
     };

@@ -60,6 +60,7 @@ pub(super) fn apply(
             attention::multi_head_attention(cx, m, name, &xs, path)?
         }
         Layer::AddPositionEmbedding(p) => attention::add_position_embedding(cx, p, name, first, path)?,
+        Layer::Embedding(e) => attention::embedding(cx, e, name, first, path)?,
     };
     cx.check_output(path, out)?;
     cx.layers.push(LayerOutput { name: name.to_string(), path: path.clone(), output: out });

@@ -1,18 +1,22 @@
 //! Ops that move data without arithmetic: reshape, transpose, concat, slice, pad,
-//! broadcast, and `Size` (a shape read as a number).
+//! broadcast, gather and its scatter-add, and `Size` (a shape read as a number).
 
 mod broadcast_to;
 mod concat;
+mod gather;
 mod pad;
 mod reshape;
+mod scatter_add_rows;
 mod size;
 mod slice;
 mod transpose;
 
 pub use broadcast_to::BroadcastTo;
 pub use concat::Concat;
+pub use gather::Gather;
 pub use pad::Pad;
 pub use reshape::Reshape;
+pub use scatter_add_rows::ScatterAddRows;
 pub use size::Size;
 pub use slice::Slice;
 pub use transpose::Transpose;
