@@ -168,7 +168,15 @@ fn unknown_layer_name() {
             "Activation",
             "Add",
             "Multiply",
-            "Concatenate"
+            "Concatenate",
+            "BatchNormalization",
+            "LayerNormalization",
+            "GlobalAveragePooling2D",
+            "GlobalAveragePooling1D",
+            "ZeroPadding2D",
+            "MultiHeadAttention",
+            "AddPositionEmbedding",
+            "Embedding"
         ]
     );
     assert!(
@@ -185,10 +193,10 @@ fn unknown_activation_loss_optimizer_metric_and_padding_names() {
             "ReLU",
             "model.layers[0].activation",
             "activation",
-            5,
+            6,
         ),
         ("loss: SparseSoftmaxCrossEntropy", "loss: CrossEntropy", "CrossEntropy", "loss", "loss", 4),
-        ("Sgd(learning_rate", "Momentum(learning_rate", "Momentum", "optimizer", "optimizer", 4),
+        ("Sgd(learning_rate", "Momentum(learning_rate", "Momentum", "optimizer", "optimizer", 5),
         ("metrics: [Accuracy]", "metrics: [Accuracy, F1]", "F1", "metrics[1]", "metric", 7),
         (
             "MaxPool2d(pool_size: 2)",

@@ -4,13 +4,16 @@
 //! kernels would panic or wrap).
 
 use super::KernelCtx;
-use crate::{Result, Value, value::B};
+use crate::{
+    Result, Value,
+    value::{B, T},
+};
 use burn::backend::ops::{FloatTensorOps, IntTensorOps};
-use burn::backend::{IndexingUpdateOp, TensorMetadata};
+use burn::backend::tensor::IndexingUpdateOp;
 use burn::tensor::Shape as BurnShape;
 
 /// The indices as a flat int tensor, after checking every one against `rows`.
-fn checked_indices(v: Value, rows: usize, ctx: &KernelCtx<'_>) -> Result<(burn::backend::ops::IntTensor<B>, usize)> {
+fn checked_indices(v: Value, rows: usize, ctx: &KernelCtx<'_>) -> Result<(T, usize)> {
     let host = v.to_host()?.to_f64_vec();
     if let Some(bad) = host.iter().find(|&&i| i < 0.0 || i >= rows as f64) {
         return Err(ctx.err(format!("index {bad} is outside the table's {rows} rows")));
@@ -23,8 +26,8 @@ fn checked_indices(v: Value, rows: usize, ctx: &KernelCtx<'_>) -> Result<(burn::
 pub(super) fn gather(inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Result<Value> {
     let mut it = inputs.into_iter();
     let (Some(params), Some(indices)) = (it.next(), it.next()) else { return Err(ctx.err("needs params and indices")) };
+    let rows = params.shape().first().copied().unwrap_or(0);
     let params = ctx.float(params)?;
-    let rows = params.shape().dims.first().copied().unwrap_or(0);
     let (idx, _) = checked_indices(indices, rows, ctx)?;
     let picked = B::float_select(params, 0, idx);
     Ok(Value::Float(B::float_reshape(picked, BurnShape::from(ctx.out_shape(0)?))))
@@ -41,6 +44,6 @@ pub(super) fn scatter_add_rows(rows: usize, inputs: Vec<Value>, ctx: &KernelCtx<
     let mut flat = vec![n];
     flat.extend_from_slice(&out[1..]);
     let updates = B::float_reshape(updates, BurnShape::from(flat));
-    let zeros = B::float_zeros(BurnShape::from(out), ctx.device, updates.dtype().into());
+    let zeros = B::float_zeros(BurnShape::from(out), ctx.device, ctx.precision.dtype());
     Ok(Value::Float(B::float_select_assign(zeros, 0, idx, updates, IndexingUpdateOp::Add)))
 }

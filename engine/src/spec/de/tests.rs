@@ -133,10 +133,19 @@ fn learning_rates_are_a_number_or_a_schedule() -> Result<(), SpecError> {
         decode::<LearningRateSpec>("CosineDecay(initial: 0.1, decay_steps: 100)")?.0,
         LearningRate::CosineDecay { initial: 0.1, decay_steps: 100, alpha: 0.0 }
     );
+    // Schedules nest: a warmup into a cosine decay.
+    assert_eq!(
+        decode::<LearningRateSpec>("LinearWarmup(steps: 10, then: CosineDecay(initial: 0.1, decay_steps: 100))")?.0,
+        LearningRate::LinearWarmup {
+            steps: 10,
+            initial: 0.0,
+            then: Box::new(LearningRate::CosineDecay { initial: 0.1, decay_steps: 100, alpha: 0.0 })
+        }
+    );
     let (_, col, _, kind) = failure::<LearningRateSpec>("\n  LinearDecay(initial: 0.1)");
     assert_eq!(col, 3);
     assert!(matches!(kind, ErrorKind::UnknownName { what, expected, .. }
-        if what == "learning rate schedule" && expected.len() == 3));
+        if what == "learning rate schedule" && expected.len() == 4));
     let (_, _, _, kind) = failure::<LearningRateSpec>("\"fast\"");
     assert!(
         matches!(kind, ErrorKind::WrongType { expected, .. } if expected.starts_with("a number or a learning rate schedule"))
