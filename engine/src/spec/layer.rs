@@ -3,12 +3,12 @@
 
 use super::{AddPositionEmbedding, BatchNormalization, Embedding, LayerNormalization, MultiHeadAttention};
 use engine_graph::{Initializer, ops::Padding};
-use std::ops::RangeInclusive;
 use serde::{
     Deserialize, Deserializer,
     de::{self, SeqAccess, Visitor},
 };
 use std::fmt;
+use std::ops::RangeInclusive;
 
 /// One layer of a `Sequential` model or one node of a `Functional` one. The merge layers
 /// (`Add`, `Multiply`, `Concatenate`) take several inputs, so only a functional model can

@@ -41,19 +41,19 @@ mod strategy;
 pub mod syntax;
 mod validate;
 
+pub use attention::{AddPositionEmbedding, Embedding, MultiHeadAttention};
 pub use de::{RawSection, SectionKinds};
 pub use error::{ErrorKind, Location, Origin, SpecError};
 pub use exporter::{Exporter, MAX_EXPORTS_TO_KEEP};
 pub use input::{HookSection, InputSection, input_batch_size};
 pub use job::{Job, WarmStart};
-pub use attention::{AddPositionEmbedding, Embedding, MultiHeadAttention};
 pub use layer::{
-    Activation, Concatenate, Conv2d, Dense, Dropout, Layer, Pool2d, Regularizer, Reshape, Size2, ZeroPadding2D,
-    MAX_MERGE_INPUTS,
+    Activation, Concatenate, Conv2d, Dense, Dropout, Layer, MAX_MERGE_INPUTS, Pool2d, Regularizer, Reshape, Size2,
+    ZeroPadding2D,
 };
-pub use normalization::{BatchNormalization, LayerNormalization};
 pub use loss::{Loss, Metric};
 pub use model::{Functional, FunctionalNode, Model, Sequential};
+pub use normalization::{BatchNormalization, LayerNormalization};
 pub use optimizer::{Adagrad, Adam, AdamW, LearningRateSpec, OptimizerSpec, RmsProp, Sgd};
 pub use overrides::Override;
 pub use path::{FieldPath, Segment};

@@ -120,12 +120,9 @@ impl OptimizerSpec {
         let optimizer = match self {
             OptimizerSpec::Sgd(o) => Optimizer::Sgd { momentum: o.momentum, nesterov: o.nesterov },
             OptimizerSpec::Adam(o) => Optimizer::Adam { beta1: o.beta1, beta2: o.beta2, epsilon: o.epsilon },
-            OptimizerSpec::AdamW(o) => Optimizer::AdamW {
-                beta1: o.beta1,
-                beta2: o.beta2,
-                epsilon: o.epsilon,
-                weight_decay: o.weight_decay,
-            },
+            OptimizerSpec::AdamW(o) => {
+                Optimizer::AdamW { beta1: o.beta1, beta2: o.beta2, epsilon: o.epsilon, weight_decay: o.weight_decay }
+            }
             OptimizerSpec::RmsProp(o) => {
                 Optimizer::RmsProp { decay: o.decay, momentum: o.momentum, epsilon: o.epsilon, centered: o.centered }
             }

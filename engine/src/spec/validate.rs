@@ -2,8 +2,8 @@
 //! settings that exclude each other. Shapes are checked later, when the model is lowered.
 
 use super::{
-    ErrorKind, FieldPath, Functional, Job, Layer, LearningRateSpec, Loss, MAX_MERGE_INPUTS, MAX_SHARDS, Metric, Model, OptimizerSpec,
-    Regularizer, Sequential, Spec, SpecError, VariablePartitioner,
+    ErrorKind, FieldPath, Functional, Job, Layer, LearningRateSpec, Loss, MAX_MERGE_INPUTS, MAX_SHARDS, Metric, Model,
+    OptimizerSpec, Regularizer, Sequential, Spec, SpecError, VariablePartitioner,
 };
 use engine_graph::{Initializer, optimizer::LearningRate};
 use std::collections::BTreeSet;
@@ -114,11 +114,7 @@ impl Checker<'_> {
                 (lo, MAX_MERGE_INPUTS) => format!("at least {lo} and at most {MAX_MERGE_INPUTS} inputs"),
                 (lo, hi) => format!("{lo} to {hi} inputs"),
             };
-            self.require(
-                range.contains(&n),
-                at.elem(2),
-                format!("`{}` takes {takes}, found {n}", layer.spec_name()),
-            )?;
+            self.require(range.contains(&n), at.elem(2), format!("`{}` takes {takes}, found {n}", layer.spec_name()))?;
             for (j, input) in node.inputs().iter().enumerate() {
                 self.reference(input, &known, at.elem(2).index(j), &format!("input of node `{}`", node.name()))?;
             }

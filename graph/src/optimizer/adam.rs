@@ -41,7 +41,13 @@ pub(super) struct Params {
     pub decay: Option<(f32, Outlet)>,
 }
 
-pub(super) fn update(b: &mut GraphBuilder<'_>, var: Outlet, g: Outlet, lr_t: Outlet, p: &Params) -> Result<Vec<Outlet>> {
+pub(super) fn update(
+    b: &mut GraphBuilder<'_>,
+    var: Outlet,
+    g: Outlet,
+    lr_t: Outlet,
+    p: &Params,
+) -> Result<Vec<Outlet>> {
     let (beta1, beta2, epsilon) = (p.beta1, p.beta2, p.epsilon);
     let m = slot(b, var, "Adam", Initializer::Zeros)?;
     let v = slot(b, var, "Adam_1", Initializer::Zeros)?;

@@ -10,7 +10,9 @@ fn sequence(cx: &Lowering<'_, '_, '_>, layer: &str, x: Outlet, path: &FieldPath)
     let shape = cx.shape_of(x)?;
     match shape.dims() {
         [n, Dim::Known(t), Dim::Known(d)] if n.is_batch() => Ok([*t, *d]),
-        _ => Err(cx.shape_error(path, format!("{layer} needs an input of shape [batch, tokens, features], got {shape}"))),
+        _ => {
+            Err(cx.shape_error(path, format!("{layer} needs an input of shape [batch, tokens, features], got {shape}")))
+        }
     }
 }
 
@@ -35,12 +37,14 @@ pub fn multi_head_attention(
     }
     let (h, kd, vd) = (m.num_heads, m.key_dim, m.value_dim());
     let out_dim = m.output_shape.unwrap_or(dq);
-    for (what, dims) in [("query kernel", [dq, h, kd]), ("value kernel", [dv, h, vd]), ("output kernel", [h, vd, out_dim])]
+    for (what, dims) in
+        [("query kernel", [dq, h, kd]), ("value kernel", [dv, h, vd]), ("output kernel", [h, vd, out_dim])]
     {
         cx.check_variable(path, what, &dims)?;
     }
     cx.check_flops(path, &[h as u64, tq as u64, tk as u64, kd.max(vd) as u64, 4])?;
-    let dropout = (cx.mode == Mode::Train && m.dropout > 0.0).then(|| (m.dropout, derive_seed(m.seed.unwrap_or(cx.seed), name)));
+    let dropout =
+        (cx.mode == Mode::Train && m.dropout > 0.0).then(|| (m.dropout, derive_seed(m.seed.unwrap_or(cx.seed), name)));
     cx.b.with_scope(name, |b| {
         let dense = |b: &mut GraphBuilder<'_>, scope: &str, x: Outlet, fin: usize, dim: usize| {
             b.with_scope(scope, |b| {

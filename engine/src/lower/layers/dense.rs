@@ -21,7 +21,9 @@ pub fn lower(
             let hint = if shape.rank() > 3 { "; add a Flatten layer before it" } else { "" };
             return Err(cx.shape_error(
                 path,
-                format!("Dense needs an input of shape [batch, features] or [batch, tokens, features], got {shape}{hint}"),
+                format!(
+                    "Dense needs an input of shape [batch, features] or [batch, tokens, features], got {shape}{hint}"
+                ),
             ));
         }
     };

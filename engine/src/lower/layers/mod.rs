@@ -30,10 +30,7 @@ pub(super) fn apply(
 ) -> Result<Outlet, LowerError> {
     let first = inputs.first().map(|i| i.1).ok_or_else(|| cx.shape_error(path, "the layer has no input"))?;
     if !layer.inputs().contains(&inputs.len()) {
-        return Err(cx.shape_error(
-            path,
-            format!("`{}` cannot take {} inputs", layer.spec_name(), inputs.len()),
-        ));
+        return Err(cx.shape_error(path, format!("`{}` cannot take {} inputs", layer.spec_name(), inputs.len())));
     }
     let out = match layer {
         Layer::Dense(d) => dense::lower(cx, d, name, first, path)?,

@@ -97,8 +97,7 @@ impl Pass for ParameterServerPlacement {
         // Downstream of a gradient: what the optimizer makes of it.
         // Non-optimizer updates (moving statistics) are committed where their variables
         // live, like the optimizer's.
-        let grads: BTreeSet<Outlet> =
-            g.roles.gradients.iter().chain(&g.roles.updates).map(|(_, o)| *o).collect();
+        let grads: BTreeSet<Outlet> = g.roles.gradients.iter().chain(&g.roles.updates).map(|(_, o)| *o).collect();
         let mut update: BTreeSet<NodeId> = BTreeSet::new();
         for &id in &order {
             if g.node(id).inputs.iter().any(|o| grads.contains(o) || update.contains(&o.node)) {
