@@ -284,3 +284,37 @@ fn gather_picks_rows_and_refuses_ids_outside_the_table() -> Result<()> {
     }
     Ok(())
 }
+
+/// Grouped convolution = the groups' plain convolutions side by side; dilated convolution
+/// = a plain one with zeros between the taps (TensorFlow's definitions).
+#[test]
+fn grouped_and_dilated_convolutions_match_their_plain_equivalents() -> Result<()> {
+    use engine_graph::ops::Conv2d;
+    let (x, w) = (random(&[2, 5, 5, 4], 11), random(&[2, 2, 2, 6], 12));
+    let grouped = Conv2d { strides: [1, 1], padding: Padding::Same, dilation: [1, 1], groups: 2 };
+    let got = eval(&[x.clone(), w.clone()], |b, v| b.conv2d_general(v[0], v[1], grouped.clone()))?;
+    let want = eval(&[x, w], |b, v| {
+        let mut parts = Vec::new();
+        for g in 0..2 {
+            let xs = b.slice(v[0], &[0, 0, 0, 2 * g], &[None, None, None, Some(2)])?;
+            let ws = b.slice(v[1], &[0, 0, 0, 3 * g], &[None, None, None, Some(3)])?;
+            parts.push(b.conv2d(xs, ws, [1, 1], Padding::Same)?);
+        }
+        b.concat(&parts, 3)
+    })?;
+    let want_f32: Vec<f32> = want.to_f64_vec().iter().map(|&v| v as f32).collect();
+    close(&got, &want_f32, &want.shape).map_err(|e| anyhow!("grouped: {e}"))?;
+
+    let (x, w) = (random(&[1, 7, 6, 1], 13), random(&[2, 2, 1, 1], 14));
+    let t = w.to_f64_vec();
+    let mut spread = vec![0.0f32; 9];
+    for (i, j) in [(0usize, 0usize), (0, 1), (1, 0), (1, 1)] {
+        spread[6 * i + 2 * j] = t[2 * i + j] as f32;
+    }
+    let spread = HostTensor { shape: vec![3, 3, 1, 1], data: HostData::F32(spread) };
+    let dilated = Conv2d { strides: [1, 1], padding: Padding::Same, dilation: [2, 2], groups: 1 };
+    let got = eval(&[x.clone(), w], |b, v| b.conv2d_general(v[0], v[1], dilated.clone()))?;
+    let want = eval(&[x, spread], |b, v| b.conv2d(v[0], v[1], [1, 1], Padding::Same))?;
+    let want_f32: Vec<f32> = want.to_f64_vec().iter().map(|&v| v as f32).collect();
+    close(&got, &want_f32, &want.shape).map_err(|e| anyhow!("dilated: {e}"))
+}

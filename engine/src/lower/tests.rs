@@ -467,3 +467,33 @@ fn embedding_maps_ids_to_rows_of_a_table() -> TestResult {
     assert_eq!(graph.node(table).outputs[0].shape.to_string(), "[100, 8]");
     Ok(())
 }
+
+#[test]
+fn grouped_and_dilated_convolutions_shape_their_kernels_and_refuse_misfits() -> TestResult {
+    let text = job(
+        "Sequential(input_shape: [10, 10, 4], layers: [Conv2d(filters: 8, kernel_size: 3, groups: 4, \
+         dilation_rate: 2), Flatten, Dense(units: 2)])",
+        "SparseSoftmaxCrossEntropy",
+    );
+    let (graph, model) = build(&spec(&text)?, Mode::Train)?;
+    // Depthwise with a multiplier of 2: one input channel per group; dilation 2 spans 5.
+    let kernel = graph.find("conv2d/kernel")?;
+    assert_eq!(graph.node(kernel).outputs[0].shape.to_string(), "[3, 3, 1, 8]");
+    assert_eq!(shapes(&graph, &model)[0].1, "[N, 6, 6, 8]");
+    let misfit = job(
+        "Sequential(input_shape: [10, 10, 3], layers: [Conv2d(filters: 4, kernel_size: 3, groups: 2), Flatten, \
+         Dense(units: 2)])",
+        "SparseSoftmaxCrossEntropy",
+    );
+    let (_, _, path, message) = shape_error(&misfit);
+    assert_eq!(path, "model.layers[0].groups");
+    assert!(message.contains("3 channels do not split into 2 groups"), "{message}");
+    let strided = job(
+        "Sequential(input_shape: [10, 10, 1], layers: [Conv2d(filters: 4, kernel_size: 3, strides: 2, \
+         dilation_rate: 2), Flatten, Dense(units: 2)])",
+        "SparseSoftmaxCrossEntropy",
+    );
+    let err = spec(&strided).err().ok_or("strides with dilation were accepted")?;
+    assert!(err.to_string().contains("dilation_rate: cannot be combined with strides"), "{err}");
+    Ok(())
+}

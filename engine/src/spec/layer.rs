@@ -150,6 +150,13 @@ pub struct Conv2d {
     pub strides: Size2,
     #[serde(default)]
     pub padding: Padding,
+    /// Taps this many pixels apart (atrous convolution); strides must then be 1, as in Keras.
+    #[serde(default = "ones")]
+    pub dilation_rate: Size2,
+    /// Independent convolutions over channel groups; `groups` = input channels with
+    /// `filters` a multiple of it is a depthwise convolution.
+    #[serde(default = "one")]
+    pub groups: usize,
     #[serde(default)]
     pub activation: Activation,
     #[serde(default = "yes")]
@@ -252,6 +259,10 @@ fn yes() -> bool {
 
 fn glorot_uniform() -> Initializer {
     Initializer::GlorotUniform
+}
+
+fn one() -> usize {
+    1
 }
 
 fn ones() -> Size2 {

@@ -173,6 +173,17 @@ impl Checker<'_> {
                 self.require(c.filters > 0, at.field("filters"), "must be positive")?;
                 self.size(c.kernel_size.0, at.field("kernel_size"))?;
                 self.size(c.strides.0, at.field("strides"))?;
+                self.size(c.dilation_rate.0, at.field("dilation_rate"))?;
+                self.require(
+                    c.dilation_rate.0 == [1, 1] || c.strides.0 == [1, 1],
+                    at.field("dilation_rate"),
+                    "cannot be combined with strides other than 1 (as in Keras)",
+                )?;
+                self.require(
+                    c.groups >= 1 && c.filters % c.groups == 0,
+                    at.field("groups"),
+                    format!("must be positive and divide filters ({})", c.filters),
+                )?;
                 self.initializer(&c.kernel_initializer, at.field("kernel_initializer"))?;
                 self.initializer(&c.bias_initializer, at.field("bias_initializer"))?;
                 self.regularizer(c.kernel_regularizer, at.field("kernel_regularizer"))?;

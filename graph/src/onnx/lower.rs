@@ -7,7 +7,7 @@ use super::{
 };
 use crate::{
     Dim, Graph, GraphError, HostData, HostTensor, Node, NodeId, Op, Outlet, Result,
-    ops::{Activation, ElementOp, Operand, Padding, Window},
+    ops::{Activation, Conv2d, ElementOp, Operand, Window},
 };
 use std::collections::{BTreeMap, HashMap};
 
@@ -184,17 +184,17 @@ impl Lowering<'_> {
                 self.w.node("Pad", n, vec![ins[0].clone(), pads], vec![])
             }
             Op::Conv2d(c) => {
-                let (y, _) = self.conv(node, c.strides, c.padding, None)?;
+                let (y, _) = self.conv(node, c, None)?;
                 self.back_to_nhwc(n, y)
             }
             Op::FusedConv2d(c) => {
-                let (y, _) = self.conv(node, c.strides, c.padding, Some(ins[2].clone()))?;
+                let (y, _) = self.conv(node, &Conv2d::plain(c.strides, c.padding), Some(ins[2].clone()))?;
                 let y = self.activation(n, y, c.activation);
                 self.back_to_nhwc(n, y)
             }
             Op::FusedConv2dMaxPool(c) => {
                 self.only_first_output_used(id)?;
-                let (y, conv_hw) = self.conv(node, c.strides, c.padding, Some(ins[2].clone()))?;
+                let (y, conv_hw) = self.conv(node, &Conv2d::plain(c.strides, c.padding), Some(ins[2].clone()))?;
                 let y = self.activation(n, y, c.activation);
                 let y = self.pool(n, "MaxPool", y, &c.pool, conv_hw)?;
                 self.back_to_nhwc(n, y)
@@ -313,13 +313,7 @@ impl Lowering<'_> {
 
     /// `Conv` in NCHW and the spatial size of its result; the HWIO filter becomes an OIHW
     /// initializer when it is a stored value.
-    fn conv(
-        &mut self,
-        node: &Node,
-        strides: [usize; 2],
-        padding: Padding,
-        bias: Option<String>,
-    ) -> Result<(String, [usize; 2])> {
+    fn conv(&mut self, node: &Node, c: &Conv2d, bias: Option<String>) -> Result<(String, [usize; 2])> {
         let n = node.name.as_str();
         let x = self.nchw_of(node.inputs[0])?;
         let filter = self.g.fact(node.inputs[1])?;
@@ -340,15 +334,16 @@ impl Lowering<'_> {
                 self.w.node("Transpose", &format!("{n}/oihw"), vec![f], vec![("perm", Attr::Ints(vec![3, 2, 0, 1]))])
             }
         };
-        let window = Window { kernel: [k[0], k[1]], strides, padding };
         let hw = spatial_of(self.g, node.inputs[0])?;
-        let (out_hw, pads) = window.output(hw).map_err(|e| Self::refuse(node, &e))?;
+        let (out_hw, pads) = c.window([k[0], k[1]]).output(hw).map_err(|e| Self::refuse(node, &e))?;
         let mut args = vec![x, w];
         args.extend(bias);
         let attrs = vec![
             ("kernel_shape", Attr::Ints(vec![k[0] as i64, k[1] as i64])),
-            ("strides", Attr::Ints(ints(&strides))),
+            ("strides", Attr::Ints(ints(&c.strides))),
             ("pads", Attr::Ints(onnx_pads(pads))),
+            ("dilations", Attr::Ints(ints(&c.dilation))),
+            ("group", Attr::Int(c.groups as i64)),
         ];
         Ok((self.w.node("Conv", n, args, attrs), out_hw))
     }

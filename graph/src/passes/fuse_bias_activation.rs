@@ -30,7 +30,9 @@ impl Pass for FuseBiasActivation {
             let last = relu.unwrap_or(id);
             let p = g.node(producer).clone();
             let op: Op = match &p.op {
-                Op::Conv2d(c) => FusedConv2d { strides: c.strides, padding: c.padding, activation }.into(),
+                Op::Conv2d(c) if c.is_plain() => {
+                    FusedConv2d { strides: c.strides, padding: c.padding, activation }.into()
+                }
                 Op::MatMul(m) => {
                     FusedMatMul { transpose_a: m.transpose_a, transpose_b: m.transpose_b, activation }.into()
                 }
@@ -59,7 +61,8 @@ fn bias_add_of(g: &Graph, add: NodeId) -> Option<(NodeId, Outlet)> {
         let producer = g.node(main.node);
         // Batched products (attention's) keep their bias add: the fused kernel takes matrices.
         let matrix = || g.fact(main).is_ok_and(|f| f.rank() == 2);
-        let fusable = (matches!(producer.op, Op::Conv2d(_)) || (matches!(producer.op, Op::MatMul(_)) && matrix()))
+        let fusable = (matches!(&producer.op, Op::Conv2d(c) if c.is_plain())
+            || (matches!(producer.op, Op::MatMul(_)) && matrix()))
             && main.output == 0;
         if !fusable || sole_consumer(g, main) != Some(add) {
             continue;

@@ -106,6 +106,9 @@ fn fuse_block(g: &mut Graph, pool_id: NodeId) -> Result<bool> {
 fn fuse_filter_grad(g: &mut Graph, id: NodeId) -> Result<bool> {
     let node = g.node(id).clone();
     let Op::Conv2dBackpropFilter(f) = &node.op else { return Ok(false) };
+    if !f.conv().is_plain() {
+        return Ok(false);
+    }
     let gy = node.inputs[1];
     let unpool = g.node(gy.node).clone();
     let Op::MaxPoolGradWithArgmax(u) = &unpool.op else { return Ok(false) };

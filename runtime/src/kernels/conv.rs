@@ -7,29 +7,22 @@ use crate::{
 };
 use burn::backend::ops::{ConvOptions, FloatTensorOps, ModuleOps};
 use burn::tensor::Shape as BurnShape;
-use engine_graph::ops::{Conv2d, Conv2dBackpropFilter, Conv2dBackpropInput, Padding, Window};
+use engine_graph::ops::{Conv2d, Conv2dBackpropFilter, Conv2dBackpropInput};
 
 const NHWC_TO_NCHW: [usize; 4] = [0, 3, 1, 2];
 const NCHW_TO_NHWC: [usize; 4] = [0, 2, 3, 1];
 const HWIO_TO_OIHW: [usize; 4] = [3, 2, 0, 1];
 const OIHW_TO_HWIO: [usize; 4] = [2, 3, 1, 0];
 
-fn options(
-    strides: [usize; 2],
-    padding: Padding,
-    kernel: [usize; 2],
-    hw: [usize; 2],
-    ctx: &KernelCtx<'_>,
-) -> Result<ConvOptions<2>> {
-    let window = Window { kernel, strides, padding };
-    let (_, p) = window.output(hw).map_err(|e| ctx.err(e))?;
-    Ok(ConvOptions { stride: strides, padding: [(p[0], p[1]), (p[2], p[3])], dilation: [1, 1], groups: 1 })
+fn options(c: &Conv2d, kernel: [usize; 2], hw: [usize; 2], ctx: &KernelCtx<'_>) -> Result<ConvOptions<2>> {
+    let (_, p) = c.window(kernel).output(hw).map_err(|e| ctx.err(e))?;
+    Ok(ConvOptions { stride: c.strides, padding: [(p[0], p[1]), (p[2], p[3])], dilation: c.dilation, groups: c.groups })
 }
 
 pub(super) fn forward(c: &Conv2d, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Result<T> {
     let [x, w] = ctx.floats(inputs)?;
     let (xd, wd) = (dims(&x), dims(&w));
-    let opts = options(c.strides, c.padding, [wd[0], wd[1]], [xd[1], xd[2]], ctx)?;
+    let opts = options(c, [wd[0], wd[1]], [xd[1], xd[2]], ctx)?;
     let x = B::float_permute(x, &NHWC_TO_NCHW);
     let w = B::float_permute(w, &HWIO_TO_OIHW);
     Ok(B::float_permute(B::conv2d(x, w, None, opts), &NCHW_TO_NHWC))
@@ -38,9 +31,9 @@ pub(super) fn forward(c: &Conv2d, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Re
 pub(super) fn backprop_input(c: &Conv2dBackpropInput, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Result<T> {
     let [w, gy] = ctx.floats(inputs)?;
     let (wd, gd) = (dims(&w), dims(&gy));
-    let opts = options(c.strides, c.padding, [wd[0], wd[1]], c.input_hw, ctx)?;
+    let opts = options(&c.conv(), [wd[0], wd[1]], c.input_hw, ctx)?;
     // burn reads only the shape of `x` here.
-    let x_shape = BurnShape::from(vec![gd[0], wd[2], c.input_hw[0], c.input_hw[1]]);
+    let x_shape = BurnShape::from(vec![gd[0], wd[2] * c.groups, c.input_hw[0], c.input_hw[1]]);
     let x = B::float_zeros(x_shape, ctx.device, ctx.precision.dtype());
     let w = B::float_permute(w, &HWIO_TO_OIHW);
     let gy = B::float_permute(gy, &NHWC_TO_NCHW);
@@ -50,9 +43,9 @@ pub(super) fn backprop_input(c: &Conv2dBackpropInput, inputs: Vec<Value>, ctx: &
 pub(super) fn backprop_filter(c: &Conv2dBackpropFilter, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Result<T> {
     let [x, gy] = ctx.floats(inputs)?;
     let (xd, gd) = (dims(&x), dims(&gy));
-    let opts = options(c.strides, c.padding, c.filter_hw, [xd[1], xd[2]], ctx)?;
+    let opts = options(&c.conv(), c.filter_hw, [xd[1], xd[2]], ctx)?;
     // burn reads only the shape of the weight here.
-    let w_shape = BurnShape::from(vec![gd[3], xd[3], c.filter_hw[0], c.filter_hw[1]]);
+    let w_shape = BurnShape::from(vec![gd[3], xd[3] / c.groups.max(1), c.filter_hw[0], c.filter_hw[1]]);
     let w = B::float_zeros(w_shape, ctx.device, ctx.precision.dtype());
     let x = B::float_permute(x, &NHWC_TO_NCHW);
     let gy = B::float_permute(gy, &NHWC_TO_NCHW);

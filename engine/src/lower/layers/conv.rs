@@ -1,8 +1,9 @@
-//! `Conv2d`: NHWC convolution with an HWIO kernel, then bias and activation.
+//! `Conv2d`: NHWC convolution with an HWIO kernel (`[kh, kw, channels / groups,
+//! filters]`), optionally dilated and grouped, then bias and activation.
 
 use super::{super::LowerError, super::build::Lowering, activate};
 use crate::spec::{Conv2d, FieldPath, Regularizer};
-use engine_graph::{Dim, Outlet, ops::Window};
+use engine_graph::{Dim, Outlet, ops};
 
 pub fn lower(
     cx: &mut Lowering<'_, '_, '_>,
@@ -21,20 +22,27 @@ pub fn lower(
             ));
         }
     };
-    let window = Window { kernel: c.kernel_size.0, strides: c.strides.0, padding: c.padding };
+    let conv = ops::Conv2d { strides: c.strides.0, padding: c.padding, dilation: c.dilation_rate.0, groups: c.groups };
+    if channels % c.groups != 0 {
+        return Err(cx.shape_error(
+            &path.field("groups"),
+            format!("the input's {channels} channels do not split into {} groups", c.groups),
+        ));
+    }
+    let per_group = channels / c.groups;
     let [kh, kw] = c.kernel_size.0;
-    let (out_hw, _) = window.output(hw).map_err(|why| {
+    let (out_hw, _) = conv.window(c.kernel_size.0).output(hw).map_err(|why| {
         cx.shape_error(path, format!("kernel_size ({kh}, {kw}) does not fit the input {shape}: {why}"))
     })?;
-    cx.check_variable(&path.field("filters"), "kernel", &[kh, kw, channels, c.filters])?;
-    let cost = [out_hw[0], out_hw[1], kh, kw, channels, c.filters].map(|d| d as u64);
+    cx.check_variable(&path.field("filters"), "kernel", &[kh, kw, per_group, c.filters])?;
+    let cost = [out_hw[0], out_hw[1], kh, kw, per_group, c.filters].map(|d| d as u64);
     cx.check_flops(path, &cost)?;
     let (k, c2) = (c.kernel_size.0, c.clone());
     let (out, kernel, bias) =
         cx.b.with_scope(name, |b| {
             let kernel =
-                b.variable("kernel", &[k[0], k[1], channels, c2.filters], c2.kernel_initializer.clone(), true)?;
-            let mut y = b.conv2d(x, kernel, c2.strides.0, c2.padding)?;
+                b.variable("kernel", &[k[0], k[1], per_group, c2.filters], c2.kernel_initializer.clone(), true)?;
+            let mut y = b.conv2d_general(x, kernel, conv)?;
             let mut bias = None;
             if c2.use_bias {
                 let v = b.variable("bias", &[c2.filters], c2.bias_initializer.clone(), true)?;

@@ -16,7 +16,7 @@ pub struct FusedConv2d {
 
 impl FusedConv2d {
     pub fn conv(&self) -> Conv2d {
-        Conv2d { strides: self.strides, padding: self.padding }
+        Conv2d::plain(self.strides, self.padding)
     }
 }
 

@@ -31,12 +31,8 @@ impl FusedMaxPoolConv2dBackpropFilter {
     }
 
     pub fn filter_grad(&self) -> Conv2dBackpropFilter {
-        Conv2dBackpropFilter {
-            filter_hw: self.filter_hw,
-            strides: self.strides,
-            padding: self.padding,
-            with_bias: self.with_bias,
-        }
+        let f = crate::ops::Conv2d::plain(self.strides, self.padding).backprop_filter(self.filter_hw);
+        Conv2dBackpropFilter { with_bias: self.with_bias, ..f }
     }
 }
 

@@ -2,6 +2,7 @@
 
 use super::{
     Conv2d,
+    conv2d::{adjacent, one},
     padding::{Padding, nhwc, spatial},
 };
 use crate::{
@@ -21,6 +22,17 @@ pub struct Conv2dBackpropFilter {
     pub strides: [usize; 2],
     pub padding: Padding,
     pub with_bias: bool,
+    #[serde(default = "adjacent")]
+    pub dilation: [usize; 2],
+    #[serde(default = "one")]
+    pub groups: usize,
+}
+
+impl Conv2dBackpropFilter {
+    /// The forward convolution this is the filter gradient of.
+    pub fn conv(&self) -> Conv2d {
+        Conv2d { strides: self.strides, padding: self.padding, dilation: self.dilation, groups: self.groups }
+    }
 }
 
 impl OpDef for Conv2dBackpropFilter {
@@ -35,8 +47,7 @@ impl OpDef for Conv2dBackpropFilter {
         rules::expect_dtype(x, DType::F32, "input")?;
         rules::expect_rank(gy, 4, "output gradient")?;
         let hw = spatial(x, "input")?;
-        let conv = Conv2d { strides: self.strides, padding: self.padding };
-        let (ohw, _) = conv.window(self.filter_hw).output(hw)?;
+        let (ohw, _) = self.conv().window(self.filter_hw).output(hw)?;
         let out = gy.shape.dim(3);
         let expected = nhwc(x.shape.dim(0), ohw, out);
         if gy.shape != expected {
@@ -45,7 +56,11 @@ impl OpDef for Conv2dBackpropFilter {
         let (Dim::Known(c), Dim::Known(f)) = (x.shape.dim(3), out) else {
             return Err("channel counts must be known".to_string());
         };
-        let mut out = vec![Fact::f32(Shape::known(&[self.filter_hw[0], self.filter_hw[1], c, f]))];
+        if self.groups == 0 || c % self.groups != 0 || f % self.groups != 0 {
+            return Err(format!("{c} input and {f} output channels do not split into {} groups", self.groups));
+        }
+        let per_group = c / self.groups;
+        let mut out = vec![Fact::f32(Shape::known(&[self.filter_hw[0], self.filter_hw[1], per_group, f]))];
         if self.with_bias {
             out.push(Fact::f32(Shape::known(&[f])));
         }
@@ -57,11 +72,11 @@ impl OpDef for Conv2dBackpropFilter {
         let (x, gy) = (ctx.input(0), ctx.input(1));
         let hw = spatial(&ctx.input_fact(0)?, "input").map_err(|_| ctx.no_gradient())?;
         if ctx.needs(1) {
-            let g = ctx.b.conv2d(x, ggw, self.strides, self.padding)?;
+            let g = ctx.b.conv2d_general(x, ggw, self.conv())?;
             ctx.set(1, g);
         }
         if ctx.needs(0) {
-            let g = ctx.b.conv2d_backprop_input(ggw, gy, hw, self.strides, self.padding)?;
+            let g = ctx.b.op(self.conv().backprop_input(hw).into(), &[ggw, gy])?;
             ctx.set(0, g);
         }
         Ok(())
@@ -81,6 +96,6 @@ impl GraphBuilder<'_> {
         strides: [usize; 2],
         padding: Padding,
     ) -> Result<Outlet> {
-        self.op(Conv2dBackpropFilter { filter_hw, strides, padding, with_bias: false }.into(), &[x, gy])
+        self.op(Conv2d::plain(strides, padding).backprop_filter(filter_hw).into(), &[x, gy])
     }
 }

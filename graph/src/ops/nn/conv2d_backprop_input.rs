@@ -2,7 +2,7 @@
 
 use super::{
     Conv2d,
-    conv2d::filter_dims,
+    conv2d::{adjacent, filter_dims, one},
     padding::{Padding, nhwc},
 };
 use crate::{
@@ -18,6 +18,17 @@ pub struct Conv2dBackpropInput {
     pub input_hw: [usize; 2],
     pub strides: [usize; 2],
     pub padding: Padding,
+    #[serde(default = "adjacent")]
+    pub dilation: [usize; 2],
+    #[serde(default = "one")]
+    pub groups: usize,
+}
+
+impl Conv2dBackpropInput {
+    /// The forward convolution this is the input gradient of.
+    pub fn conv(&self) -> Conv2d {
+        Conv2d { strides: self.strides, padding: self.padding, dilation: self.dilation, groups: self.groups }
+    }
 }
 
 impl OpDef for Conv2dBackpropInput {
@@ -31,9 +42,10 @@ impl OpDef for Conv2dBackpropInput {
         let (w, gy) = (&inputs[0], &inputs[1]);
         rules::expect_dtype(gy, DType::F32, "output gradient")?;
         rules::expect_rank(gy, 4, "output gradient")?;
-        let in_c = w.shape.as_known().and_then(|d| d.get(2).copied()).ok_or("filter must have known sizes")?;
-        let (k, out) = filter_dims(w, Dim::Known(in_c))?;
-        let conv = Conv2d { strides: self.strides, padding: self.padding };
+        let per_group = w.shape.as_known().and_then(|d| d.get(2).copied()).ok_or("filter must have known sizes")?;
+        let in_c = per_group * self.groups;
+        let (k, out) = filter_dims(w, Dim::Known(in_c), self.groups)?;
+        let conv = self.conv();
         let (ohw, _) = conv.window(k).output(self.input_hw)?;
         let expected = nhwc(gy.shape.dim(0), ohw, Dim::Known(out));
         if gy.shape != expected {
@@ -47,11 +59,11 @@ impl OpDef for Conv2dBackpropInput {
         let (w, gy) = (ctx.input(0), ctx.input(1));
         let k = ctx.input_fact(0)?.shape.as_known().unwrap_or_default();
         if ctx.needs(1) {
-            let g = ctx.b.conv2d(ggx, w, self.strides, self.padding)?;
+            let g = ctx.b.conv2d_general(ggx, w, self.conv())?;
             ctx.set(1, g);
         }
         if ctx.needs(0) {
-            let g = ctx.b.conv2d_backprop_filter(ggx, gy, [k[0], k[1]], self.strides, self.padding)?;
+            let g = ctx.b.op(self.conv().backprop_filter([k[0], k[1]]).into(), &[ggx, gy])?;
             ctx.set(0, g);
         }
         Ok(())
@@ -71,6 +83,6 @@ impl GraphBuilder<'_> {
         strides: [usize; 2],
         padding: Padding,
     ) -> Result<Outlet> {
-        self.op(Conv2dBackpropInput { input_hw, strides, padding }.into(), &[w, gy])
+        self.op(Conv2d::plain(strides, padding).backprop_input(input_hw).into(), &[w, gy])
     }
 }

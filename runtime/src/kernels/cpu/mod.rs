@@ -59,14 +59,15 @@ pub(super) fn non_finite(v: &Value, ctx: &KernelCtx<'_>) -> Option<(usize, usize
 fn dispatch<E: buffer::Elem>(op: &Op, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Outcome {
     let float = |r: Result<crate::value::T>| Ok(r.map(|t| vec![Value::Float(t)]));
     match op {
-        Op::Conv2d(c) => float(conv::forward::<E>(c, inputs, ctx)),
-        Op::Conv2dBackpropFilter(c) => Ok(conv::backprop_filter::<E>(c, inputs, ctx)),
+        // Dilated and grouped convolutions run burn's kernels.
+        Op::Conv2d(c) if c.is_plain() => float(conv::forward::<E>(c, inputs, ctx)),
+        Op::Conv2dBackpropFilter(c) if c.conv().is_plain() => Ok(conv::backprop_filter::<E>(c, inputs, ctx)),
         Op::FusedConv2d(c) => float(conv::fused::<E>(c, inputs, ctx)),
         Op::FusedConv2dMaxPool(c) => Ok(conv_pool::forward::<E>(c, inputs, ctx)),
         Op::FusedMaxPoolConv2dBackpropFilter(c) => Ok(conv_pool::backprop_filter::<E>(c, inputs, ctx)),
         Op::MaxPoolGradWithArgmax(m) => float(pool::max_backward_with_argmax::<E>(m, inputs, ctx)),
         Op::FusedMatMul(m) => float(matmul::fused::<E>(m, inputs, ctx)),
-        Op::Conv2dBackpropInput(c) => float(conv::backprop_input::<E>(c, inputs, ctx)),
+        Op::Conv2dBackpropInput(c) if c.conv().is_plain() => float(conv::backprop_input::<E>(c, inputs, ctx)),
         Op::MaxPool2d(p) => Ok(pool::max_forward::<E>(&p.window, inputs, ctx)),
         Op::MaxPool2dGrad(p) => float(pool::max_backward::<E>(&p.window, p.relu_mask, inputs, ctx)),
         Op::AvgPool2d(p) => float(pool::avg_forward::<E>(&p.window, inputs, ctx)),
