@@ -46,22 +46,9 @@ pub fn multi_head_attention(
     let dropout =
         (cx.mode == Mode::Train && m.dropout > 0.0).then(|| (m.dropout, derive_seed(m.seed.unwrap_or(cx.seed), name)));
     cx.b.with_scope(name, |b| {
-        let dense = |b: &mut GraphBuilder<'_>, scope: &str, x: Outlet, fin: usize, dim: usize| {
-            b.with_scope(scope, |b| {
-                let kernel = b.variable("kernel", &[fin, h, dim], m.kernel_initializer.clone(), true)?;
-                let w = b.reshape(kernel, Shape::known(&[fin, h * dim]))?;
-                let mut y = b.project(x, w)?;
-                if m.use_bias {
-                    let bias = b.variable("bias", &[h, dim], m.bias_initializer.clone(), true)?;
-                    let flat = b.reshape(bias, Shape::known(&[h * dim]))?;
-                    y = b.add(y, flat)?;
-                }
-                Ok(y)
-            })
-        };
-        let q = dense(b, "query", query, dq, kd)?;
-        let k = dense(b, "key", key, dk, kd)?;
-        let v = dense(b, "value", value, dv, vd)?;
+        let q = einsum_dense(b, m, "query", query, &[dq, h, kd], 1)?;
+        let k = einsum_dense(b, m, "key", key, &[dk, h, kd], 1)?;
+        let v = einsum_dense(b, m, "value", value, &[dv, h, vd], 1)?;
         // [N, T, H*D] -> [N*H, T, D]: one batch of per-head matrices.
         let heads = |b: &mut GraphBuilder<'_>, x: Outlet, t: usize, d: usize| -> Result<Outlet> {
             let x = b.reshape(x, Shape(vec![Dim::N, Dim::Known(t), Dim::Known(h), Dim::Known(d)]))?;
@@ -83,18 +70,36 @@ pub fn multi_head_attention(
         let ctx = b.reshape(ctx, Shape(vec![Dim::N, Dim::Known(h), Dim::Known(tq), Dim::Known(vd)]))?;
         let ctx = b.transpose(ctx, &[0, 2, 1, 3])?;
         let ctx = b.reshape(ctx, Shape(vec![Dim::N, Dim::Known(tq), Dim::Known(h * vd)]))?;
-        b.with_scope("attention_output", |b| {
-            let kernel = b.variable("kernel", &[h, vd, out_dim], m.kernel_initializer.clone(), true)?;
-            let w = b.reshape(kernel, Shape::known(&[h * vd, out_dim]))?;
-            let y = b.project(ctx, w)?;
-            if !m.use_bias {
-                return Ok(y);
-            }
-            let bias = b.variable("bias", &[out_dim], m.bias_initializer.clone(), true)?;
-            b.add(y, bias)
-        })
+        einsum_dense(b, m, "attention_output", ctx, &[h, vd, out_dim], 2)
     })
     .map_err(|e| cx.graph_error(path, e))
+}
+
+/// One of attention's projections, Keras' `EinsumDense`: a kernel kept in Keras' shape
+/// (`[features, heads, dim]` into the heads, `[heads, dim, output]` out of them), whose
+/// first `input_axes` axes are contracted with the (flattened) input's last axis; the bias
+/// has the shape of the rest (`[heads, dim]` or `[output]`).
+fn einsum_dense(
+    b: &mut GraphBuilder<'_>,
+    m: &MultiHeadAttention,
+    scope: &str,
+    x: Outlet,
+    kernel_shape: &[usize; 3],
+    input_axes: usize,
+) -> Result<Outlet> {
+    let (input, bias_shape) = kernel_shape.split_at(input_axes);
+    let (rows, cols): (usize, usize) = (input.iter().product(), bias_shape.iter().product());
+    b.with_scope(scope, |b| {
+        let kernel = b.variable("kernel", kernel_shape, m.kernel_initializer.clone(), true)?;
+        let w = b.reshape(kernel, Shape::known(&[rows, cols]))?;
+        let y = b.project(x, w)?;
+        if !m.use_bias {
+            return Ok(y);
+        }
+        let bias = b.variable("bias", bias_shape, m.bias_initializer.clone(), true)?;
+        let flat = b.reshape(bias, Shape::known(&[cols]))?;
+        b.add(y, flat)
+    })
 }
 
 pub fn add_position_embedding(
