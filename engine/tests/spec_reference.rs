@@ -71,11 +71,14 @@ fn accepted() -> Vec<(String, String)> {
     // Struct sections: an unknown field first.
     add("job", valid_at(&with("    loss:", &format!("    {UNKNOWN}: 1,\n    loss:"))));
     add("Sequential", valid_at(&with("input_shape:", &format!("{UNKNOWN}: 1, input_shape:"))));
+    add("Functional", valid_at(&with("model: Sequential(", &format!("model: Functional({UNKNOWN}: 1, "))));
+    let warm = format!("    warm_start_from: Some(WarmStart({UNKNOWN}: 1)),\n    loss:");
+    add("WarmStart", valid_at(&with("    loss:", &warm)));
     add("run_config", valid_at(&with("run_config: (", &format!("run_config: ({UNKNOWN}: 1, "))));
     add("train_spec", valid_at(&with("train_spec: (", &format!("train_spec: ({UNKNOWN}: 1, "))));
     add("eval_spec", valid_at(&with("eval_spec: (", &format!("eval_spec: ({UNKNOWN}: 1, "))));
     // Enums: the names valid at a place, then each struct variant's fields.
-    let enums: [(&str, &str, &str); 8] = [
+    let enums: [(&str, &str, &str); 9] = [
         ("layer", "            Flatten,", "            {},"),
         ("loss", "loss: SparseSoftmaxCrossEntropy", "loss: {}"),
         ("optimizer", "optimizer: Sgd(learning_rate: 0.05)", "optimizer: {}"),
@@ -84,6 +87,7 @@ fn accepted() -> Vec<(String, String)> {
         ("activation", "Dense(units: 64, activation: Relu)", "Dense(units: 64, activation: {})"),
         ("input", "", ""),
         ("hook", "train_spec: (", "train_spec: (hooks: [{}], "),
+        ("exporter", "eval_spec: (", "eval_spec: (exporters: [{}], "),
     ];
     for (place, from, to) in enums {
         let template = if place == "input" { without_train_input() } else { with(from, to) };
@@ -129,7 +133,9 @@ fn the_reference_names_every_field_and_choice_the_parser_accepts() {
     let all = accepted();
     assert!(all.len() > 150, "the walk found only {} names; the probes broke", all.len());
     let places: BTreeSet<&str> = all.iter().map(|(p, _)| p.as_str()).collect();
-    for must in ["layer BatchNormalization", "optimizer AdamW", "input Csv", "hook ProgressBar", "run_config"] {
+    let musts =
+        ["layer BatchNormalization", "optimizer AdamW", "input Csv", "hook ProgressBar", "exporter Best", "WarmStart"];
+    for must in musts {
         assert!(places.contains(must), "no fields walked for {must}: {places:?}");
     }
     let missing: BTreeSet<String> =
