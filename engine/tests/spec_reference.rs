@@ -146,3 +146,28 @@ fn the_reference_names_every_field_and_choice_the_parser_accepts() {
         missing.into_iter().collect::<Vec<_>>().join("\n")
     );
 }
+
+/// Every command and every one of its flags appears in the reference's Commands section,
+/// read from the command-line parser itself.
+#[test]
+fn the_reference_shows_every_command_and_flag() {
+    use clap::CommandFactory;
+    let start = REFERENCE.find("## Commands").expect("the reference has a Commands section");
+    let section = &REFERENCE[start..];
+    let section = &section[..section[3..].find("\n## ").map_or(section.len(), |i| i + 3)];
+    let mut missing = Vec::new();
+    for command in engine_cli::cli::Cli::command().get_subcommands() {
+        let name = command.get_name();
+        if !section.contains(&format!("engine {name} ")) {
+            missing.push(format!("engine {name}"));
+        }
+        for arg in command.get_arguments() {
+            if let Some(long) = arg.get_long().filter(|l| *l != "help") {
+                if !section.contains(&format!("--{long}")) {
+                    missing.push(format!("engine {name} --{long}"));
+                }
+            }
+        }
+    }
+    assert!(missing.is_empty(), "engine/README.md's Commands section lacks: {missing:?}");
+}
