@@ -3,7 +3,7 @@
 
 Uses TensorBoard's own `EventAccumulator` (the loader behind its dashboards), so a test comparing this
 output with what the engine wrote proves that TensorBoard shows our summaries. Scalars and histograms
-of every tag, all events kept (no sampling).
+of every tag, all events kept (no sampling), and the graph (the Graphs tab's nodes).
 
 usage: read_events.py DIR
 """
@@ -15,6 +15,25 @@ from tensorboard.backend.event_processing.event_accumulator import (
     SCALARS,
     EventAccumulator,
 )
+
+
+def graph_of(accumulator):
+    """The Graphs tab's view: every node with its op, inputs, device and output shapes; None
+    when the files hold no graph."""
+    try:
+        graph = accumulator.Graph()
+    except ValueError:
+        return None
+    return [
+        {
+            "name": node.name,
+            "op": node.op,
+            "input": list(node.input),
+            "device": node.device,
+            "shapes": [[d.size for d in s.dim] for s in node.attr["_output_shapes"].list.shape],
+        }
+        for node in graph.node
+    ]
 
 
 def main() -> int:
@@ -46,6 +65,7 @@ def main() -> int:
             for tag in tags.get(HISTOGRAMS, [])
         },
         "file_version": accumulator.file_version,
+        "graph": graph_of(accumulator),
     }
     json.dump(out, sys.stdout)
     return 0

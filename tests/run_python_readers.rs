@@ -47,6 +47,17 @@ fn tensorboard_reads_the_summaries_of_a_real_run() -> Result<()> {
     let rate = series(&view, "global_step/sec")?;
     ensure!(rate.iter().map(|p| p.0).collect::<Vec<_>>() == [10, 20, 30] && rate.iter().all(|p| p.1 > 0.0), "{rate:?}");
 
+    // The Graphs tab: the compiled training plan, scoped names, op types, inputs, shapes.
+    let nodes = view["graph"].as_array().with_context(|| format!("TensorBoard finds no graph: {}", view["graph"]))?;
+    let node = |name: &str| nodes.iter().find(|n| n["name"] == name);
+    let kernel = node("conv2d/kernel").context("no conv2d/kernel node in the graph")?;
+    ensure!(kernel["op"] == "VariableV2" && kernel["shapes"] == serde_json::json!([[3, 3, 1, 32]]), "{kernel}");
+    ensure!(nodes.iter().any(|n| n["op"] == "Conv2DBackpropFilter" || n["op"] == "_FusedMaxPoolConv2DBackpropFilter"));
+    let train_op =
+        nodes.iter().find(|n| n["name"].as_str().is_some_and(|s| s.ends_with("train_op"))).context("no train op")?;
+    ensure!(train_op["input"].as_array().is_some_and(|i| i.len() > 5), "{train_op}");
+    ensure!(nodes.iter().all(|n| n["device"] != ""), "a node without a device");
+
     // TensorBoard's values are exactly what our own reader decodes from the same files.
     let model_dir = ModelDir::open(&dir)?;
     let mut ours = Vec::new();

@@ -240,7 +240,9 @@ impl Estimator {
         };
         let is_chief = strategy.is_chief();
         let summary: Option<SharedSummaryWriter> = if is_chief && self.config.save_summary_steps > 0 {
-            Some(Arc::new(Mutex::new(SummaryWriter::new(&self.model_dir, "")?)))
+            let mut writer = SummaryWriter::new(&self.model_dir, "")?;
+            writer.graph(start, &compiled.plan.graph)?;
+            Some(Arc::new(Mutex::new(writer)))
         } else {
             None
         };

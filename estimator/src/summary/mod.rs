@@ -19,12 +19,14 @@
 //! ```
 
 mod error;
+mod graph;
 mod histogram;
 mod proto;
 mod record;
 mod writer;
 
 pub use error::{Result, SummaryError};
+pub use graph::{GraphDef, NodeDef, graph_def};
 pub use histogram::{default_bucket_limits, histogram_of};
 pub use proto::{Event, HistogramProto, Summary, SummaryValue};
 pub use record::{append_record, masked_crc32c, read_records};

@@ -14,6 +14,9 @@ pub struct Event {
     /// `oneof what`: the first event of every file, `brain.Event:2`.
     #[prost(string, optional, tag = "3")]
     pub file_version: Option<String>,
+    /// `oneof what`: a serialized `GraphDef` (TensorBoard's Graphs tab).
+    #[prost(bytes = "vec", optional, tag = "4")]
+    pub graph_def: Option<Vec<u8>>,
     /// `oneof what`: a summary.
     #[prost(message, optional, tag = "5")]
     pub summary: Option<Summary>,
@@ -67,7 +70,7 @@ mod tests {
     fn encodes_like_tensorflow() {
         // Bytes produced by TensorBoard's own `event_pb2` for the same event.
         let event =
-            Event { wall_time: 1700000000.5, step: 0, file_version: Some("brain.Event:2".into()), summary: None };
+            Event { wall_time: 1700000000.5, step: 0, file_version: Some("brain.Event:2".into()), ..Event::default() };
         let expected = [
             0x09, 0x00, 0x00, 0x20, 0x40, 0xfc, 0x54, 0xd9, 0x41, 0x1a, 0x0d, b'b', b'r', b'a', b'i', b'n', b'.', b'E',
             b'v', b'e', b'n', b't', b':', b'2',

@@ -59,7 +59,8 @@ impl SummaryWriter {
         let subdir = subdir.trim_matches('/');
         let base = format!("events.out.tfevents.{}.{}", unix_now() as u64, hostname());
         let mut header = Vec::new();
-        let first = Event { wall_time: unix_now(), step: 0, file_version: Some(FILE_VERSION.into()), summary: None };
+        let first =
+            Event { wall_time: unix_now(), step: 0, file_version: Some(FILE_VERSION.into()), ..Event::default() };
         append_record(&mut header, &first.encode_to_vec());
 
         for attempt in 0..1000u32 {
@@ -127,7 +128,16 @@ impl SummaryWriter {
 
     fn write_summary(&mut self, step: u64, summary: Summary) -> Result<()> {
         let step = i64::try_from(step).unwrap_or(i64::MAX);
-        let event = Event { wall_time: unix_now(), step, file_version: None, summary: Some(summary) };
+        let event = Event { wall_time: unix_now(), step, summary: Some(summary), ..Event::default() };
+        self.write_record(&event.encode_to_vec())
+    }
+
+    /// Records the graph a run executes (TensorBoard's Graphs tab), as TensorFlow's
+    /// `FileWriter.add_graph` does when a training session starts.
+    pub fn graph(&mut self, step: u64, graph: &engine_graph::Graph) -> Result<()> {
+        let def = super::graph::graph_def(graph).encode_to_vec();
+        let step = i64::try_from(step).unwrap_or(i64::MAX);
+        let event = Event { wall_time: unix_now(), step, graph_def: Some(def), ..Event::default() };
         self.write_record(&event.encode_to_vec())
     }
 
