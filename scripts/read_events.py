@@ -3,7 +3,8 @@
 
 Uses TensorBoard's own `EventAccumulator` (the loader behind its dashboards), so a test comparing this
 output with what the engine wrote proves that TensorBoard shows our summaries. Scalars and histograms
-of every tag, all events kept (no sampling), and the graph (the Graphs tab's nodes).
+of every tag, all events kept (no sampling), the graph (the Graphs tab's nodes) and the run's hyperparameters (the HParams
+dashboard's session start).
 
 usage: read_events.py DIR
 """
@@ -36,6 +37,25 @@ def graph_of(accumulator):
     ]
 
 
+def hparams_of(accumulator):
+    """The HParams dashboard's view of the run: its session_start_info's values, decoded
+    with TensorBoard's own protos; None when the files hold none."""
+    from tensorboard.plugins.hparams import plugin_data_pb2
+
+    try:
+        content = accumulator.PluginTagToContent("hparams").get("_hparams_/session_start_info")
+    except KeyError:
+        return None
+    if content is None:
+        return None
+    data = plugin_data_pb2.HParamsPluginData.FromString(content)
+    out = {}
+    for name, value in data.session_start_info.hparams.items():
+        kind = value.WhichOneof("kind")
+        out[name] = getattr(value, kind) if kind else None
+    return out
+
+
 def main() -> int:
     if len(sys.argv) != 2:
         print(__doc__, file=sys.stderr)
@@ -66,6 +86,7 @@ def main() -> int:
         },
         "file_version": accumulator.file_version,
         "graph": graph_of(accumulator),
+        "hparams": hparams_of(accumulator),
     }
     json.dump(out, sys.stdout)
     return 0

@@ -58,6 +58,12 @@ fn tensorboard_reads_the_summaries_of_a_real_run() -> Result<()> {
     ensure!(train_op["input"].as_array().is_some_and(|i| i.len() > 5), "{train_op}");
     ensure!(nodes.iter().all(|n| n["device"] != ""), "a node without a device");
 
+    // The HParams dashboard: the spec's optimizer, learning rate, batch, and the strategy.
+    let hparams = &view["hparams"];
+    ensure!(hparams["optimizer"] == "Sgd" && hparams["batch_size"] == 64.0, "{hparams}");
+    ensure!((hparams["learning_rate"].as_f64().unwrap_or(0.0) - 0.05).abs() < 1e-7, "{hparams}");
+    ensure!(hparams["strategy"] == "default" && hparams["loss"] == "SparseSoftmaxCrossEntropy", "{hparams}");
+
     // TensorBoard's values are exactly what our own reader decodes from the same files.
     let model_dir = ModelDir::open(&dir)?;
     let mut ours = Vec::new();

@@ -14,7 +14,7 @@ use crate::{
         EvalHooks, EvalOutcome, Predictions, Replicas, TrainOutcome, TrainingSession, compile, evaluate_dataset,
     },
     strategy::{Strategy, strategy_by_name},
-    summary::SummaryWriter,
+    summary::{HParam, SummaryWriter},
     warm_start::WarmStartSettings,
 };
 use engine_graph::HostTensor;
@@ -44,6 +44,8 @@ pub struct Estimator {
     seed: u64,
     train_strategy: Arc<dyn Strategy>,
     eval_strategy: Arc<dyn Strategy>,
+    /// Written for TensorBoard's HParams dashboard when training starts.
+    hparams: BTreeMap<String, HParam>,
 }
 
 impl Estimator {
@@ -73,6 +75,7 @@ impl Estimator {
             config,
             params: Params::Null,
             warm_start: None,
+            hparams: BTreeMap::new(),
             model_dir,
             checkpoints,
             seed,
@@ -83,6 +86,14 @@ impl Estimator {
 
     pub fn with_params(mut self, params: Params) -> Self {
         self.params = params;
+        self
+    }
+
+    /// The run's hyperparameters (optimizer, learning rate, batch …) for TensorBoard's
+    /// HParams dashboard, written beside the graph when training starts; the strategy and
+    /// the random seed are added from the run config.
+    pub fn with_hparams(mut self, hparams: BTreeMap<String, HParam>) -> Self {
+        self.hparams = hparams;
         self
     }
 
@@ -242,6 +253,10 @@ impl Estimator {
         let summary: Option<SharedSummaryWriter> = if is_chief && self.config.save_summary_steps > 0 {
             let mut writer = SummaryWriter::new(&self.model_dir, "")?;
             writer.graph(start, &compiled.plan.graph)?;
+            let mut hparams = self.hparams.clone();
+            hparams.insert("strategy".into(), HParam::Text(strategy.name().to_string()));
+            hparams.insert("random_seed".into(), HParam::Number(self.seed as f64));
+            writer.hparams(&hparams)?;
             Some(Arc::new(Mutex::new(writer)))
         } else {
             None

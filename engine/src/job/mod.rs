@@ -3,6 +3,7 @@
 //! and the Rust API then share one code path.
 
 mod hooks;
+mod hparams;
 mod input_fn;
 mod model_fn;
 
@@ -87,7 +88,8 @@ pub fn estimator(spec: Arc<Spec>, overrides: &RunOverrides) -> engine_estimator:
     let seed = config.seed();
     let config = RunConfig { random_seed: Some(seed), ..config };
     let warm_start = spec.job.warm_start_from.clone();
-    let estimator = Estimator::new(SpecModelFn::new(spec, seed), config)?;
+    let hparams = hparams::hparams(&spec);
+    let estimator = Estimator::new(SpecModelFn::new(spec, seed), config)?.with_hparams(hparams);
     Ok(match warm_start {
         Some(ws) => {
             estimator.with_warm_start(engine_estimator::WarmStartSettings::new(&ws.checkpoint, &ws.vars_to_warm_start))

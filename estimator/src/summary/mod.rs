@@ -21,6 +21,7 @@
 mod error;
 mod graph;
 mod histogram;
+mod hparams;
 mod proto;
 mod record;
 mod writer;
@@ -28,6 +29,7 @@ mod writer;
 pub use error::{Result, SummaryError};
 pub use graph::{GraphDef, NodeDef, graph_def};
 pub use histogram::{default_bucket_limits, histogram_of};
+pub use hparams::{HParam, SESSION_START_INFO_TAG};
 pub use proto::{Event, HistogramProto, Summary, SummaryValue};
 pub use record::{append_record, masked_crc32c, read_records};
 pub use writer::{FILE_VERSION, SummaryWriter, event_files, read_event_file};

@@ -40,7 +40,45 @@ pub struct SummaryValue {
     /// `oneof value`: a histogram.
     #[prost(message, optional, tag = "5")]
     pub histo: Option<HistogramProto>,
+    /// `oneof value`: a tensor (plugins' values).
+    #[prost(message, optional, tag = "8")]
+    pub tensor: Option<TensorProto>,
+    /// Which plugin reads the value, and its data.
+    #[prost(message, optional, tag = "9")]
+    pub metadata: Option<SummaryMetadata>,
 }
+
+/// `tensorflow.SummaryMetadata`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct SummaryMetadata {
+    #[prost(message, optional, tag = "1")]
+    pub plugin_data: Option<PluginData>,
+}
+
+/// `tensorflow.SummaryMetadata.PluginData`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct PluginData {
+    #[prost(string, tag = "1")]
+    pub plugin_name: String,
+    #[prost(bytes = "vec", tag = "2")]
+    pub content: Vec<u8>,
+}
+
+/// `tensorflow.TensorProto`, float values only.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct TensorProto {
+    /// `tensorflow.DataType`: 1 is `DT_FLOAT`.
+    #[prost(int32, tag = "1")]
+    pub dtype: i32,
+    #[prost(message, optional, tag = "2")]
+    pub tensor_shape: Option<TensorShape>,
+    #[prost(float, repeated, packed = "true", tag = "5")]
+    pub float_val: Vec<f32>,
+}
+
+/// `tensorflow.TensorShapeProto`; empty for a scalar.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct TensorShape {}
 
 /// `tensorflow.HistogramProto`: bucket `i` counts values in `[bucket_limit[i-1], bucket_limit[i])`.
 #[derive(Clone, PartialEq, prost::Message)]

@@ -14,6 +14,7 @@ use crate::checkpoint::unix_now;
 use crate::model_dir::{ModelDir, PutOutcome};
 use engine_graph::HostTensor;
 use prost::Message;
+use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, ErrorKind, Write};
 use std::path::PathBuf;
@@ -104,7 +105,11 @@ impl SummaryWriter {
         let mut summary = Summary::default();
         for (tag, value) in values {
             check_tag(tag)?;
-            summary.value.push(SummaryValue { tag: tag.to_string(), simple_value: Some(*value as f32), histo: None });
+            summary.value.push(SummaryValue {
+                tag: tag.to_string(),
+                simple_value: Some(*value as f32),
+                ..SummaryValue::default()
+            });
         }
         self.write_summary(step, summary)
     }
@@ -117,7 +122,7 @@ impl SummaryWriter {
         if non_finite > 0 {
             return Err(SummaryError::NonFinite { tag: tag.to_string(), step, count: non_finite });
         }
-        let value = SummaryValue { tag: tag.to_string(), simple_value: None, histo: Some(histogram_of(values)) };
+        let value = SummaryValue { tag: tag.to_string(), histo: Some(histogram_of(values)), ..SummaryValue::default() };
         self.write_summary(step, Summary { value: vec![value] })
     }
 
@@ -130,6 +135,13 @@ impl SummaryWriter {
         let step = i64::try_from(step).unwrap_or(i64::MAX);
         let event = Event { wall_time: unix_now(), step, summary: Some(summary), ..Event::default() };
         self.write_record(&event.encode_to_vec())
+    }
+
+    /// Records a run's hyperparameters for TensorBoard's HParams dashboard, which lists
+    /// runs by them next to their final metrics.
+    pub fn hparams(&mut self, hparams: &BTreeMap<String, super::HParam>) -> Result<()> {
+        let value = super::hparams::session_start(hparams, unix_now());
+        self.write_summary(0, Summary { value: vec![value] })
     }
 
     /// Records the graph a run executes (TensorBoard's Graphs tab), as TensorFlow's
