@@ -35,11 +35,27 @@ fn eval_reproduces_the_final_evaluation_and_reads_any_checkpoint() -> Result<()>
     ensure!(run_stdout.trim_end().ends_with(dict) && dict.contains("'global_step': 20"), "{dict} vs {run_stdout}");
     ensure!(latest.stderr.contains("Saving dict for global step 20"), "{}", latest.stderr);
 
-    let older =
+    let older_run =
         engine(&["eval", &spec, "--model-dir", &dir, "--checkpoint", "model.ckpt-10", "--set", "eval_spec.steps=1"])?
             .ok()?;
-    let older = printed_dict(&older.stdout)?;
+    let older = printed_dict(&older_run.stdout)?;
     ensure!(older["global_step"] == 10.0 && older["loss"] != printed_dict(&run_stdout)?["loss"], "{older:?}");
+
+    // Step 10 is behind eval/'s curve (the run evaluated 10 and 20, `engine eval` 20
+    // again): its summaries go beside it, in eval_backfill/, so TensorBoard's eval curve
+    // does not bend back.
+    let steps_in = |sub: &str| -> Result<Vec<i64>> {
+        let model_dir = engine::estimator::model_dir::ModelDir::open(&dir)?;
+        let mut steps = Vec::new();
+        for file in engine::estimator::summary::event_files(&model_dir, sub)? {
+            let events = engine::estimator::summary::read_event_file(&model_dir, &file)?;
+            steps.extend(events.into_iter().filter(|e| e.summary.is_some()).map(|e| e.step));
+        }
+        Ok(steps)
+    };
+    ensure!(steps_in("eval")? == [10, 20, 20], "{:?}", steps_in("eval")?);
+    ensure!(steps_in("eval_backfill")? == [10], "{:?}", steps_in("eval_backfill")?);
+    ensure!(older_run.stderr.contains("behind the evaluation curve"), "{}", older_run.stderr);
 
     // A path works as well as a name.
     let by_path = format!("{dir}/model.ckpt-10");

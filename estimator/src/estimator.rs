@@ -3,6 +3,7 @@
 use crate::{
     EstimatorError, InputFn, Mode, ModelFn, Params, Result,
     checkpoint::{Checkpoint, CheckpointManager, RetentionPolicy, read_checkpoint},
+    eval_summaries::EvalSummaries,
     hooks::{
         CheckpointSaverHook, CheckpointSaverListener, FaultInjectionHook, LoggingTensorHook, NanTensorHook,
         SessionRunHook, SharedSummaryWriter, StepCounterHook, StopAtStepHook, SummarySaverHook,
@@ -46,6 +47,7 @@ pub struct Estimator {
     eval_strategy: Arc<dyn Strategy>,
     /// Written for TensorBoard's HParams dashboard when training starts.
     hparams: BTreeMap<String, HParam>,
+    eval_summaries: EvalSummaries,
 }
 
 impl Estimator {
@@ -76,6 +78,7 @@ impl Estimator {
             params: Params::Null,
             warm_start: None,
             hparams: BTreeMap::new(),
+            eval_summaries: EvalSummaries::new(model_dir.clone()),
             model_dir,
             checkpoints,
             seed,
@@ -415,13 +418,15 @@ impl Estimator {
                 Some(n) => format!("eval_{n}"),
                 None => "eval".to_string(),
             };
-            let mut w = SummaryWriter::new(&self.model_dir, &dir)?;
-            for (k, v) in &result {
-                if k != "global_step" {
-                    w.scalar(k, step, *v)?;
-                }
+            let values: Vec<(&str, f64)> =
+                result.iter().filter(|(k, _)| *k != "global_step").map(|(k, v)| (k.as_str(), *v)).collect();
+            let written = self.eval_summaries.write(&dir, step, &values)?;
+            if written != dir {
+                log::info!(
+                    "Step {step} is behind the evaluation curve in {dir}/: its summaries go to {written}/ (a run of \
+                     their own in TensorBoard)"
+                );
             }
-            w.flush()?;
         }
         Ok(result)
     }

@@ -12,6 +12,7 @@ mod distributed;
 mod error;
 mod estimator;
 mod estimator_spec;
+mod eval_summaries;
 pub mod export;
 pub mod hooks;
 pub mod input;

@@ -104,8 +104,16 @@ fn a_run_leaves_the_model_dir_tensorflow_users_expect() -> Result<()> {
     files.sort();
     let events: Vec<&String> = files.iter().filter(|f| f.starts_with("events.out.tfevents.")).collect();
     let eval_events: Vec<&String> = files.iter().filter(|f| f.starts_with("eval/events.out.tfevents.")).collect();
-    // Training writes one file; each evaluation (20, 40) writes its own in eval/.
-    ensure!(events.len() == 1 && eval_events.len() == 2, "{files:#?}");
+    // Training writes one file; the run's evaluations (20, 40) share one in eval/, so
+    // TensorBoard sees one curve per run, not a file per point.
+    ensure!(events.len() == 1 && eval_events.len() == 1, "{files:#?}");
+    let model_dir = ModelDir::open(&dir_string(&dir))?;
+    let evaluated: Vec<i64> = read_event_file(&model_dir, eval_events[0])?
+        .into_iter()
+        .filter(|e| e.summary.is_some())
+        .map(|e| e.step)
+        .collect();
+    ensure!(evaluated == [20, 40], "{evaluated:?}");
     let rest: Vec<&String> = files.iter().filter(|f| !f.contains("events.out.tfevents.")).collect();
     // keep_checkpoint_max = 3 of the saves at 0, 5, ..., 40.
     ensure!(
