@@ -131,3 +131,18 @@ fn python_safetensors_loads_a_checkpoint_of_a_real_run() -> Result<()> {
     ensure!(metadata["input_state"] == ours.meta.input_state.as_str(), "{metadata}");
     Ok(())
 }
+
+/// A summary saver in the spec replaces the default one (from `save_summary_steps`), as a
+/// step counter does: with both, every scalar was written twice at their common steps.
+#[test]
+fn a_spec_summary_saver_replaces_the_default_one() -> Result<()> {
+    let tmp = tempfile::tempdir()?;
+    let dir = tmp.path().to_string_lossy().into_owned();
+    let extra =
+        ["--set", "run_config.save_summary_steps=10", "--set", "train_spec.hooks=[SummarySaver(save_steps: 5)]"];
+    engine(&strs(&run_args(&dir, 20, &extra)))?.ok()?;
+    let view = python_json("read_events.py", tmp.path())?;
+    let steps: Vec<u64> = series(&view, "loss")?.into_iter().map(|p| p.0).collect();
+    ensure!(steps == [0, 5, 10, 15], "{steps:?}");
+    Ok(())
+}

@@ -279,8 +279,15 @@ impl Estimator {
         all_hooks.extend(compiled.spec_hooks.drain(..));
         if is_chief {
             all_hooks.extend(compiled.spec_chief_hooks.drain(..));
-            all_hooks.push(Box::new(StepCounterHook::new(self.config.log_step_count_steps)));
-            if self.config.save_summary_steps > 0 {
+            // A step counter or summary saver the spec or the caller configures replaces
+            // the default one: two would write every scalar twice.
+            let given =
+                |name: &str| all_hooks.iter().any(|h| h.name() == name) || user_hooks.iter().any(|h| h.name() == name);
+            let (counter, saver) = (given("StepCounterHook"), given("SummarySaverHook"));
+            if !counter {
+                all_hooks.push(Box::new(StepCounterHook::new(self.config.log_step_count_steps)));
+            }
+            if self.config.save_summary_steps > 0 && !saver {
                 all_hooks.push(Box::new(SummarySaverHook::new(self.config.save_summary_steps, false)));
             }
         }
