@@ -101,3 +101,28 @@ fn a_bad_spec_fails_before_running() -> Result<()> {
     ensure!(out.stderr.trim_end() == want, "expected `{want}`, got `{}`", out.stderr);
     Ok(())
 }
+
+/// `ENGINE_LOG_FORMAT=json`: every stderr line is one JSON object with a UTC time, a
+/// level and the message, for log collectors; the human format stays the default.
+#[test]
+fn json_log_lines_for_machines() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let model_dir = dir.path().join("model").to_string_lossy().into_owned();
+    let spec = spec_path("fashion_mnist_cnn.ron");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_engine"))
+        .args(["run", &spec, "--max-steps", "3", "--model-dir", &model_dir, "--set", "eval_spec.steps=1"])
+        .env("ENGINE_LOG_FORMAT", "json")
+        .output()?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    ensure!(out.status.success(), "{stderr}");
+    let mut messages = Vec::new();
+    for line in stderr.lines() {
+        let v: serde_json::Value = serde_json::from_str(line).map_err(|e| anyhow::anyhow!("not JSON ({e}): {line}"))?;
+        ensure!(v["level"] == "INFO" || v["level"] == "WARN", "{line}");
+        let time = v["time"].as_str().unwrap_or_default();
+        ensure!(time.len() == "2026-11-24T09:39:37.617Z".len() && time.ends_with('Z'), "{line}");
+        messages.push(v["message"].as_str().unwrap_or_default().to_string());
+    }
+    ensure!(messages.iter().any(|m| m.starts_with("Saving dict for global step 3")), "{messages:?}");
+    Ok(())
+}

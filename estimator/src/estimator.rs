@@ -6,7 +6,7 @@ use crate::{
     eval_summaries::EvalSummaries,
     hooks::{
         CheckpointSaverHook, CheckpointSaverListener, FaultInjectionHook, LoggingTensorHook, NanTensorHook,
-        SessionRunHook, SharedSummaryWriter, StepCounterHook, StopAtStepHook, SummarySaverHook,
+        ProgressBarHook, SessionRunHook, SharedSummaryWriter, StepCounterHook, StopAtStepHook, SummarySaverHook,
     },
     input::{Dataset, IteratorState},
     model_dir::ModelDir,
@@ -284,6 +284,9 @@ impl Estimator {
             let given =
                 |name: &str| all_hooks.iter().any(|h| h.name() == name) || user_hooks.iter().any(|h| h.name() == name);
             let (counter, saver) = (given("StepCounterHook"), given("SummarySaverHook"));
+            if !given("ProgressBarHook") {
+                all_hooks.push(Box::new(ProgressBarHook::new(last_step)));
+            }
             if !counter {
                 all_hooks.push(Box::new(StepCounterHook::new(self.config.log_step_count_steps)));
             }

@@ -23,7 +23,7 @@ pub use fault_injection::{FAULT_ENV, FAULT_EXIT_CODE, FaultInjectionHook, RESTAR
 pub use logging_tensor::LoggingTensorHook;
 pub use nan_tensor::NanTensorHook;
 pub use profiler::ProfilerHook;
-pub use progress_bar::ProgressBarHook;
+pub use progress_bar::{ProgressBarHook, print_line};
 pub use registry::{HOOK_NAMES, HookConfig, hook_from_config};
 pub use step_counter::StepCounterHook;
 pub use stop_at_step::StopAtStepHook;

@@ -1,17 +1,37 @@
-//! A progress bar on a terminal (nothing when output is redirected, so logs stay clean).
+//! A progress bar on a terminal (nothing when stderr is redirected, so logs stay clean),
+//! on by default in training. Log lines go through [`print_line`], which lifts the bar
+//! while a line is written, so the two never collide.
 
 use super::{HookContext, RunValues, SessionRunHook};
 use crate::Result;
 use indicatif::{ProgressBar, ProgressStyle};
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write};
+use std::sync::Mutex;
+
+/// The bar on screen, if any: what [`print_line`] lifts.
+static ACTIVE: Mutex<Option<ProgressBar>> = Mutex::new(None);
+
+/// Writes one line to stderr above the progress bar (or plainly when there is none), in
+/// one write so that other threads' lines cannot cut it.
+pub fn print_line(line: &str) {
+    let bar = ACTIVE.lock().ok().and_then(|b| b.clone());
+    let write = || {
+        let _ = std::io::stderr().lock().write_all(line.as_bytes());
+    };
+    match bar {
+        Some(bar) => bar.suspend(write),
+        None => write(),
+    }
+}
 
 pub struct ProgressBarHook {
-    last_step: u64,
+    /// `None`: a counter with the rate, for runs without a last step.
+    last_step: Option<u64>,
     bar: Option<ProgressBar>,
 }
 
 impl ProgressBarHook {
-    pub fn new(last_step: u64) -> Self {
+    pub fn new(last_step: Option<u64>) -> Self {
         ProgressBarHook { last_step, bar: None }
     }
 }
@@ -24,11 +44,17 @@ impl SessionRunHook for ProgressBarHook {
         if !std::io::stderr().is_terminal() {
             return Ok(());
         }
-        let bar = ProgressBar::new(self.last_step);
-        if let Ok(style) = ProgressStyle::with_template("{bar:40} {pos}/{len} steps  {per_sec}  eta {eta}") {
+        let (bar, template) = match self.last_step {
+            Some(last) => (ProgressBar::new(last), "{bar:40} {pos}/{len} steps  {per_sec}  eta {eta}"),
+            None => (ProgressBar::no_length(), "{spinner} step {pos}  {per_sec}  {elapsed}"),
+        };
+        if let Ok(style) = ProgressStyle::with_template(template) {
             bar.set_style(style);
         }
         bar.set_position(ctx.global_step);
+        if let Ok(mut active) = ACTIVE.lock() {
+            *active = Some(bar.clone());
+        }
         self.bar = Some(bar);
         Ok(())
     }
@@ -41,6 +67,9 @@ impl SessionRunHook for ProgressBarHook {
     fn end(&mut self, _: &HookContext<'_>) -> Result<()> {
         if let Some(b) = self.bar.take() {
             b.finish_and_clear();
+            if let Ok(mut active) = ACTIVE.lock() {
+                *active = None;
+            }
         }
         Ok(())
     }

@@ -72,8 +72,11 @@ pub enum HookConfig {
         #[serde(default = "hundred")]
         run_every_steps: u64,
     },
+    /// Training shows one by default on a terminal; this sets where it ends (`None`: the
+    /// run's last step when it has one, else a counter).
     ProgressBar {
-        last_step: u64,
+        #[serde(default)]
+        last_step: Option<u64>,
     },
 }
 
