@@ -2,7 +2,10 @@
 //! `session_start_info` summary (`tensorboard/plugins/hparams/{plugin_data,api}.proto`),
 //! hand-written as `prost` messages like the rest of the event protos.
 
-use super::proto::{SummaryValue, TensorProto, TensorShape};
+use super::{
+    graph::TensorShapeProto,
+    proto::{SummaryValue, TensorProto},
+};
 use std::collections::{BTreeMap, HashMap};
 
 /// One hyperparameter's value, as the dashboard's columns show it.
@@ -73,7 +76,7 @@ pub(super) fn session_start(hparams: &BTreeMap<String, HParam>, start_time_secs:
                 content: prost::Message::encode_to_vec(&data),
             }),
         }),
-        tensor: Some(TensorProto { dtype: 1, tensor_shape: Some(TensorShape::default()), float_val: vec![0.0] }),
+        tensor: Some(TensorProto { dtype: 1, tensor_shape: Some(TensorShapeProto::default()), float_val: vec![0.0] }),
         ..SummaryValue::default()
     }
 }

@@ -70,15 +70,12 @@ pub struct TensorProto {
     /// `tensorflow.DataType`: 1 is `DT_FLOAT`.
     #[prost(int32, tag = "1")]
     pub dtype: i32,
+    /// No dimensions: a scalar.
     #[prost(message, optional, tag = "2")]
-    pub tensor_shape: Option<TensorShape>,
+    pub tensor_shape: Option<super::graph::TensorShapeProto>,
     #[prost(float, repeated, packed = "true", tag = "5")]
     pub float_val: Vec<f32>,
 }
-
-/// `tensorflow.TensorShapeProto`; empty for a scalar.
-#[derive(Clone, PartialEq, prost::Message)]
-pub struct TensorShape {}
 
 /// `tensorflow.HistogramProto`: bucket `i` counts values in `[bucket_limit[i-1], bucket_limit[i])`.
 #[derive(Clone, PartialEq, prost::Message)]
