@@ -74,3 +74,46 @@ fn a_run_on_s3_checkpoints_summarizes_and_resumes() -> Result<()> {
     ensure!(restored.checkpoint.tensors["global_step"].scalar_value() == Some(40.0));
     Ok(())
 }
+
+/// Training and evaluation files on S3 (`train_input.images: "s3://data/..."`): fetched
+/// into a local cache once, then read as local files; the run trains and evaluates on
+/// them like on the local copies.
+#[test]
+fn training_and_evaluation_files_can_live_on_s3() -> Result<()> {
+    let moto = Moto::start()?;
+    moto.create_bucket("data")?;
+    moto.create_bucket("models")?;
+    let options = S3Options {
+        endpoint: Some(moto.endpoint()),
+        region: Some("us-east-1".into()),
+        access_key_id: Some("testing".into()),
+        secret_access_key: Some("testing".into()),
+        allow_http: Some(true),
+    };
+    let data = ModelDir::open_with("s3://data/fashion-mnist", Some(&options))?;
+    let local = "/usr/share/datasets/fashion-mnist";
+    let files = [
+        "train-images-idx3-ubyte.gz",
+        "train-labels-idx1-ubyte.gz",
+        "t10k-images-idx3-ubyte.gz",
+        "t10k-labels-idx1-ubyte.gz",
+    ];
+    for file in files {
+        data.put(file, std::fs::read(format!("{local}/{file}"))?)?;
+    }
+    let sets: Vec<String> = [
+        ("train_input.images", files[0]),
+        ("train_input.labels", files[1]),
+        ("eval_input.images", files[2]),
+        ("eval_input.labels", files[3]),
+    ]
+    .iter()
+    .flat_map(|(field, file)| ["--set".to_string(), format!("{field}=s3://data/fashion-mnist/{file}")])
+    .chain(["--set".to_string(), "eval_spec.steps=2".to_string()])
+    .collect();
+    let extra: Vec<&str> = sets.iter().map(String::as_str).collect();
+    let run = engine_with(&moto, &strs(&run_args("s3://models/jobs/remote-data", 5, &extra)))?.ok()?;
+    ensure!(printed_dict(&run.stdout)?["global_step"] == 5.0, "{}", run.stdout);
+    ensure!(run.stderr.contains("Fetching s3://data/fashion-mnist/train-images-idx3-ubyte.gz"), "{}", run.stderr);
+    Ok(())
+}

@@ -68,6 +68,7 @@ mod limits;
 mod map;
 mod materialize;
 mod prefetch;
+mod remote;
 mod rng;
 mod schema;
 mod shard;

@@ -24,6 +24,7 @@ use super::filter::Predicate;
 use super::lenient;
 use super::limits::{InputField, MAX_BATCH_SIZE, MAX_PREFETCH, bytes, check_range};
 use super::map::Map;
+use super::remote;
 use super::source::csv::CsvOptions;
 use engine_graph::HostTensor;
 use serde::{Deserialize, Serialize};
@@ -313,6 +314,8 @@ impl InputSpec {
         };
         match self {
             InputSpec::Idx { images, labels, .. } => {
+                let images = &remote::localize(images).map_err(at("images"))?;
+                let labels = &labels.as_deref().map(remote::localize).transpose().map_err(at("labels"))?;
                 let opened = match labels {
                     Some(labels) => Dataset::from_idx(images, labels),
                     None => Dataset::from_idx_images(images),
@@ -332,7 +335,7 @@ impl InputSpec {
                 })
             }
             InputSpec::Csv { path, label, columns, categorical, delimiter, .. } => Dataset::from_csv(CsvOptions {
-                path: path.clone(),
+                path: remote::localize(path).map_err(at("path"))?,
                 label: label.clone(),
                 columns: columns.clone(),
                 categorical: categorical.clone(),
@@ -348,7 +351,8 @@ impl InputSpec {
                 at(field)(e)
             }),
             InputSpec::TfRecord { files, features, label, .. } => {
-                Dataset::from_tfrecord(files, FeatureSpec { features: features.clone(), label: label.clone() })
+                let files = remote::localize(files).map_err(at("files"))?;
+                Dataset::from_tfrecord(&files, FeatureSpec { features: features.clone(), label: label.clone() })
                     .map_err(at("files"))
             }
             InputSpec::Tensors { features, labels, .. } => {
