@@ -436,3 +436,56 @@ fn mismatched_specs_wrong_tokens_and_bad_clusters_are_refused() -> Result<()> {
     ensure!(!out.status.success() && err.contains("worker:0") && err.contains("worker:1"), "{err}");
     Ok(())
 }
+
+/// torchrun's variables (`MASTER_ADDR`, `MASTER_PORT`, `RANK`, `WORLD_SIZE`, as torchrun and
+/// Kubeflow's PyTorchJob set them): two processes meet at the master, learn each other's
+/// addresses, and train like one_device on the global batch.
+#[test]
+fn torchrun_variables_make_a_cluster_that_trains_like_one_device() -> Result<()> {
+    let tmp = tempfile::tempdir()?;
+    let spec = unshuffled_spec(tmp.path())?;
+    const STEPS: u64 = 8;
+    let reference = tmp.path().join("one_device");
+    let reference_loss = one_device(&spec, &reference, PER_WORKER * 2, STEPS)?;
+    let dir = tmp.path().join("torchrun");
+    let master_port = free_ports(1)?[0];
+    let mut children = Vec::new();
+    for rank in 0..2 {
+        let mut args = vec![
+            "run".to_string(),
+            spec.to_string_lossy().into_owned(),
+            "--strategy".into(),
+            "multi_worker".into(),
+            "--max-steps".into(),
+            STEPS.to_string(),
+            "--model-dir".into(),
+            dir.to_string_lossy().into_owned(),
+        ];
+        args.extend(common_sets(PER_WORKER));
+        let child = engine_command(&common::strs(&args))?
+            .env("MASTER_ADDR", "127.0.0.1")
+            .env("MASTER_PORT", master_port.to_string())
+            .env("RANK", rank.to_string())
+            .env("WORLD_SIZE", "2")
+            .env("ENGINE_CLUSTER_TOKEN", "torchrun-test")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()?;
+        children.push(child);
+    }
+    let mut logs = String::new();
+    for child in children {
+        let out = child.wait_with_output()?;
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        ensure!(out.status.success(), "a torchrun task failed:\n{stderr}");
+        logs.push_str(&stderr);
+    }
+    ensure!(logs.contains("torchrun"), "the tasks did not name their cluster source:\n{logs}");
+    assert_same_variables(&variables(&dir, STEPS)?, &variables(&reference, STEPS)?, "torchrun cluster")?;
+    let losses = final_losses(&logs)?;
+    ensure!(!losses.is_empty(), "no final loss logged:\n{logs}");
+    for loss in losses.values() {
+        ensure!((loss - reference_loss).abs() / reference_loss.abs() <= 1e-6, "{loss} vs {reference_loss}");
+    }
+    Ok(())
+}

@@ -40,6 +40,7 @@ pub mod slurm;
 mod spec;
 mod task;
 pub mod tf_config;
+pub mod torchrun;
 mod validate;
 
 pub use error::{ClusterError, ParseTaskError};
@@ -49,6 +50,7 @@ pub use slurm::{DEFAULT_SLURM_PORT_BASE, from_slurm};
 pub use spec::ClusterSpec;
 pub use task::{TaskId, TaskType};
 pub use tf_config::{TF_CONFIG, from_tf_config};
+pub use torchrun::{RENDEZVOUS_TIMEOUT, from_torchrun};
 
 use std::fmt;
 
@@ -59,6 +61,7 @@ pub enum ClusterSource {
     Flags,
     TfConfig,
     Slurm,
+    Torchrun,
 }
 
 impl fmt::Display for ClusterSource {
@@ -67,6 +70,7 @@ impl fmt::Display for ClusterSource {
             ClusterSource::Flags => "--cluster/--task",
             ClusterSource::TfConfig => "TF_CONFIG",
             ClusterSource::Slurm => "Slurm",
+            ClusterSource::Torchrun => "torchrun (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE)",
         })
     }
 }

@@ -1,4 +1,5 @@
-//! Which source wins: the command line, then `TF_CONFIG`, then Slurm.
+//! Which source wins: the command line, then `TF_CONFIG`, then torchrun's variables, then
+//! Slurm.
 //!
 //! The most explicit source wins, and the sources below it are not read at all: a flag
 //! given to override a broken `TF_CONFIG` must not fail on that `TF_CONFIG`, and a
@@ -8,6 +9,7 @@
 use super::flags::{ClusterFlags, from_flags};
 use super::slurm::{DEFAULT_SLURM_PORT_BASE, from_slurm};
 use super::tf_config::{TF_CONFIG, from_tf_config};
+use super::torchrun::{RENDEZVOUS_TIMEOUT, from_torchrun};
 use super::{Cluster, ClusterError};
 
 /// The cluster from the first configured source, or `None` for a single process. `env`
@@ -17,6 +19,11 @@ pub fn resolve(flags: &ClusterFlags, env: &dyn Fn(&str) -> Option<String>) -> Re
         return from_flags(flags);
     }
     if let Some(cluster) = env(TF_CONFIG).map(|json| from_tf_config(&json)).transpose()?.flatten() {
+        return Ok(Some(cluster));
+    }
+    // Named by the user's launcher (torchrun, a PyTorchJob), so more specific than the
+    // allocation a Slurm step would describe.
+    if let Some(cluster) = from_torchrun(env, RENDEZVOUS_TIMEOUT)? {
         return Ok(Some(cluster));
     }
     from_slurm(env, DEFAULT_SLURM_PORT_BASE)
