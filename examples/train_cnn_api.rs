@@ -136,7 +136,7 @@ fn main() -> Result<()> {
         ..RunConfig::new(args.model_dir.as_str())
     };
     let estimator = Estimator::new(cnn_model_fn, config)?;
-    let train_spec = TrainSpec { input_fn: Arc::new(train_input), max_steps: Some(args.max_steps), hooks: Vec::new() };
+    let train_spec = TrainSpec::new(Arc::new(train_input), Some(args.max_steps));
     // Evaluate every 1000 steps and at the end.
     let eval_spec = EvalSpec { every_n_steps: Some(1000), ..EvalSpec::new(Arc::new(eval_input)) };
     let started = std::time::Instant::now();

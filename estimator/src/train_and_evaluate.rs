@@ -32,6 +32,19 @@ pub struct EvalSpec {
     pub every_n_steps: Option<u64>,
 }
 
+impl TrainSpec {
+    /// `tf.estimator.TrainSpec(input_fn, max_steps)`, without hooks; add them with
+    /// [`TrainSpec::with_hooks`].
+    pub fn new(input_fn: Arc<dyn InputFn>, max_steps: Option<u64>) -> Self {
+        TrainSpec { input_fn, max_steps, hooks: Vec::new() }
+    }
+
+    pub fn with_hooks(mut self, hooks: Vec<Box<dyn SessionRunHook>>) -> Self {
+        self.hooks = hooks;
+        self
+    }
+}
+
 impl EvalSpec {
     pub fn new(input_fn: Arc<dyn InputFn>) -> Self {
         EvalSpec {

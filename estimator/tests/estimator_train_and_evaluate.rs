@@ -29,7 +29,7 @@ fn scalar_steps(dir: &tempfile::TempDir, subdir: &str, tag: &str) -> Result<Vec<
 }
 
 fn specs(max_steps: u64, eval: impl FnOnce(EvalSpec) -> EvalSpec) -> (TrainSpec, EvalSpec) {
-    let train = TrainSpec { input_fn: Arc::new(train_input), max_steps: Some(max_steps), hooks: Vec::new() };
+    let train = TrainSpec::new(Arc::new(train_input), Some(max_steps));
     (train, eval(EvalSpec::new(Arc::new(eval_input))))
 }
 
