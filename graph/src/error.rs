@@ -5,7 +5,26 @@ use thiserror::Error;
 
 pub type Result<T, E = GraphError> = std::result::Result<T, E>;
 
-#[derive(Debug, Error)]
+/// Formats an error as its message and the chain of its causes: what `Debug` shows for
+/// the engine's errors, so that `fn main() -> Result<(), Box<dyn Error>>` prints sentences,
+/// not enum variants and `Known(13)`.
+pub fn fmt_error_chain(e: &dyn std::error::Error, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+    write!(f, "{e}")?;
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        write!(f, "\n  caused by: {c}")?;
+        cause = c.source();
+    }
+    Ok(())
+}
+
+impl std::fmt::Debug for GraphError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        fmt_error_chain(self, f)
+    }
+}
+
+#[derive(Error)]
 pub enum GraphError {
     /// Shape inference refused the inputs of a node.
     #[error("shape error at node '{node}' ({op}): {reason}; input facts: {}", fmt_facts(.inputs))]
@@ -60,4 +79,24 @@ impl GraphError {
 fn fmt_facts(facts: &[Fact]) -> String {
     let parts: Vec<String> = facts.iter().map(|f| f.to_string()).collect();
     parts.join(", ")
+}
+
+#[cfg(test)]
+mod debug_tests {
+    use super::*;
+    use crate::Shape;
+
+    /// `fn main() -> Result<(), Box<dyn Error>>` prints `Debug`: a sentence, not variants.
+    #[test]
+    fn debug_prints_the_message_not_the_variant() {
+        let e = GraphError::Shape {
+            node: "dense/MatMul".into(),
+            op: "MatMul",
+            reason: "inner dimensions differ".into(),
+            inputs: vec![Fact::f32(Shape::batched(&[13]))],
+        };
+        let debug = format!("{e:?}");
+        assert_eq!(debug, e.to_string());
+        assert!(debug.contains("[N, 13]") && !debug.contains("Known(") && !debug.contains("Shape {"), "{debug}");
+    }
 }

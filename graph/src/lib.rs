@@ -40,7 +40,7 @@ mod tensor_rows;
 
 pub use builder::GraphBuilder;
 pub use dtype::DType;
-pub use error::{GraphError, Result};
+pub use error::{GraphError, Result, fmt_error_chain};
 pub use fact::Fact;
 pub use graph::Graph;
 pub use graph_def::{GraphDef, NodeDef, OutletDef};

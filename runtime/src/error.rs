@@ -7,7 +7,14 @@ use thiserror::Error;
 
 pub type Result<T, E = RuntimeError> = std::result::Result<T, E>;
 
-#[derive(Debug, Error)]
+/// `Debug` is the message and its causes (see [`engine_graph::fmt_error_chain`]).
+impl std::fmt::Debug for RuntimeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        engine_graph::fmt_error_chain(self, f)
+    }
+}
+
+#[derive(Error)]
 pub enum RuntimeError {
     #[error(transparent)]
     Graph(#[from] GraphError),

@@ -4,7 +4,14 @@ use crate::spec::SpecError;
 use engine_graph::GraphError;
 use thiserror::Error;
 
-#[derive(Debug, Error)]
+/// `Debug` is the message and its causes (see [`engine_graph::fmt_error_chain`]).
+impl std::fmt::Debug for LowerError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        engine_graph::fmt_error_chain(self, f)
+    }
+}
+
+#[derive(Error)]
 pub enum LowerError {
     /// The spec asks for something that does not fit (shapes, classes): located in the spec.
     #[error(transparent)]

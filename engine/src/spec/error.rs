@@ -68,8 +68,15 @@ pub enum ErrorKind {
 
 /// A located spec error: `file:line:col: path: message`. Boxed: errors are rare and
 /// `Result<_, SpecError>` is returned everywhere.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Clone, PartialEq)]
 pub struct SpecError(Box<Details>);
+
+/// `Debug` is the located message, as `Display`: what `fn main() -> Result<..>` prints.
+impl std::fmt::Debug for SpecError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        engine_graph::fmt_error_chain(self, f)
+    }
+}
 
 #[derive(Debug, Clone, PartialEq)]
 struct Details {

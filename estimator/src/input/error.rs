@@ -8,7 +8,14 @@
 
 use std::path::PathBuf;
 
-#[derive(Debug, thiserror::Error)]
+/// `Debug` is the message and its causes (see [`engine_graph::fmt_error_chain`]).
+impl std::fmt::Debug for InputError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        engine_graph::fmt_error_chain(self, f)
+    }
+}
+
+#[derive(thiserror::Error)]
 pub enum InputError {
     #[error("{}: {source}", path.display())]
     Io {
