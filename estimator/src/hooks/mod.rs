@@ -23,6 +23,7 @@ pub use fault_injection::{FAULT_ENV, FAULT_EXIT_CODE, FaultInjectionHook, RESTAR
 pub use logging_tensor::LoggingTensorHook;
 pub use nan_tensor::NanTensorHook;
 pub use profiler::ProfilerHook;
+pub(crate) use progress_bar::EvalProgress;
 pub use progress_bar::{ProgressBarHook, print_line};
 pub use registry::{HOOK_NAMES, HookConfig, hook_from_config};
 pub use step_counter::StepCounterHook;

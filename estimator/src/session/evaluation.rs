@@ -51,6 +51,7 @@ pub(crate) fn evaluate_dataset(
     let mut out = EvalOutcome::default();
     let mut states: Vec<MetricState> = vec![MetricState::default(); compiled.metrics.len()];
     let mut batches = batches.peekable();
+    let progress = crate::hooks::EvalProgress::start(steps);
     while batches.peek().is_some() {
         if steps.is_some_and(|s| out.batches >= s) {
             break;
@@ -112,6 +113,7 @@ pub(crate) fn evaluate_dataset(
             }
         }
         out.batches += 1;
+        progress.batches_done(out.batches);
         let mut values = RunValues { step_time, input_wait, ..RunValues::default() };
         let mean = if group_examples > 0 { group_loss / group_examples as f64 } else { f64::NAN };
         values.results.insert("loss".into(), HostTensor::scalar_f32(mean as f32));
