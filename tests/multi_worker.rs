@@ -96,19 +96,26 @@ fn assert_global_final_loss(cluster_stderr: &str, workers: usize, reference: f64
     Ok(())
 }
 
-/// Trains with one_device and returns the final step's loss.
-fn one_device(spec: &Path, model_dir: &Path, batch: usize, steps: u64) -> Result<f64> {
+/// `engine run SPEC --strategy S --max-steps N --model-dir D` with the common settings for
+/// a per-replica batch of `batch`.
+fn run_command(spec: &Path, strategy: &str, model_dir: &Path, steps: u64, batch: usize) -> Vec<String> {
     let mut args = vec![
         "run".to_string(),
         spec.to_string_lossy().into_owned(),
         "--strategy".into(),
-        "one_device".into(),
+        strategy.into(),
         "--max-steps".into(),
         steps.to_string(),
         "--model-dir".into(),
         model_dir.to_string_lossy().into_owned(),
     ];
     args.extend(common_sets(batch));
+    args
+}
+
+/// Trains with one_device and returns the final step's loss.
+fn one_device(spec: &Path, model_dir: &Path, batch: usize, steps: u64) -> Result<f64> {
+    let args = run_command(spec, "one_device", model_dir, steps, batch);
     let out = engine(&common::strs(&args))?.ok()?;
     final_losses(&out.stderr)?
         .get("")
@@ -219,21 +226,8 @@ fn the_evaluator_task_evaluates_the_chiefs_checkpoints_until_the_last() -> Resul
 
 /// One `engine run` task of a hand-made cluster.
 fn task(spec: &Path, model_dir: &Path, tf_config: &str, token: &str, steps: u64, extra: &[&str]) -> Result<Child> {
-    let mut args = vec![
-        "run".to_string(),
-        spec.to_string_lossy().into_owned(),
-        "--strategy".into(),
-        "multi_worker".into(),
-        "--max-steps".into(),
-        steps.to_string(),
-        "--model-dir".into(),
-        model_dir.to_string_lossy().into_owned(),
-        "--set".into(),
-        "run_config.save_checkpoints_steps=4".into(),
-        "--collective-timeout".into(),
-        "15".into(),
-    ];
-    args.extend(common_sets(PER_WORKER));
+    let mut args = run_command(spec, "multi_worker", model_dir, steps, PER_WORKER);
+    args.extend(["--set", "run_config.save_checkpoints_steps=4", "--collective-timeout", "15"].map(String::from));
     args.extend(extra.iter().map(|s| s.to_string()));
     Ok(engine_command(&common::strs(&args))?
         .env("TF_CONFIG", tf_config)
@@ -451,17 +445,7 @@ fn torchrun_variables_make_a_cluster_that_trains_like_one_device() -> Result<()>
     let master_port = free_ports(1)?[0];
     let mut children = Vec::new();
     for rank in 0..2 {
-        let mut args = vec![
-            "run".to_string(),
-            spec.to_string_lossy().into_owned(),
-            "--strategy".into(),
-            "multi_worker".into(),
-            "--max-steps".into(),
-            STEPS.to_string(),
-            "--model-dir".into(),
-            dir.to_string_lossy().into_owned(),
-        ];
-        args.extend(common_sets(PER_WORKER));
+        let args = run_command(&spec, "multi_worker", &dir, STEPS, PER_WORKER);
         let child = engine_command(&common::strs(&args))?
             .env("MASTER_ADDR", "127.0.0.1")
             .env("MASTER_PORT", master_port.to_string())

@@ -179,8 +179,8 @@ mod tests {
     }
 
     #[test]
-    fn three_ranks_meet_at_the_master_and_agree_on_the_cluster() {
-        let port = free_port(None).unwrap_or(29500);
+    fn three_ranks_meet_at_the_master_and_agree_on_the_cluster() -> Result<(), ClusterError> {
+        let port = free_port(None)?;
         let handles: Vec<_> = (0..3)
             .map(|rank| {
                 std::thread::spawn(move || {
@@ -194,7 +194,11 @@ mod tests {
                 })
             })
             .collect();
-        let clusters: Vec<Cluster> = handles.into_iter().map(|h| h.join().unwrap().unwrap().unwrap()).collect();
+        let mut clusters: Vec<Cluster> = Vec::new();
+        for h in handles {
+            let joined = h.join().map_err(|_| rendezvous("a rank's thread panicked".into()))?;
+            clusters.push(joined?.ok_or_else(|| rendezvous("a rank found no cluster".into()))?);
+        }
         let spec = clusters[0].spec().clone();
         assert_eq!(spec.worker.len(), 3);
         for (rank, c) in clusters.iter().enumerate() {
@@ -203,6 +207,7 @@ mod tests {
             assert_eq!(c.source(), ClusterSource::Torchrun);
         }
         assert!(clusters[0].is_chief());
+        Ok(())
     }
 
     #[test]
