@@ -8,6 +8,7 @@
 //! TensorFlow's semantics, or runs one role of a cluster.
 
 pub mod checkpoint;
+pub mod distribute;
 mod distributed;
 mod error;
 mod estimator;

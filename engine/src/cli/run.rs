@@ -59,7 +59,7 @@ pub fn run(args: &RunArgs) -> Result<(), CliError> {
 }
 
 /// The environment variable holding the cluster's shared token.
-pub const TOKEN_ENV: &str = "ENGINE_CLUSTER_TOKEN";
+pub const TOKEN_ENV: &str = engine_estimator::distribute::CLUSTER_TOKEN_ENV;
 
 /// Set by `engine launch`: the descriptor of a pipe only the launcher writes to. Its end of
 /// file means the launcher is gone, and this task stops as on SIGTERM.

@@ -103,11 +103,34 @@ pub(crate) fn compile(
     strategy: &dyn Strategy,
     extra_tensors: &[String],
 ) -> Result<Compiled> {
+    compile_with(model_fn, params, mode, schema, strategy, extra_tensors, mode == Mode::Eval)
+}
+
+/// A custom loop's training step: the training graph plus the model function's metrics,
+/// whose increments every step fetches (the Estimator computes metrics when evaluating).
+pub(crate) fn compile_step(
+    model_fn: &dyn ModelFn,
+    params: &Params,
+    schema: &Schema,
+    strategy: &dyn Strategy,
+) -> Result<Compiled> {
+    compile_with(model_fn, params, Mode::Train, schema, strategy, &[], true)
+}
+
+fn compile_with(
+    model_fn: &dyn ModelFn,
+    params: &Params,
+    mode: Mode,
+    schema: &Schema,
+    strategy: &dyn Strategy,
+    extra_tensors: &[String],
+    with_metrics: bool,
+) -> Result<Compiled> {
     let mut graph = Graph::new();
     let mut spec = build_model(&mut graph, model_fn, params, mode, schema)?;
     let mut b = GraphBuilder::new(&mut graph);
     let mut metrics = Vec::new();
-    if mode == Mode::Eval {
+    if with_metrics {
         for (name, metric) in &spec.eval_metric_ops {
             let outs = metric.build(name, &mut b)?;
             metrics.push((name.clone(), metric.clone(), outs));

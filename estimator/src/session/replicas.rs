@@ -129,6 +129,15 @@ impl Replicas {
         self.remote.as_ref().is_some_and(|r| r.stopping)
     }
 
+    /// The group that joins this process's one replica with the other tasks' (multi_worker),
+    /// for reductions outside the graph.
+    pub fn cross_process_group(&self) -> Option<Arc<dyn engine_runtime::Collective>> {
+        if self.replicas != 1 || self.remote.is_some() {
+            return None;
+        }
+        self.collectives.first().cloned()
+    }
+
     /// Batch-consuming replicas.
     pub fn len(&self) -> usize {
         self.replicas
