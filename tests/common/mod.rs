@@ -40,12 +40,33 @@ pub fn engine_binary() -> Result<PathBuf> {
 }
 
 fn build_engine() -> Result<PathBuf> {
+    let binary = build(&["-p", "engine-cli", "--bin", "engine"])?;
+    Ok(binary.join(format!("engine{}", std::env::consts::EXE_SUFFIX)))
+}
+
+static EXAMPLES: std::sync::Mutex<BTreeMap<String, PathBuf>> = std::sync::Mutex::new(BTreeMap::new());
+
+/// The binary of example `name` (in `examples/`) of this build, built first if needed.
+pub fn example_binary(name: &str) -> Result<PathBuf> {
+    let mut built = EXAMPLES.lock().map_err(|_| anyhow::anyhow!("a test panicked while building an example"))?;
+    if let Some(path) = built.get(name) {
+        return Ok(path.clone());
+    }
+    let binary = build(&["-p", "engine", "--example", name])?.join("examples").join(name);
+    ensure!(binary.is_file(), "cargo built example {name}, but {} is missing", binary.display());
+    built.insert(name.to_string(), binary.clone());
+    Ok(binary)
+}
+
+/// Runs `cargo build --quiet ARGS` for this test's target directory and profile; returns
+/// the profile directory.
+fn build(args: &[&str]) -> Result<PathBuf> {
     let profile_dir = profile_dir()?;
     let target = profile_dir.parent().context("no target directory")?;
     let profile = profile_dir.file_name().and_then(|n| n.to_str()).context("profile directory name")?;
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut build = Command::new(cargo);
-    build.current_dir(repo_root()).args(["build", "--quiet", "-p", "engine-cli", "--bin", "engine", "--target-dir"]);
+    build.current_dir(repo_root()).args(["build", "--quiet"]).args(args).arg("--target-dir");
     // Cargo gives this test process its package's variables (CARGO_PKG_NAME, OUT_DIR, ...).
     // Passed on, they differ from a shell's build, and build scripts watching them (ring's
     // does) run again: every `cargo test` would then rebuild the TLS stack and all above it.
@@ -67,13 +88,11 @@ fn build_engine() -> Result<PathBuf> {
             build.args(["--profile", other]);
         }
     }
-    let out = build.output().context("running cargo to build the engine binary")?;
+    let out = build.output().with_context(|| format!("running cargo build {}", args.join(" ")))?;
     if !out.status.success() {
-        bail!("cargo build -p engine-cli --bin engine failed:\n{}", String::from_utf8_lossy(&out.stderr));
+        bail!("cargo build {} failed:\n{}", args.join(" "), String::from_utf8_lossy(&out.stderr));
     }
-    let binary = profile_dir.join(format!("engine{}", std::env::consts::EXE_SUFFIX));
-    ensure!(binary.is_file(), "cargo built the engine, but {} is missing", binary.display());
-    Ok(binary)
+    Ok(profile_dir)
 }
 
 /// The engine command with `args`, logging on stderr, no inherited AWS settings.
