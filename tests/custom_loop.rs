@@ -3,7 +3,8 @@
 //! the same loop under `one_device` on the same global batches; killed with SIGKILL after
 //! their first checkpoint and restarted, and stopped with SIGTERM mid-epoch and restarted,
 //! they end like the unbroken run; the unchanged loop under `default`, `mirrored`,
-//! `central_storage` and `parameter_server` ends like `one_device` too.
+//! `central_storage` and `parameter_server` ends like `one_device` too; with checkpoints on
+//! S3 (moto) a restarted cluster resumes from the chief's.
 //!
 //! In f64 and unshuffled, as tests/multi_worker.rs (worker `i` reads examples `i, i + n, ...`,
 //! so the workers' batches at a step make one_device's batch of twice the size).
@@ -11,9 +12,9 @@
 mod common;
 
 use anyhow::{Context, Result, ensure};
-use common::{example_binary, finish, free_ports};
+use common::{Moto, example_binary, finish, free_ports};
 use engine::estimator::checkpoint::{CheckpointManager, read_checkpoint};
-use engine::estimator::model_dir::ModelDir;
+use engine::estimator::model_dir::{ModelDir, S3Options};
 use engine::graph::HostTensor;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -28,9 +29,9 @@ const WITHIN: Duration = Duration::from_secs(300);
 
 /// The example's command: `strategy`, checkpoints in `dir`, `per_replica` examples per
 /// replica; f64, unshuffled, the first 4096 training images.
-fn command(strategy: &str, dir: &Path, per_replica: usize, extra: &[&str]) -> Result<Command> {
+fn command(strategy: &str, dir: &str, per_replica: usize, extra: &[&str]) -> Result<Command> {
     let mut c = Command::new(example_binary(EXAMPLE)?);
-    c.args(["--strategy", strategy, "--checkpoint-dir"]).arg(dir);
+    c.args(["--strategy", strategy, "--checkpoint-dir", dir]);
     c.args(["--epochs", &EPOCHS.to_string(), "--steps-per-epoch", &STEPS_PER_EPOCH.to_string()]);
     c.args(["--batch-per-replica", &per_replica.to_string(), "--shuffle", "0", "--take", "4096"]);
     c.args(["--precision", "f64", "--seed", "7"]).args(extra);
@@ -40,7 +41,7 @@ fn command(strategy: &str, dir: &Path, per_replica: usize, extra: &[&str]) -> Re
 
 /// Runs one process to the end; its log.
 fn run_alone(strategy: &str, dir: &Path, per_replica: usize, extra: &[&str]) -> Result<String> {
-    let (ok, log) = finish(command(strategy, dir, per_replica, extra)?.spawn()?, WITHIN)?;
+    let (ok, log) = finish(command(strategy, &dir.to_string_lossy(), per_replica, extra)?.spawn()?, WITHIN)?;
     ensure!(ok, "{strategy} failed:\n{log}");
     Ok(log)
 }
@@ -52,6 +53,17 @@ fn tf_config(cluster: &str, task_type: &str, index: usize) -> String {
 
 /// Starts the tasks of a cluster, `(type, count)` in order: every one runs the example.
 fn start_cluster(strategy: &str, dir: &Path, tasks: &[(&str, usize)]) -> Result<Vec<Child>> {
+    start_cluster_with(strategy, &dir.to_string_lossy(), tasks, &[], &[])
+}
+
+/// `start_cluster` with checkpoints at any location, more flags and more environment.
+fn start_cluster_with(
+    strategy: &str,
+    dir: &str,
+    tasks: &[(&str, usize)],
+    extra: &[&str],
+    env: &[(&str, String)],
+) -> Result<Vec<Child>> {
     let total: usize = tasks.iter().map(|(_, n)| n).sum();
     let mut ports = free_ports(total)?.into_iter();
     let mut jobs = Vec::new();
@@ -64,8 +76,8 @@ fn start_cluster(strategy: &str, dir: &Path, tasks: &[(&str, usize)]) -> Result<
     let mut children = Vec::new();
     for (task_type, n) in tasks {
         for index in 0..*n {
-            let mut c = command(strategy, dir, per_replica, &[])?;
-            c.env("TF_CONFIG", tf_config(&cluster, task_type, index));
+            let mut c = command(strategy, dir, per_replica, extra)?;
+            c.env("TF_CONFIG", tf_config(&cluster, task_type, index)).envs(env.iter().map(|(k, v)| (k, v)));
             children.push(c.spawn()?);
         }
     }
@@ -89,14 +101,21 @@ fn finish_all(children: Vec<Child>, what: &str) -> Result<Vec<String>> {
 
 /// The newest checkpoint's variables and loop counters, and its global step.
 fn final_state(dir: &Path) -> Result<(u64, BTreeMap<String, HostTensor>)> {
-    let checkpoint =
-        read_checkpoint(&dir.to_string_lossy(), None).with_context(|| format!("reading {}", dir.display()))?;
+    final_state_at(&dir.to_string_lossy(), None)
+}
+
+fn final_state_at(location: &str, s3: Option<&S3Options>) -> Result<(u64, BTreeMap<String, HostTensor>)> {
+    let checkpoint = read_checkpoint(location, s3).with_context(|| format!("reading {location}"))?;
     Ok((checkpoint.step, checkpoint.tensors))
 }
 
 fn assert_same_state(dir: &Path, reference: &Path, what: &str) -> Result<()> {
-    let (step, got) = final_state(dir)?;
-    let (want_step, want) = final_state(reference)?;
+    assert_same_tensors(final_state(dir)?, final_state(reference)?, what)
+}
+
+type State = (u64, BTreeMap<String, HostTensor>);
+
+fn assert_same_tensors((step, got): State, (want_step, want): State, what: &str) -> Result<()> {
     ensure!(step == want_step && step == EPOCHS * STEPS_PER_EPOCH, "{what}: global step {step}, reference {want_step}");
     ensure!(got.keys().eq(want.keys()), "{what}: tensors differ: {:?} vs {:?}", got.keys(), want.keys());
     for (name, w) in &want {
@@ -208,4 +227,36 @@ fn the_same_loop_runs_under_every_strategy() -> Result<()> {
     finish_all(start_cluster("parameter_server", &dir, &[("worker", 1), ("ps", 1)])?, "parameter_server")?;
     assert_same_state(&dir, &reference, "parameter_server vs one_device")?;
     Ok(())
+}
+
+/// Checkpoints in an object store (moto's S3 on 127.0.0.1), the way tasks on different
+/// machines share them: the chief writes one epoch, the restarted cluster resumes from it.
+#[test]
+fn two_workers_checkpoint_to_s3_and_resume_from_it() -> Result<()> {
+    let tmp = tempfile::tempdir()?;
+    let reference = tmp.path().join("one_device");
+    run_alone("one_device", &reference, GLOBAL_BATCH, &[])?;
+    let moto = Moto::start()?;
+    moto.create_bucket("loops")?;
+    let location = "s3://loops/ckpt";
+    let env = moto.env();
+    let first = start_cluster_with("multi_worker", location, &[("worker", 2)], &["--epochs", "1"], &env)?;
+    let logs = finish_all(first, "first epoch")?;
+    ensure!(logs.iter().all(|l| epoch_lines(l).len() == 1), "{logs:?}");
+    let logs = finish_all(start_cluster_with("multi_worker", location, &[("worker", 2)], &[], &env)?, "the rest")?;
+    for (task, log) in logs.iter().enumerate() {
+        ensure!(
+            log.contains(&format!("Restored model.ckpt-{STEPS_PER_EPOCH}")),
+            "worker {task} did not resume:\n{log}"
+        );
+        ensure!(epoch_lines(log).len() == EPOCHS as usize - 1, "worker {task} trained {:?}", epoch_lines(log));
+    }
+    let s3 = S3Options {
+        endpoint: Some(moto.endpoint()),
+        region: Some("us-east-1".into()),
+        access_key_id: Some("testing".into()),
+        secret_access_key: Some("testing".into()),
+        allow_http: Some(true),
+    };
+    assert_same_tensors(final_state_at(location, Some(&s3))?, final_state(&reference)?, "s3 vs one_device")
 }
