@@ -49,7 +49,7 @@ impl<'g> GraphBuilder<'g> {
         (1..).map(|i| format!("{base}_{i}")).find(|b| !taken(&self.prefixed(b))).unwrap_or_default()
     }
 
-    fn prefixed(&self, base: &str) -> String {
+    pub(crate) fn prefixed(&self, base: &str) -> String {
         if self.scope.is_empty() { base.to_string() } else { format!("{}/{}", self.scope.join("/"), base) }
     }
 

@@ -27,6 +27,7 @@ mod fingerprint;
 mod graph;
 mod graph_def;
 mod init;
+pub mod layers;
 mod node;
 pub mod onnx;
 pub mod ops;

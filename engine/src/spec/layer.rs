@@ -103,18 +103,9 @@ impl Layer {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
-pub enum Activation {
-    Relu,
-    Sigmoid,
-    Tanh,
-    /// The exact GELU, `0.5 x (1 + erf(x / sqrt 2))` (Keras' `gelu`, `approximate=False`).
-    Gelu,
-    /// Over the last axis.
-    Softmax,
-    #[default]
-    Linear,
-}
+/// The layers' activations: the Rust layers' own (`engine_graph::layers`), so both build
+/// the same nodes.
+pub use engine_graph::layers::Activation;
 
 /// A penalty added to the loss (Keras' `kernel_regularizer`).
 #[derive(Debug, Clone, Copy, PartialEq, Deserialize)]

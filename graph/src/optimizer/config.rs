@@ -76,6 +76,23 @@ pub struct OptimizerConfig {
     pub clip_global_norm: Option<f32>,
 }
 
+impl OptimizerConfig {
+    /// Plain SGD at a constant learning rate.
+    pub fn sgd(learning_rate: f32) -> Self {
+        Self::constant(Optimizer::Sgd { momentum: 0.0, nesterov: false }, learning_rate)
+    }
+
+    /// Adam with Keras' defaults (beta1 0.9, beta2 0.999, epsilon 1e-7) at a constant rate.
+    pub fn adam(learning_rate: f32) -> Self {
+        Self::constant(Optimizer::Adam { beta1: 0.9, beta2: 0.999, epsilon: 1e-7 }, learning_rate)
+    }
+
+    /// `optimizer` at a constant learning rate, gradients unclipped.
+    pub fn constant(optimizer: Optimizer, learning_rate: f32) -> Self {
+        OptimizerConfig { optimizer, learning_rate: LearningRate::Constant(learning_rate), clip_global_norm: None }
+    }
+}
+
 impl Optimizer {
     pub fn name(&self) -> &'static str {
         match self {

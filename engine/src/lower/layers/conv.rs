@@ -1,9 +1,13 @@
 //! `Conv2d`: NHWC convolution with an HWIO kernel (`[kh, kw, channels / groups,
 //! filters]`), optionally dilated and grouped, then bias and activation.
 
-use super::{super::LowerError, super::build::Lowering, activate};
+use super::{super::LowerError, super::build::Lowering};
 use crate::spec::{Conv2d, FieldPath, Regularizer};
-use engine_graph::{Dim, Outlet, ops};
+use engine_graph::{
+    Dim, Outlet,
+    layers::{self, Built},
+    ops,
+};
 
 pub fn lower(
     cx: &mut Lowering<'_, '_, '_>,
@@ -37,21 +41,20 @@ pub fn lower(
     cx.check_variable(&path.field("filters"), "kernel", &[kh, kw, per_group, c.filters])?;
     let cost = [out_hw[0], out_hw[1], kh, kw, per_group, c.filters].map(|d| d as u64);
     cx.check_flops(path, &cost)?;
-    let (k, c2) = (c.kernel_size.0, c.clone());
-    let (out, kernel, bias) =
-        cx.b.with_scope(name, |b| {
-            let kernel =
-                b.variable("kernel", &[k[0], k[1], per_group, c2.filters], c2.kernel_initializer.clone(), true)?;
-            let mut y = b.conv2d_general(x, kernel, conv)?;
-            let mut bias = None;
-            if c2.use_bias {
-                let v = b.variable("bias", &[c2.filters], c2.bias_initializer.clone(), true)?;
-                y = b.add(y, v)?;
-                bias = Some(v);
-            }
-            Ok((activate(b, y, c2.activation)?, kernel, bias))
-        })
-        .map_err(|e| cx.graph_error(path, e))?;
+    let layer = layers::Conv2D {
+        filters: c.filters,
+        kernel_size: c.kernel_size.0,
+        strides: c.strides.0,
+        padding: c.padding,
+        dilation_rate: c.dilation_rate.0,
+        groups: c.groups,
+        activation: c.activation,
+        use_bias: c.use_bias,
+        kernel_initializer: c.kernel_initializer.clone(),
+        bias_initializer: c.bias_initializer.clone(),
+    };
+    debug_assert_eq!(layer.op(), conv);
+    let Built { output: out, kernel, bias } = layer.build(cx.b, name, x).map_err(|e| cx.graph_error(path, e))?;
     if let Some(Regularizer::L2(f)) = c.kernel_regularizer {
         cx.regularizers.push((f, kernel));
     }

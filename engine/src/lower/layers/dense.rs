@@ -3,9 +3,12 @@
 //! the channels of an image; here that is refused with a hint, because a Dense straight
 //! after a convolution is nearly always a forgotten Flatten.
 
-use super::{super::LowerError, super::build::Lowering, activate};
+use super::{super::LowerError, super::build::Lowering};
 use crate::spec::{Dense, FieldPath, Regularizer};
-use engine_graph::{Dim, Outlet};
+use engine_graph::{
+    Dim, Outlet,
+    layers::{self, Built},
+};
 
 pub fn lower(
     cx: &mut Lowering<'_, '_, '_>,
@@ -28,20 +31,14 @@ pub fn lower(
         }
     };
     cx.check_variable(&path.field("units"), "kernel", &[features, d.units])?;
-    let (units, d2) = (d.units, d.clone());
-    let (out, kernel, bias) =
-        cx.b.with_scope(name, |b| {
-            let kernel = b.variable("kernel", &[features, units], d2.kernel_initializer.clone(), true)?;
-            let mut y = b.project(x, kernel)?;
-            let mut bias = None;
-            if d2.use_bias {
-                let v = b.variable("bias", &[units], d2.bias_initializer.clone(), true)?;
-                y = b.add(y, v)?;
-                bias = Some(v);
-            }
-            Ok((activate(b, y, d2.activation)?, kernel, bias))
-        })
-        .map_err(|e| cx.graph_error(path, e))?;
+    let layer = layers::Dense {
+        units: d.units,
+        activation: d.activation,
+        use_bias: d.use_bias,
+        kernel_initializer: d.kernel_initializer.clone(),
+        bias_initializer: d.bias_initializer.clone(),
+    };
+    let Built { output: out, kernel, bias } = layer.build(cx.b, name, x).map_err(|e| cx.graph_error(path, e))?;
     if let Some(Regularizer::L2(f)) = d.kernel_regularizer {
         cx.regularizers.push((f, kernel));
     }

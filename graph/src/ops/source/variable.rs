@@ -1,7 +1,7 @@
 //! A persistent value: read at the start of a step, replaced by `Assign` at its end.
 
 use crate::{
-    DType, Fact, GraphBuilder, Initializer, Outlet, Result, Shape,
+    DType, Fact, GraphBuilder, GraphError, Initializer, Outlet, Result, Shape,
     ops::{Arity, OpDef},
 };
 
@@ -47,7 +47,16 @@ impl OpDef for Variable {
 impl GraphBuilder<'_> {
     /// A float variable named `name` in the current scope (`dense/kernel`).
     pub fn variable(&mut self, name: &str, shape: &[usize], init: Initializer, trainable: bool) -> Result<Outlet> {
-        let full = self.name(name);
+        // Two variables of one name would be one checkpoint entry: refuse instead of
+        // renaming the second (a model function that declares `kernel` twice has a bug).
+        let full = self.prefixed(name);
+        if self.graph().contains_name(&full) {
+            return Err(GraphError::invalid(
+                &full,
+                "a variable or node of this name exists already: give each layer its own scope (with_scope, \
+                 unique_scope) or the variable another name",
+            ));
+        }
         let op = Variable { dtype: DType::F32, shape: shape.to_vec(), init, trainable, partition: None };
         self.op_named(&full, op.into(), &[])
     }
