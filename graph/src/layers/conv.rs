@@ -1,7 +1,7 @@
 //! `Conv2D`: NHWC convolution with an HWIO kernel (`[kh, kw, channels / groups, filters]`),
 //! optionally strided, dilated and grouped, then bias and activation.
 
-use super::{Activation, Built};
+use super::{Activation, Built, finish};
 use crate::{
     Dim, GraphBuilder, GraphError, Initializer, Outlet, Result,
     ops::{self, Padding},
@@ -93,14 +93,9 @@ impl Conv2D {
         b.with_scope(name, |b| {
             let kernel_shape = [kh, kw, channels / self.groups, self.filters];
             let kernel = b.variable("kernel", &kernel_shape, self.kernel_initializer.clone(), true)?;
-            let mut y = b.conv2d_general(x, kernel, self.op())?;
-            let mut bias = None;
-            if self.use_bias {
-                let v = b.variable("bias", &[self.filters], self.bias_initializer.clone(), true)?;
-                y = b.add(y, v)?;
-                bias = Some(v);
-            }
-            Ok(Built { output: self.activation.apply(b, y)?, kernel, bias })
+            let y = b.conv2d_general(x, kernel, self.op())?;
+            let bias = self.use_bias.then_some(&self.bias_initializer);
+            finish(b, y, kernel, self.filters, bias, self.activation)
         })
     }
 }

@@ -1,6 +1,6 @@
 //! `Dense`: `activation(x @ kernel + bias)` on the last axis.
 
-use super::{Activation, Built};
+use super::{Activation, Built, finish};
 use crate::{Dim, GraphBuilder, GraphError, Initializer, Outlet, Result};
 
 /// Keras' `Dense(units, activation, use_bias, kernel_initializer, bias_initializer)` on
@@ -63,14 +63,9 @@ impl Dense {
         };
         b.with_scope(name, |b| {
             let kernel = b.variable("kernel", &[features, self.units], self.kernel_initializer.clone(), true)?;
-            let mut y = b.project(x, kernel)?;
-            let mut bias = None;
-            if self.use_bias {
-                let v = b.variable("bias", &[self.units], self.bias_initializer.clone(), true)?;
-                y = b.add(y, v)?;
-                bias = Some(v);
-            }
-            Ok(Built { output: self.activation.apply(b, y)?, kernel, bias })
+            let y = b.project(x, kernel)?;
+            let bias = self.use_bias.then_some(&self.bias_initializer);
+            finish(b, y, kernel, self.units, bias, self.activation)
         })
     }
 }

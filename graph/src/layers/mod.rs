@@ -67,6 +67,26 @@ pub struct Built {
     pub bias: Option<Outlet>,
 }
 
+/// The common tail of `Dense` and `Conv2D`: a bias of `units` (when initialized), then
+/// the activation.
+fn finish(
+    b: &mut GraphBuilder<'_>,
+    y: Outlet,
+    kernel: Outlet,
+    units: usize,
+    bias: Option<&crate::Initializer>,
+    activation: Activation,
+) -> Result<Built> {
+    let (y, bias) = match bias {
+        Some(init) => {
+            let v = b.variable("bias", &[units], init.clone(), true)?;
+            (b.add(y, v)?, Some(v))
+        }
+        None => (y, None),
+    };
+    Ok(Built { output: activation.apply(b, y)?, kernel, bias })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
