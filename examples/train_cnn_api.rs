@@ -11,7 +11,6 @@
 //! `FASHION_MNIST_DIR` overrides where the data is (`apt-get install dataset-fashion-mnist`).
 
 use engine::prelude::*;
-use std::sync::Arc;
 
 /// Conv(32, 3x3, relu) -> MaxPool(2x2) -> Flatten -> Dense(64, relu) -> Dense(10), softmax
 /// cross-entropy, SGD at 0.05.
@@ -59,8 +58,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         Ok(fashion_mnist("train")?.shuffle(10_000, 1).batch_drop_remainder(64).repeat(None))
     };
     let eval = |_: Mode, _: &InputContext| Ok(fashion_mnist("t10k")?.batch(1000));
-    let eval_spec = EvalSpec { every_n_steps: Some(1000), ..EvalSpec::new(Arc::new(eval)) };
-    let metrics = train_and_evaluate(&estimator, TrainSpec::new(Arc::new(train), Some(max_steps)), eval_spec)?;
+    let eval_spec = EvalSpec { every_n_steps: Some(1000), ..EvalSpec::new(eval) };
+    let metrics = train_and_evaluate(&estimator, TrainSpec::new(train, Some(max_steps)), eval_spec)?;
     println!("{metrics:?}");
     Ok(())
 }

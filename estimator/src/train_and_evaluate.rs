@@ -34,8 +34,14 @@ pub struct EvalSpec {
 
 impl TrainSpec {
     /// `tf.estimator.TrainSpec(input_fn, max_steps)`, without hooks; add them with
-    /// [`TrainSpec::with_hooks`].
-    pub fn new(input_fn: Arc<dyn InputFn>, max_steps: Option<u64>) -> Self {
+    /// [`TrainSpec::with_hooks`]. `input_fn` is what `Estimator::train` takes: a function or
+    /// closure `(Mode, &InputContext) -> Result<Dataset, InputError>`.
+    pub fn new(input_fn: impl InputFn + 'static, max_steps: Option<u64>) -> Self {
+        Self::from_shared(Arc::new(input_fn), max_steps)
+    }
+
+    /// With an input function shared with other owners.
+    pub fn from_shared(input_fn: Arc<dyn InputFn>, max_steps: Option<u64>) -> Self {
         TrainSpec { input_fn, max_steps, hooks: Vec::new() }
     }
 
@@ -46,7 +52,14 @@ impl TrainSpec {
 }
 
 impl EvalSpec {
-    pub fn new(input_fn: Arc<dyn InputFn>) -> Self {
+    /// `tf.estimator.EvalSpec(input_fn)` with TensorFlow's defaults (start after 120 s,
+    /// then at most every 600 s, over the whole input).
+    pub fn new(input_fn: impl InputFn + 'static) -> Self {
+        Self::from_shared(Arc::new(input_fn))
+    }
+
+    /// With an input function shared with other owners.
+    pub fn from_shared(input_fn: Arc<dyn InputFn>) -> Self {
         EvalSpec {
             input_fn,
             steps: None,

@@ -232,8 +232,8 @@ fn early_stopping_stops_training_on_eval_results_from_train_and_evaluate() -> Re
     let estimator = linear_estimator(&dir_string(&dir), 100, 0.0)?;
     let hook =
         EarlyStoppingHook::new("loss", StopCondition::NoDecrease { max_steps_without_decrease: 10 }, "eval", 0, 5);
-    let train_spec = TrainSpec::new(Arc::new(train_input), Some(1000)).with_hooks(vec![Box::new(hook)]);
-    let eval_spec = EvalSpec { every_n_steps: Some(5), ..EvalSpec::new(Arc::new(eval_input)) };
+    let train_spec = TrainSpec::new(train_input, Some(1000)).with_hooks(vec![Box::new(hook)]);
+    let eval_spec = EvalSpec { every_n_steps: Some(5), ..EvalSpec::new(eval_input) };
     let result = train_and_evaluate(&estimator, train_spec, eval_spec)?;
     ensure!(result["global_step"] == 25.0, "{result:?}");
     ensure!(estimator.latest_checkpoint()?.as_deref() == Some("model.ckpt-25"));

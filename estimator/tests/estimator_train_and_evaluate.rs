@@ -12,7 +12,6 @@ use engine_estimator::{
     train_and_evaluate,
 };
 use estimator_common::{config, dir_string, eval_input, linear_estimator, linear_model, train_input};
-use std::sync::Arc;
 
 /// Steps at which `tag` was written in the event files of `subdir`.
 fn scalar_steps(dir: &tempfile::TempDir, subdir: &str, tag: &str) -> Result<Vec<u64>> {
@@ -29,8 +28,8 @@ fn scalar_steps(dir: &tempfile::TempDir, subdir: &str, tag: &str) -> Result<Vec<
 }
 
 fn specs(max_steps: u64, eval: impl FnOnce(EvalSpec) -> EvalSpec) -> (TrainSpec, EvalSpec) {
-    let train = TrainSpec::new(Arc::new(train_input), Some(max_steps));
-    (train, eval(EvalSpec::new(Arc::new(eval_input))))
+    let train = TrainSpec::new(train_input, Some(max_steps));
+    (train, eval(EvalSpec::new(eval_input)))
 }
 
 #[test]

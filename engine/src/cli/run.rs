@@ -41,7 +41,7 @@ pub fn run(args: &RunArgs) -> Result<(), CliError> {
                 throttle_secs: es.throttle_secs,
                 every_n_steps: es.every_n_steps,
             };
-            let train_spec = TrainSpec::new(train_input, max_steps).with_hooks(train_hooks);
+            let train_spec = TrainSpec::from_shared(train_input, max_steps).with_hooks(train_hooks);
             let result = train_and_evaluate(&estimator, train_spec, eval_spec)?;
             super::output(&format!("{}\n", python_dict(&result)));
         }
