@@ -104,7 +104,11 @@ pub fn input_spec(spec: &Spec, field: &str) -> Result<Option<InputSpec>, SpecErr
         "train_input" => Some(&spec.job.train_input),
         _ => spec.job.eval_input.as_ref(),
     };
-    section.map(|s| spec.decode::<InputSpec>(&s.path)).transpose()
+    let mut input = section.map(|s| spec.decode::<InputSpec>(&s.path)).transpose()?;
+    if let (Some(input), crate::spec::Model::Sequential(_)) = (&mut input, &spec.job.model) {
+        input.pack_for_sequential(crate::lower::FEATURES);
+    }
+    Ok(input)
 }
 
 /// `train_input` as an input function, its source opened and checked.

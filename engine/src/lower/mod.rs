@@ -34,6 +34,7 @@ pub use build::{LayerOutput, ModelGraph, ProvidedInputs, build_model, build_mode
 pub use error::LowerError;
 pub use limits::{MAX_ELEMENTS, MAX_LAYER_FLOPS};
 pub use plan::{compile, compile_with, eval_plan, predict_plan, training_plan};
+pub use sequential::FEATURES;
 
 use std::{fmt, str::FromStr};
 

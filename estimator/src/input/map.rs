@@ -22,16 +22,43 @@ pub enum Map {
     Cast { feature: String, dtype: DType },
     /// Same elements, another per-example shape.
     Reshape { feature: String, shape: Vec<usize> },
+    /// Concatenates features (each flattened, as f32: class ids and booleans become their
+    /// numbers) into one vector feature `into`, in the listed order, or in the dataset's
+    /// column order when `features` is empty: how a `Sequential` model reads a table.
+    Pack {
+        #[serde(default)]
+        features: Vec<String>,
+        into: String,
+    },
 }
 
 /// A map resolved against a schema: column positions instead of names.
 #[derive(Debug, Clone)]
 pub(crate) enum CompiledMap {
-    Scale { columns: Vec<usize>, divisor: f32 },
-    Normalize { column: usize, mean: Vec<f32>, std: Vec<f32> },
-    OneHot { column: usize, depth: usize, name: String },
-    Cast { column: usize, dtype: DType },
+    Scale {
+        columns: Vec<usize>,
+        divisor: f32,
+    },
+    Normalize {
+        column: usize,
+        mean: Vec<f32>,
+        std: Vec<f32>,
+    },
+    OneHot {
+        column: usize,
+        depth: usize,
+        name: String,
+    },
+    Cast {
+        column: usize,
+        dtype: DType,
+    },
     Reshape,
+    /// Columns in packing order; the packed vector replaces the first column of the
+    /// schema order and the others are removed.
+    Pack {
+        columns: Vec<usize>,
+    },
 }
 
 impl Map {
@@ -105,6 +132,38 @@ impl Map {
                 col.shape = shape.clone();
                 CompiledMap::Reshape
             }
+            Map::Pack { features, into } => {
+                let names: Vec<&str> = match features.is_empty() {
+                    true => schema.features.iter().map(|f| f.name.as_str()).collect(),
+                    false => features.iter().map(String::as_str).collect(),
+                };
+                if names.is_empty() {
+                    return Err(invalid(into, "there are no features to pack".into()));
+                }
+                let mut columns = Vec::with_capacity(names.len());
+                for name in &names {
+                    let column = schema.index_of(name)?;
+                    if Some(column) == schema.label_index() {
+                        return Err(invalid(name, "the label cannot be packed into a feature".into()));
+                    }
+                    if columns.contains(&column) {
+                        return Err(invalid(name, "listed twice".into()));
+                    }
+                    columns.push(column);
+                }
+                let size: usize = columns.iter().filter_map(|&c| schema.column(c)).map(|c| c.size()).sum();
+                let first = columns.iter().copied().min().unwrap_or(0);
+                let mut features = Vec::new();
+                for (i, f) in schema.features.iter().enumerate() {
+                    if i == first {
+                        features.push(super::schema::FeatureInfo::new(into.clone(), DType::F32, vec![size]));
+                    } else if !columns.contains(&i) {
+                        features.push(f.clone());
+                    }
+                }
+                out = Schema::new(features, schema.label.clone())?;
+                CompiledMap::Pack { columns }
+            }
         };
         Ok((compiled, out))
     }
@@ -150,6 +209,26 @@ impl CompiledMap {
                 *value = cast(std::mem::replace(value, HostData::Bool(Vec::new())), *dtype);
             }
             CompiledMap::Reshape => {}
+            CompiledMap::Pack { columns } => {
+                let mut packed = Vec::new();
+                for &c in columns {
+                    match row.values.get(c).ok_or_else(missing)? {
+                        HostData::F32(v) => packed.extend_from_slice(v),
+                        HostData::I64(v) => packed.extend(v.iter().map(|&x| x as f32)),
+                        HostData::Bool(v) => packed.extend(v.iter().map(|&x| f32::from(u8::from(x)))),
+                    }
+                }
+                let first = columns.iter().copied().min().unwrap_or(0);
+                let mut values = Vec::with_capacity(row.values.len() + 1 - columns.len());
+                for (i, v) in std::mem::take(&mut row.values).into_iter().enumerate() {
+                    if i == first {
+                        values.push(HostData::F32(std::mem::take(&mut packed)));
+                    } else if !columns.contains(&i) {
+                        values.push(v);
+                    }
+                }
+                row.values = values;
+            }
         }
         Ok(())
     }
@@ -226,5 +305,18 @@ mod tests {
         assert!(err.contains("4 elements"), "{err}");
         let err = run(Map::Reshape { feature: "z".into(), shape: vec![3] }).unwrap_err().to_string();
         assert!(err.contains("no feature or label named `z`"), "{err}");
+    }
+
+    #[test]
+    fn pack_concatenates_features_in_order_and_keeps_the_label() {
+        let (r, s) = run(Map::Pack { features: vec![], into: "packed".into() }).unwrap();
+        assert_eq!(s.features, vec![FeatureInfo::new("packed", DType::F32, vec![5])]);
+        assert_eq!(s.label.as_ref().map(|l| l.name.as_str()), Some("y"));
+        assert_eq!(r.values, vec![HostData::F32(vec![2.0, 4.0, 6.0, 8.0, 1.0]), HostData::I64(vec![2])]);
+        let (r, s) = run(Map::Pack { features: vec!["k".into()], into: "kk".into() }).unwrap();
+        assert_eq!(s.features[1], FeatureInfo::new("kk", DType::F32, vec![1]));
+        assert_eq!(r.values[1], HostData::F32(vec![1.0]));
+        let err = run(Map::Pack { features: vec!["y".into()], into: "p".into() }).unwrap_err().to_string();
+        assert!(err.contains("label cannot be packed"), "{err}");
     }
 }

@@ -192,6 +192,17 @@ struct Pipeline<'a> {
 }
 
 impl InputSpec {
+    /// Packs a table's columns into the one feature `into` a `Sequential` model reads (see
+    /// `Map::Pack`), after the section's own maps, unless one of them packs already. Other
+    /// sources keep their features: an image is its own feature already.
+    pub fn pack_for_sequential(&mut self, into: &str) {
+        if let InputSpec::Csv { maps, .. } = self
+            && !maps.iter().any(|m| matches!(m, Map::Pack { .. }))
+        {
+            maps.push(Map::Pack { features: Vec::new(), into: into.to_string() });
+        }
+    }
+
     /// Whether the source was given no labels (an `Idx` input written for prediction).
     pub fn lacks_labels(&self) -> bool {
         matches!(self, InputSpec::Idx { labels: None, .. })

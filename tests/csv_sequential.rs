@@ -1,0 +1,62 @@
+//! A table trained the way a Keras user writes it: a `Sequential(input_shape: [k])` over a
+//! `Csv` input whose numeric and categorical columns are packed into the model's input,
+//! without one input and one `Reshape` per column. `engine run`, `eval` and `predict` all
+//! read it so.
+
+mod common;
+
+use anyhow::{Result, ensure};
+use common::{engine, printed_dict};
+use std::path::Path;
+
+/// A separable table: three numeric columns, a categorical one (`colour`, whose index
+/// matters for the label) and an integer label.
+fn write_data(dir: &Path) -> Result<String> {
+    let mut text = String::from("a,b,colour,c,label\n");
+    let mut state = 11u64;
+    let mut next = || {
+        state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        ((state >> 33) as f64 / (1u64 << 31) as f64) * 2.0 - 1.0
+    };
+    let colours = ["red", "green", "blue"];
+    for _ in 0..400 {
+        let x: Vec<f64> = (0..4).map(|_| next()).collect();
+        let colour = ((x[3] + 1.0) * 1.5).floor().clamp(0.0, 2.0) as usize;
+        let label = u8::from(x[0] - x[1] + 0.5 * colour as f64 - 0.5 > 0.0);
+        text.push_str(&format!("{:.4},{:.4},{},{:.4},{label}\n", x[0], x[1], colours[colour], x[2]));
+    }
+    std::fs::write(dir.join("table.csv"), text)?;
+    let input = r#"Csv(path: "DIR/table.csv", label: "label", categorical: {"colour": ["red", "green", "blue"]}"#;
+    let spec = format!(
+        r#"Job(
+    model: Sequential(input_shape: [4], layers: [Dense(units: 16, activation: Relu), Dense(units: 2)]),
+    loss: SparseSoftmaxCrossEntropy,
+    optimizer: Sgd(learning_rate: 0.1),
+    metrics: [Accuracy],
+    train_input: {input}, batch_size: 16, shuffle_buffer: 100, seed: 1),
+    eval_input: {input}, batch_size: 100),
+    run_config: (model_dir: "DIR/run", random_seed: 1, save_summary_steps: 1000),
+    train_spec: (max_steps: 300),
+)"#
+    );
+    let path = dir.join("spec.ron");
+    std::fs::write(&path, spec.replace("DIR", &dir.to_string_lossy()))?;
+    Ok(path.to_string_lossy().into_owned())
+}
+
+#[test]
+fn a_sequential_model_trains_on_the_columns_of_a_csv() -> Result<()> {
+    let tmp = tempfile::tempdir()?;
+    let spec = write_data(tmp.path())?;
+    let run = engine(&["run", &spec])?.ok()?;
+    let result = printed_dict(&run.stdout)?;
+    ensure!(result["global_step"] == 300.0 && result["accuracy"] >= 0.9, "{result:?}\n{}", run.stderr);
+    let plan = engine(&["plan", &spec])?.ok()?;
+    ensure!(plan.stdout.contains("x") && plan.stdout.contains("[N, 4]"), "{}", plan.stdout);
+    let predicted = engine(&["predict", &spec, "--model-dir", &tmp.path().join("run").to_string_lossy()])?.ok()?;
+    ensure!(predicted.stdout.lines().count() == 400, "{} prediction lines", predicted.stdout.lines().count());
+    // A wrong input_shape is named with what the table provides.
+    let wrong = engine(&["run", &spec, "--set", "model.input_shape=[3]"])?;
+    ensure!(wrong.code == Some(1) && wrong.stderr.contains("f32[N, 4]"), "{:?}\n{}", wrong.code, wrong.stderr);
+    Ok(())
+}
