@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what the engine needs on a fresh Debian machine: the Fashion-MNIST data
-# (Debian's dataset-fashion-mnist) and, with --test, Mesa's lavapipe (Vulkan on the CPU,
+# (Debian's dataset-fashion-mnist, and the same images as a CSV table in data/) and, with --test, Mesa's lavapipe (Vulkan on the CPU,
 # for the wgpu backend's tests) and the Python packages the tests use to check our files
 # against real readers and writers (TensorBoard, safetensors, tfrecord, moto's S3 server)
 # in ./.venv. Idempotent: re-running does only what is missing.
@@ -24,6 +24,12 @@ if [ ! -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
   export DEBIAN_FRONTEND=noninteractive
   as_root apt-get update -qq
   as_root apt-get install -y -qq dataset-fashion-mnist >/dev/null
+fi
+
+if [ ! -f data/fashion_mnist_table/test.csv ]; then
+  # The same images as a CSV table with string labels, for specs/fashion_mnist_table.ron.
+  echo "setup: writing data/fashion_mnist_table/{train,test}.csv" >&2
+  python3 scripts/make_fashion_table.py
 fi
 
 if $want_tests && [ ! -f /usr/share/vulkan/icd.d/lvp_icd.x86_64.json ]; then

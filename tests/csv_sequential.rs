@@ -60,3 +60,38 @@ fn a_sequential_model_trains_on_the_columns_of_a_csv() -> Result<()> {
     ensure!(wrong.code == Some(1) && wrong.stderr.contains("f32[N, 4]"), "{:?}\n{}", wrong.code, wrong.stderr);
     Ok(())
 }
+
+/// String labels without a vocabulary: the classes are the training table's distinct values,
+/// sorted, kept in the model dir; predictions print them; an evaluation table with a class
+/// the model never had is refused naming it.
+#[test]
+fn string_labels_get_an_inferred_vocabulary_that_predict_prints() -> Result<()> {
+    let tmp = tempfile::tempdir()?;
+    let spec = write_data(tmp.path())?;
+    let table = tmp.path().join("table.csv");
+    let text = std::fs::read_to_string(&table)?;
+    let named: String = text
+        .lines()
+        .map(|l| match l.rsplit_once(',') {
+            Some((rest, "0")) => format!("{rest},no\n"),
+            Some((rest, "1")) => format!("{rest},yes\n"),
+            _ => format!("{l}\n"),
+        })
+        .collect();
+    std::fs::write(&table, named)?;
+    let run = engine(&["run", &spec])?.ok()?;
+    let result = printed_dict(&run.stdout)?;
+    ensure!(result["accuracy"] >= 0.9, "{result:?}");
+    let stored = std::fs::read_to_string(tmp.path().join("run/label_vocabulary.txt"))?;
+    ensure!(stored == "no\nyes\n", "{stored:?}");
+    let predicted = engine(&["predict", &spec, "--keys", "classes"])?.ok()?;
+    let first = predicted.stdout.lines().next().unwrap_or_default();
+    ensure!(first == r#"{"class_ids":0,"classes":"no"}"# || first == r#"{"class_ids":1,"classes":"yes"}"#, "{first}");
+    // An evaluation table naming a class training never saw.
+    let other = tmp.path().join("other.csv");
+    std::fs::write(&other, "a,b,colour,c,label\n0.1,0.2,red,0.3,maybe\n")?;
+    let set = format!("eval_input.path={:?}", other.to_string_lossy());
+    let eval = engine(&["eval", &spec, "--set", &set])?;
+    ensure!(eval.code != Some(0) && eval.stderr.contains("`maybe` is not in its vocabulary"), "{}", eval.stderr);
+    Ok(())
+}

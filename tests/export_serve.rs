@@ -43,9 +43,15 @@ fn python_check(script: &str, args: &[&str]) -> Result<serde_json::Value> {
 
 #[test]
 fn onnxruntime_agrees_with_engine_predict_for_every_spec() -> Result<()> {
-    let mut specs: Vec<String> = std::fs::read_dir(repo_root().join("specs"))?
-        .map(|e| e.map(|e| e.path().to_string_lossy().into_owned()))
-        .collect::<std::io::Result<_>>()?;
+    // The image specs: the checker feeds onnxruntime the test images (the table spec's
+    // export is checked in csv_sequential.rs).
+    let mut specs: Vec<String> = Vec::new();
+    for entry in std::fs::read_dir(repo_root().join("specs"))? {
+        let path = entry?.path();
+        if std::fs::read_to_string(&path)?.contains("Idx(") {
+            specs.push(path.to_string_lossy().into_owned());
+        }
+    }
     specs.sort();
     specs.push(repo_root().join("tests/specs/export_branches.ron").to_string_lossy().into_owned());
     ensure!(specs.len() >= 5, "{specs:?}");

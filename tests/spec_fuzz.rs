@@ -57,6 +57,15 @@ fn write_idx(dir: &Path) -> Result<(PathBuf, PathBuf)> {
 /// The seed specs: every spec of `specs/` on the small IDX files, and a CSV spec.
 fn seeds(dir: &Path) -> Result<Vec<String>> {
     let (images, labels) = write_idx(dir)?;
+    // The table spec's CSVs (made by scripts/setup.sh, 60 000 rows) as 1000 rows of the
+    // same columns (a batch of 64 and one of 1000 fit): the fuzzer opens every mutant's input.
+    let small_table = dir.join("small_table.csv");
+    let mut table = (0..49).map(|i| format!("p{i}")).collect::<Vec<_>>().join(",") + ",label\n";
+    for row in 0..1000 {
+        let cells: Vec<String> = (0..49).map(|i| ((row * 31 + i * 7) % 256).to_string()).collect();
+        table.push_str(&format!("{},{}\n", cells.join(","), ["Coat", "Bag", "Ankle boot"][row % 3]));
+    }
+    std::fs::write(&small_table, table)?;
     let mut specs = Vec::new();
     for entry in std::fs::read_dir(repo_root().join("specs"))? {
         let path = entry?.path();
@@ -65,7 +74,9 @@ fn seeds(dir: &Path) -> Result<Vec<String>> {
                 .replace("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz", &images.to_string_lossy())
                 .replace("/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz", &images.to_string_lossy())
                 .replace("/usr/share/datasets/fashion-mnist/train-labels-idx1-ubyte.gz", &labels.to_string_lossy())
-                .replace("/usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz", &labels.to_string_lossy());
+                .replace("/usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz", &labels.to_string_lossy())
+                .replace("data/fashion_mnist_table/train.csv", &small_table.to_string_lossy())
+                .replace("data/fashion_mnist_table/test.csv", &small_table.to_string_lossy());
             specs.push(text);
         }
     }

@@ -111,8 +111,12 @@ pub fn predict(args: &PredictArgs) -> Result<(), CliError> {
     let mut out = BufWriter::new(sink);
     let write_error = |source: std::io::Error| CliError::Write { path: shown.clone(), source };
     let mut written = 0u64;
+    let classes = job::label_vocabulary(&spec)?.map(|(_, classes)| classes);
     for example in predictions {
-        let line = json_line(&example?);
+        let mut line = json_line(&example?);
+        if let Some(classes) = &classes {
+            name_classes(&mut line, classes);
+        }
         match writeln!(out, "{line}") {
             Ok(()) => written += 1,
             // `engine predict ... | head`: the reader has what it wanted.
@@ -126,6 +130,22 @@ pub fn predict(args: &PredictArgs) -> Result<(), CliError> {
     }
     log::info!("Wrote {written} predictions of {checkpoint} to {shown}");
     Ok(())
+}
+
+/// With string labels, `classes` becomes the class's string and `class_ids` its index, as
+/// TensorFlow's classifiers with a `label_vocabulary` predict.
+fn name_classes(line: &mut Json, classes: &[String]) {
+    let Json::Object(map) = line else { return };
+    let Some(id) = map.get("classes").cloned() else { return };
+    let name = |id: &Json| id.as_u64().and_then(|i| classes.get(i as usize)).map(|c| Json::String(c.clone()));
+    let named = match &id {
+        Json::Array(ids) => ids.iter().map(name).collect::<Option<Vec<_>>>().map(Json::Array),
+        id => name(id),
+    };
+    if let Some(named) = named {
+        map.insert("class_ids".into(), id);
+        map.insert("classes".into(), named);
+    }
 }
 
 /// One example's predictions as a JSON object, keys in order.

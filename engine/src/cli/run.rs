@@ -26,6 +26,9 @@ pub fn run(args: &RunArgs) -> Result<(), CliError> {
     };
     let estimator = job::estimator(spec.clone(), &overrides)?;
     let train_input = job::train_input_fn(&spec)?;
+    if let Some((_, classes)) = job::label_vocabulary(&spec)? {
+        job::save_label_vocabulary(&spec, &classes)?;
+    }
     let train_hooks = job::hooks_of(&spec, &spec.job.train_spec.hooks)?;
     let max_steps = spec.job.train_spec.max_steps;
     match job::eval_input_fn(&spec)? {

@@ -5,10 +5,12 @@
 mod hooks;
 mod hparams;
 mod input_fn;
+mod label_vocabulary;
 mod model_fn;
 
 pub use hooks::hooks_of;
 pub use input_fn::SpecInputFn;
+pub use label_vocabulary::{LABEL_VOCABULARY_FILE, label_vocabulary, save_label_vocabulary};
 pub use model_fn::SpecModelFn;
 
 use crate::spec::{FieldPath, Spec, SpecError};
@@ -105,8 +107,13 @@ pub fn input_spec(spec: &Spec, field: &str) -> Result<Option<InputSpec>, SpecErr
         _ => spec.job.eval_input.as_ref(),
     };
     let mut input = section.map(|s| spec.decode::<InputSpec>(&s.path)).transpose()?;
-    if let (Some(input), crate::spec::Model::Sequential(_)) = (&mut input, &spec.job.model) {
-        input.pack_for_sequential(crate::lower::FEATURES);
+    if let Some(input) = &mut input {
+        if let Some((column, classes)) = label_vocabulary(spec)? {
+            input.set_label_vocabulary(&column, &classes);
+        }
+        if let crate::spec::Model::Sequential(_) = &spec.job.model {
+            input.pack_for_sequential(crate::lower::FEATURES);
+        }
     }
     Ok(input)
 }

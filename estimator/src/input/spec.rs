@@ -203,6 +203,31 @@ impl InputSpec {
         }
     }
 
+    /// The label column and its vocabulary, when this is a table whose label holds strings
+    /// and no vocabulary was given for it (see `CsvOptions::infer_label_vocabulary`).
+    pub fn infer_label_vocabulary(&self) -> Result<Option<(String, Vec<String>)>> {
+        let InputSpec::Csv { path, label: Some(label), categorical, delimiter, .. } = self else { return Ok(None) };
+        let options = CsvOptions {
+            path: remote::localize(path)
+                .map_err(|e| InputError::Field { field: InputField::named("path"), source: Box::new(e) })?,
+            label: Some(label.clone()),
+            columns: None,
+            categorical: categorical.clone(),
+            delimiter: *delimiter,
+        };
+        Ok(options.infer_label_vocabulary()?.map(|vocab| (label.clone(), vocab)))
+    }
+
+    /// Gives a table's label column this vocabulary (the training table's, so that every
+    /// input maps a class to the same index); other sources are left alone.
+    pub fn set_label_vocabulary(&mut self, column: &str, vocabulary: &[String]) {
+        if let InputSpec::Csv { label: Some(label), categorical, .. } = self
+            && label == column
+        {
+            categorical.insert(column.to_string(), vocabulary.to_vec());
+        }
+    }
+
     /// Whether the source was given no labels (an `Idx` input written for prediction).
     pub fn lacks_labels(&self) -> bool {
         matches!(self, InputSpec::Idx { labels: None, .. })

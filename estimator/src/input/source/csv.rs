@@ -69,6 +69,51 @@ impl CsvOptions {
     }
 }
 
+/// Most distinct labels a vocabulary may be inferred with: a column with more is an id or
+/// a free-text field, not classes.
+pub const MAX_INFERRED_CLASSES: usize = 10_000;
+
+impl CsvOptions {
+    /// The label column's vocabulary when it holds strings and none was given: its distinct
+    /// values, sorted (what Keras' `StringLookup` adapts to, without the OOV entry). `None`
+    /// when no label is read, a vocabulary is given, or every label is a number.
+    pub fn infer_label_vocabulary(&self) -> Result<Option<Vec<String>>> {
+        let Some(label) = &self.label else { return Ok(None) };
+        if self.categorical.contains_key(label) {
+            return Ok(None);
+        }
+        let mut values = std::collections::BTreeSet::new();
+        let mut numeric = true;
+        for path in expand(&self.path)? {
+            let text = std::fs::read_to_string(&path).map_err(|e| InputError::io(&path, e))?;
+            let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
+            let records = parse_records(&path, text, self.delimiter)?;
+            let Some((head, body)) = records.split_first() else { continue };
+            let at = head.fields.iter().position(|f| f.trim() == label).ok_or_else(|| InputError::MissingColumn {
+                path: path.clone(),
+                column: label.clone(),
+                available: head.fields.iter().map(|f| f.trim()).collect::<Vec<_>>().join(", "),
+            })?;
+            for record in body {
+                let Some(value) = record.fields.get(at).map(|v| v.trim()) else { continue };
+                numeric &= value.parse::<f64>().is_ok();
+                values.insert(value.to_string());
+                if values.len() > MAX_INFERRED_CLASSES {
+                    return Err(InputError::Csv {
+                        path: path.clone(),
+                        line: record.line,
+                        detail: format!(
+                            "the label column `{label}` has more than {MAX_INFERRED_CLASSES} distinct values: give its \
+                             vocabulary in `categorical` if they really are classes"
+                        ),
+                    });
+                }
+            }
+        }
+        Ok((!numeric && !values.is_empty()).then(|| values.into_iter().collect()))
+    }
+}
+
 /// One record's fields and the line it starts on (1-based).
 struct Record {
     line: usize,
