@@ -318,5 +318,13 @@ mod tests {
         assert_eq!(r.values[1], HostData::F32(vec![1.0]));
         let err = run(Map::Pack { features: vec!["y".into()], into: "p".into() }).unwrap_err().to_string();
         assert!(err.contains("label cannot be packed"), "{err}");
+        // A categorical column one-hot encoded first packs as its `depth` numbers.
+        let (one_hot, schema) = Map::OneHot { feature: "k".into(), depth: 3 }.compile(&schema()).unwrap();
+        let (pack, packed) = Map::Pack { features: vec![], into: "x2".into() }.compile(&schema).unwrap();
+        let mut r = row();
+        one_hot.apply(&mut r, 0).unwrap();
+        pack.apply(&mut r, 0).unwrap();
+        assert_eq!(packed.features, vec![FeatureInfo::new("x2", DType::F32, vec![7])]);
+        assert_eq!(r.values[0], HostData::F32(vec![2.0, 4.0, 6.0, 8.0, 0.0, 1.0, 0.0]));
     }
 }
