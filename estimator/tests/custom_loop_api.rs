@@ -76,22 +76,29 @@ fn train(
 #[test]
 fn mirrored_takes_the_steps_default_takes_on_the_same_global_batches() -> Result<()> {
     let one = strategy("default")?;
-    let data = distributed(&one)?;
-    let mut reference = compile(&one, &data)?;
-    let want = train(&one, &mut reference, &data, 5)?;
+    let data_one = distributed(&one)?;
+    let mut reference = compile(&one, &data_one)?;
+    let want = train(&one, &mut reference, &data_one, 5)?;
 
     let two = strategy("mirrored")?;
     ensure!(two.num_replicas_in_sync() == 2 && two.local_replicas() == 2);
     let data = distributed(&two)?;
     ensure!(data.per_replica_batch_size() == Some(GLOBAL_BATCH / 2));
-    let mut step = compile(&two, &data)?;
+    let mut step = compile(&two, &data)?.fetch(&["predictions/prediction"])?;
+    ensure!(compile(&two, &data)?.fetch(&["no/such/node"]).is_err(), "an unknown fetch was accepted");
     // The plan is the strategy's: the gradients are all-reduced between the replicas.
     ensure!(step.plan().graph.nodes().any(|(_, n)| n.op.is_collective()), "no all-reduce in the mirrored step");
     let got = train(&two, &mut step, &data, 5)?;
+    let out = two.run(&mut step, data.iter()?.expect_batch()?)?;
+    let shapes: Vec<Vec<usize>> =
+        out.values().iter().map(|o| o.fetched["predictions/prediction"].shape.clone()).collect();
+    ensure!(shapes == vec![vec![2, 1], vec![2, 1]], "per-replica predictions {shapes:?}");
     for (i, (g, w)) in got.iter().zip(&want).enumerate() {
         ensure!((g - w).abs() <= 1e-9 * w.abs().max(1.0), "step {i}: loss {g} under mirrored, {w} under default");
     }
-    ensure!(step.global_step() == 5 && reference.global_step() == 5);
+    // One more step on a fresh pass's first global batch, as the mirrored run just took.
+    train(&one, &mut reference, &data_one, 1)?;
+    ensure!(step.global_step() == 6 && reference.global_step() == 6);
     let d = max_difference(&step.variables()?, &reference.variables()?);
     ensure!(d <= 1e-9, "variables differ by {d}");
     // Metrics cover every example of every step, on every replica.

@@ -6,7 +6,7 @@ use crate::{
     input::Batch,
     metrics::MetricState,
     preemption,
-    session::{Compiled, ReplicaLosses, Replicas},
+    session::{Compiled, ReplicaLosses, Replicas, tensor_name},
 };
 use engine_graph::{HostTensor, Outlet, Plan, passes::strategy::STOP_REQUEST};
 use engine_runtime::RunOptions;
@@ -76,13 +76,11 @@ impl Step {
             let outlet = match self.compiled.fetch(name) {
                 Some(o) => o,
                 None => {
-                    let (node, output) = match name.rsplit_once(':') {
-                        Some((n, o)) if o.parse::<usize>().is_ok() => (n, o.parse().unwrap_or(0)),
-                        _ => (*name, 0),
-                    };
+                    let (node, output) = tensor_name(name);
                     let id = self.compiled.plan.graph.find(node).map_err(|_| {
                         EstimatorError::Other(format!(
-                            "the step has no tensor named '{name}' (fetch node names, or predictions/<key>)"
+                            "the compiled step has no tensor named '{name}' (fetch predictions/<key>, loss, \
+                             global_step, or a node the optimizations kept)"
                         ))
                     })?;
                     Outlet::new(id, output)

@@ -142,10 +142,7 @@ fn compile_with(
         }
     }
     for name in extra_tensors {
-        let (node, output) = match name.rsplit_once(':') {
-            Some((n, o)) if o.parse::<usize>().is_ok() => (n, o.parse().unwrap_or(0)),
-            _ => (name.as_str(), 0),
-        };
+        let (node, output) = tensor_name(name);
         let id = graph.find(node)?;
         graph.roles.fetches.insert(name.clone(), Outlet::new(id, output));
     }
@@ -194,6 +191,14 @@ fn compile_with(
         replica_losses,
         plan: plan.clone(),
     })
+}
+
+/// A tensor's node and output from its name: `dense/add` is output 0, `split:1` output 1.
+pub(crate) fn tensor_name(name: &str) -> (&str, usize) {
+    match name.rsplit_once(':').map(|(n, o)| (n, o.parse::<usize>())) {
+        Some((node, Ok(output))) => (node, output),
+        _ => (name, 0),
+    }
 }
 
 /// The model's nodes for a mode, before any pass: placeholders from the schema, the model
@@ -296,6 +301,13 @@ mod tests {
         assert_eq!(ReplicaLosses::of(&g, true, 2)?.combine(&[0.25, 0.5]), 0.75);
         assert_eq!(ReplicaLosses::of(&g, false, 1)?.combine(&[0.25, 0.5]), 0.375);
         Ok(())
+    }
+
+    #[test]
+    fn tensor_names_split_into_node_and_output() {
+        assert_eq!(tensor_name("dense/add"), ("dense/add", 0));
+        assert_eq!(tensor_name("split:1"), ("split", 1));
+        assert_eq!(tensor_name("scope:name"), ("scope:name", 0));
     }
 
     #[test]

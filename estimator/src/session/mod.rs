@@ -10,7 +10,7 @@ mod replicas;
 mod training;
 
 pub use compile::compile_plan;
-pub(crate) use compile::{Compiled, ReplicaLosses, build_model, compile, compile_step};
+pub(crate) use compile::{Compiled, ReplicaLosses, build_model, compile, compile_step, tensor_name};
 pub(crate) use eval_hooks::EvalHooks;
 pub(crate) use evaluation::{EvalObserver, EvalOutcome, evaluate_dataset};
 pub use memory::check_model_memory;
