@@ -115,14 +115,18 @@ fn assert_same_state(dir: &Path, reference: &Path, what: &str) -> Result<()> {
 
 type State = (u64, BTreeMap<String, HostTensor>);
 
-fn assert_same_tensors((step, got): State, (want_step, want): State, what: &str) -> Result<()> {
+fn assert_same_tensors(got: State, want: State, what: &str) -> Result<()> {
+    assert_close_tensors(got, want, 1e-5, what)
+}
+
+fn assert_close_tensors((step, got): State, (want_step, want): State, tolerance: f64, what: &str) -> Result<()> {
     ensure!(step == want_step && step == EPOCHS * STEPS_PER_EPOCH, "{what}: global step {step}, reference {want_step}");
     ensure!(got.keys().eq(want.keys()), "{what}: tensors differ: {:?} vs {:?}", got.keys(), want.keys());
     for (name, w) in &want {
         let (x, y) = (got[name].to_f64_vec(), w.to_f64_vec());
         let scale = y.iter().fold(1e-12f64, |m, v| m.max(v.abs()));
         let d = x.iter().zip(&y).fold(0.0f64, |m, (p, q)| m.max((p - q).abs())) / scale;
-        ensure!(d <= 1e-5, "{what}: {name} differs from the reference by {d:.2e} (relative)");
+        ensure!(d <= tolerance, "{what}: {name} differs from the reference by {d:.2e} (relative)");
     }
     Ok(())
 }
@@ -225,7 +229,10 @@ fn the_same_loop_runs_under_every_strategy() -> Result<()> {
     // same updates in the same order as one process.
     let dir = tmp.path().join("parameter_server");
     finish_all(start_cluster("parameter_server", &dir, &[("worker", 1), ("ps", 1)])?, "parameter_server")?;
-    assert_same_state(&dir, &reference, "parameter_server vs one_device")?;
+    // The ps wire carries host tensors, which are f32 even in an f64 run, so every pull and
+    // push rounds; Keras' RMSprop divides by the root of the mean square and amplifies that
+    // rounding where gradients are near zero (measured: 1.3e-5 relative).
+    assert_close_tensors(final_state(&dir)?, final_state(&reference)?, 1e-4, "parameter_server vs one_device")?;
     Ok(())
 }
 

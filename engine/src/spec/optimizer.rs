@@ -76,6 +76,9 @@ pub struct RmsProp {
     pub epsilon: f32,
     #[serde(default)]
     pub centered: bool,
+    /// Keras' form instead of TensorFlow 1's (see `Optimizer::RmsProp`).
+    #[serde(default)]
+    pub keras: bool,
     #[serde(default)]
     pub clip_global_norm: Option<f32>,
 }
@@ -123,9 +126,13 @@ impl OptimizerSpec {
             OptimizerSpec::AdamW(o) => {
                 Optimizer::AdamW { beta1: o.beta1, beta2: o.beta2, epsilon: o.epsilon, weight_decay: o.weight_decay }
             }
-            OptimizerSpec::RmsProp(o) => {
-                Optimizer::RmsProp { decay: o.decay, momentum: o.momentum, epsilon: o.epsilon, centered: o.centered }
-            }
+            OptimizerSpec::RmsProp(o) => Optimizer::RmsProp {
+                decay: o.decay,
+                momentum: o.momentum,
+                epsilon: o.epsilon,
+                centered: o.centered,
+                keras: o.keras,
+            },
             OptimizerSpec::Adagrad(o) => {
                 Optimizer::Adagrad { initial_accumulator: o.initial_accumulator, epsilon: o.epsilon }
             }

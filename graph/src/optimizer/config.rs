@@ -61,6 +61,11 @@ pub enum Optimizer {
         momentum: f32,
         epsilon: f32,
         centered: bool,
+        /// Keras' form (`tf.keras.optimizers.RMSprop`): the mean square starts at zero and
+        /// epsilon is added after the root. TensorFlow 1's (`tf.train.RMSPropOptimizer`,
+        /// the Estimator's) otherwise: it starts at one, epsilon inside the root.
+        #[serde(default)]
+        keras: bool,
     },
     Adagrad {
         initial_accumulator: f32,

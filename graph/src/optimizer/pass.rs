@@ -56,12 +56,13 @@ impl Pass for ApplyOptimizer {
                         let p = adam::Params { beta1: *beta1, beta2: *beta2, epsilon: *epsilon, decay };
                         adam::update(b, var, grad, adam_lr.unwrap_or(lr), &p)
                     }
-                    Optimizer::RmsProp { decay, momentum, epsilon, centered } => {
+                    Optimizer::RmsProp { decay, momentum, epsilon, centered, keras } => {
                         let p = rmsprop::Params {
                             decay: *decay,
                             momentum: *momentum,
                             epsilon: *epsilon,
                             centered: *centered,
+                            keras: *keras,
                         };
                         rmsprop::update(b, var, grad, lr, &p)
                     }

@@ -1,5 +1,5 @@
-//! RMSProp in TensorFlow 1's form (epsilon inside the square root, optional momentum and
-//! centering).
+//! RMSProp in TensorFlow 1's form (mean square from one, epsilon inside the square root)
+//! or Keras' (from zero, epsilon after the root), with optional momentum and centering.
 
 use super::{blend, slot};
 use crate::{GraphBuilder, Initializer, Outlet, Result};
@@ -9,12 +9,15 @@ pub(super) struct Params {
     pub momentum: f32,
     pub epsilon: f32,
     pub centered: bool,
+    pub keras: bool,
 }
 
 pub(super) fn update(b: &mut GraphBuilder<'_>, var: Outlet, g: Outlet, lr: Outlet, p: &Params) -> Result<Vec<Outlet>> {
     let mut assigns = Vec::new();
-    // TensorFlow starts the mean square at one, not zero, so the first steps are not huge.
-    let ms = slot(b, var, "RMSProp", Initializer::Ones)?;
+    // TensorFlow 1 starts the mean square at one, so the first steps are not huge; Keras at
+    // zero, so its first step moves every weight by about lr / sqrt(1 - decay).
+    let init = if p.keras { Initializer::Zeros } else { Initializer::Ones };
+    let ms = slot(b, var, "RMSProp", init)?;
     let g2 = b.square(g)?;
     let ms_new = blend(b, p.decay, ms, 1.0 - p.decay, g2)?;
     assigns.push(b.assign(ms, ms_new)?);
@@ -27,8 +30,13 @@ pub(super) fn update(b: &mut GraphBuilder<'_>, var: Outlet, g: Outlet, lr: Outle
         denom = b.sub(denom, mg2)?;
     }
     let eps = b.scalar(p.epsilon)?;
-    let denom = b.add(denom, eps)?;
-    let root = b.sqrt(denom)?;
+    let root = if p.keras {
+        let root = b.sqrt(denom)?;
+        b.add(root, eps)?
+    } else {
+        let denom = b.add(denom, eps)?;
+        b.sqrt(denom)?
+    };
     let scaled = b.mul(lr, g)?;
     let mut step = b.div(scaled, root)?;
     if p.momentum != 0.0 {
