@@ -5,6 +5,8 @@
 //! restarted cluster ends where an unbroken one does; `engine launch --restart-on-failure`
 //! restarts a cluster whose worker failed and ends like one_device, and without restarts
 //! fails naming the worker; mismatched specs, wrong tokens and bad clusters are refused.
+//! An embedding's row-sparse gradient crosses processes as its looked-up rows, between
+//! workers and to a ps task, and training ends like one_device's.
 //!
 //! Runs compute in f64 (see strategy_equivalence.rs for why) and read the data unshuffled:
 //! worker `i` reads examples `i, i + n, ...` (data sharding), so at every step the union of
@@ -201,6 +203,33 @@ fn two_workers_with_synchronized_batch_norm_train_like_one_device() -> Result<()
     ensure!(want.contains_key("batch_normalization/moving_mean"), "{:?}", want.keys());
     assert_same_variables(&variables(&cluster, STEPS)?, &want, "2 workers, synchronized batch norm")?;
     assert_global_final_loss(&out.stderr, 2, reference_loss, "2 workers, synchronized batch norm")
+}
+
+/// Row-sparse gradients across processes: an embedding trained with momentum, whose
+/// gradient the workers exchange as the rows they looked up (and a parameter-server worker
+/// sends as such), ends like one_device, untouched rows included.
+#[test]
+fn embedding_rows_travel_between_processes_and_train_like_one_device() -> Result<()> {
+    let tmp = tempfile::tempdir()?;
+    let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/specs/embedding.ron"))?;
+    ensure!(text.contains("shuffle_buffer: 1000, seed: 1,"), "the embedding spec changed; update this test");
+    let spec = tmp.path().join("embedding.ron");
+    std::fs::write(&spec, text.replace("shuffle_buffer: 1000, seed: 1,", ""))?;
+    const STEPS: u64 = 8;
+    let reference = tmp.path().join("one_device");
+    let reference_loss = one_device(&spec, &reference, PER_WORKER * 2, STEPS)?;
+    let want = variables(&reference, STEPS)?;
+    ensure!(want.contains_key("embedding/embeddings/Momentum"), "{:?}", want.keys());
+    let cluster = tmp.path().join("workers");
+    let out = engine(&common::strs(&launch_args(&spec, &cluster, 2, STEPS, &[])))?.ok()?;
+    assert_same_variables(&variables(&cluster, STEPS)?, &want, "2 workers, embedding")?;
+    assert_global_final_loss(&out.stderr, 2, reference_loss, "2 workers, embedding")?;
+    // One worker and a ps task: the same updates, applied on the ps from the rows sent.
+    let reference = tmp.path().join("one_device_single");
+    one_device(&spec, &reference, PER_WORKER, STEPS)?;
+    let ps = tmp.path().join("ps");
+    engine(&common::strs(&launch_args(&spec, &ps, 1, STEPS, &["--ps", "1"])))?.ok()?;
+    assert_same_variables(&variables(&ps, STEPS)?, &variables(&reference, STEPS)?, "1 worker and 1 ps, embedding")
 }
 
 #[test]

@@ -3,7 +3,8 @@
 //! the same global batches (per-replica batch times N), to 1e-5 relative, and reports the
 //! same final loss: the global batch's, however many replicas computed it. The CNN spec
 //! (SGD), the residual functional spec (Adam, a stateful optimizer) and a model with
-//! synchronized batch normalization (statistics over the global batch) run.
+//! synchronized batch normalization (statistics over the global batch) run, and an
+//! embedding trained with momentum (row-sparse gradients, gathered rather than reduced).
 //!
 //! The runs compute in f64. In f32, splitting a batch's gradient sum over replicas rounds
 //! differently, and 100 steps of training amplify that (Adam most of all, normalizing
@@ -141,6 +142,19 @@ fn mirrored_with_synchronized_batch_norm_equals_one_device() -> Result<()> {
 #[test]
 fn central_storage_with_synchronized_batch_norm_equals_one_device() -> Result<()> {
     check("../tests/specs/sync_batch_norm.ron", "central_storage")
+}
+
+/// An embedding trained with momentum: the replicas exchange only the rows they looked up
+/// (`AllGatherRows`), and the update touches only the rows some replica looked up, as
+/// one_device's does for the rows its global batch looked up.
+#[test]
+fn mirrored_equals_one_device_with_row_sparse_embedding_gradients() -> Result<()> {
+    check("../tests/specs/embedding.ron", "mirrored")
+}
+
+#[test]
+fn central_storage_equals_one_device_with_row_sparse_embedding_gradients() -> Result<()> {
+    check("../tests/specs/embedding.ron", "central_storage")
 }
 
 /// Sanity: the comparison sees a difference when there is one (another seed's batches).

@@ -35,6 +35,7 @@ pub mod optimizer;
 pub mod passes;
 mod plan;
 mod roles;
+pub mod row_sparse;
 mod shape;
 mod tensor;
 mod tensor_rows;

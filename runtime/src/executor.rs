@@ -335,6 +335,7 @@ impl Executor {
                     };
                     let result = match &node.op {
                         Op::AllReduce(a) => kernels::all_reduce(a, job.inputs, &ctx),
+                        Op::AllGatherRows(a) => kernels::all_gather_rows(a, job.inputs, &ctx),
                         _ => Err(ctx.err("not a collective")),
                     };
                     if let Err(e) = &result {
@@ -630,12 +631,15 @@ impl Executor {
         if matches!(value, Value::Unit) {
             return Ok(value);
         }
+        let got = value.shape();
+        // A partition that is fed nothing (a ps task) meets batch-sized values only in what
+        // it receives (a worker's looked-up rows): their shape tells the batch size.
+        let batch = batch.or_else(|| batch_of(&fact.shape, &got));
         let expected = resolve(&fact.shape, batch).ok_or_else(|| RuntimeError::Kernel {
             node: node.name.clone(),
             op: node.op.name(),
             reason: format!("output shape {} depends on the batch size, but nothing fed one", fact.shape),
         })?;
-        let got = value.shape();
         if got == expected {
             return Ok(value);
         }
@@ -648,6 +652,16 @@ impl Executor {
         }
         Ok(value.reshaped(&expected))
     }
+}
+
+/// The batch size under which `shape` resolves to `got`, if one does.
+pub(crate) fn batch_of(shape: &Shape, got: &[usize]) -> Option<usize> {
+    let (k, n) = shape.dims().iter().zip(got).find_map(|(d, &n)| match d {
+        Dim::Batch(k) => Some((*k, n)),
+        Dim::Known(_) => None,
+    })?;
+    let batch = (n % k == 0).then_some(n / k)?;
+    (got.len() == shape.rank() && resolve(shape, Some(batch)).as_deref() == Some(got)).then_some(batch)
 }
 
 pub(crate) fn resolve(shape: &Shape, batch: Option<usize>) -> Option<Vec<usize>> {

@@ -124,7 +124,7 @@ op_set! {
     // reductions
     ReduceSum, ReduceMean, ReduceMax,
     // shape
-    Reshape, Transpose, Concat, Slice, Pad, BroadcastTo, Size, Gather, ScatterAddRows,
+    Reshape, Transpose, Concat, Slice, Pad, BroadcastTo, Size, Gather, ScatterAddRows, RowsTouched,
     // neural network
     Conv2d, Conv2dBackpropInput, Conv2dBackpropFilter, MaxPool2d, MaxPool2dGrad, MaxPoolGradWithArgmax,
     AvgPool2d, AvgPool2dGrad, Dropout,
@@ -137,7 +137,7 @@ op_set! {
     // formed by fusion passes after autodiff
     FusedConv2d, FusedMatMul, FusedConv2dMaxPool, FusedMaxPoolConv2dBackpropFilter, FusedElementwise,
     // inserted by strategies
-    AllReduce, Transfer,
+    AllReduce, AllGatherRows, Transfer,
     // inserted by the check-numerics pass
     CheckNumerics,
 }
@@ -146,7 +146,7 @@ impl Op {
     /// Whether the op communicates between replicas (schedulers launch these as early as
     /// their inputs allow, so communication overlaps computation).
     pub fn is_collective(&self) -> bool {
-        matches!(self, Op::AllReduce(_))
+        matches!(self, Op::AllReduce(_) | Op::AllGatherRows(_))
     }
 
     pub fn name(&self) -> &'static str {

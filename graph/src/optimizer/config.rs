@@ -99,6 +99,19 @@ impl OptimizerConfig {
 }
 
 impl Optimizer {
+    /// Whether a row-sparse gradient (an embedding's) changes only the rows it names, as
+    /// TensorFlow 1's sparse apply ops do for momentum and RMSProp: the untouched rows'
+    /// accumulators neither decay nor move their weights. Plain SGD and Adagrad change
+    /// nothing where the gradient is zero anyway. Adam's sparse form in TensorFlow (and
+    /// Keras) decays both moments of every row and updates every row, so it stays dense.
+    pub fn updates_touched_rows_only(&self) -> bool {
+        match self {
+            Optimizer::Sgd { momentum, .. } => *momentum != 0.0,
+            Optimizer::RmsProp { .. } => true,
+            Optimizer::Adam { .. } | Optimizer::AdamW { .. } | Optimizer::Adagrad { .. } => false,
+        }
+    }
+
     pub fn name(&self) -> &'static str {
         match self {
             Optimizer::Sgd { momentum, .. } if *momentum == 0.0 => "GradientDescent",

@@ -1,10 +1,11 @@
 //! The optimizer pass: turns `roles.gradients` into update nodes and a train op.
 
 use super::{Optimizer, OptimizerConfig, adagrad, adam, clip::clip_by_global_norm, momentum, rmsprop};
-use crate::{Graph, GraphBuilder, GraphError, HostTensor, Outlet, Result, passes::Pass};
+use crate::{Graph, GraphBuilder, GraphError, HostTensor, Outlet, Result, passes::Pass, row_sparse::touched_rows};
 
-/// Appends, for every `(variable, gradient)` in `roles.gradients`, the optimizer's update,
-/// then the assignments of `roles.updates`, then the global step increment, grouped into
+/// Appends, for every `(variable, gradient)` in `roles.gradients`, the optimizer's update
+/// (restricted to the looked-up rows for a row-sparse gradient, where the optimizer's
+/// sparse form in TensorFlow is), then the assignments of `roles.updates`, then the global step increment, grouped into
 /// `roles.train_op`. The learning rate is
 /// exposed as the fetch `learning_rate` for logs and summaries.
 #[derive(Debug, Clone)]
@@ -42,8 +43,12 @@ impl Pass for ApplyOptimizer {
                 _ => None,
             };
             let mut assigns = Vec::new();
-            for ((var, _), grad) in pairs.iter().zip(grads) {
+            for ((var, unclipped), grad) in pairs.iter().zip(grads) {
                 let var = Outlet::from(*var);
+                let touched = match self.config.optimizer.updates_touched_rows_only() {
+                    true => touched_rows(b, *unclipped)?,
+                    false => None,
+                };
                 let var_name = b.graph().node(var.node).name.clone();
                 let updates = b.with_scope(&format!("update_{var_name}"), |b| match &self.config.optimizer {
                     Optimizer::Sgd { momentum: m, nesterov } => momentum::update(b, var, grad, lr, *m, *nesterov),
@@ -70,6 +75,11 @@ impl Pass for ApplyOptimizer {
                         adagrad::update(b, var, grad, lr, *initial_accumulator, *epsilon)
                     }
                 })?;
+                if let Some(mask) = touched {
+                    for assign in &updates {
+                        keep_untouched_rows(b, *assign, mask)?;
+                    }
+                }
                 assigns.extend(updates);
             }
             // Moving statistics and other non-optimizer state, as computed (and, under a
@@ -85,4 +95,15 @@ impl Pass for ApplyOptimizer {
         g.roles.train_op = Some(train_op);
         Ok(true)
     }
+}
+
+/// Makes `assign` (of a variable or slot shaped like the gradient's table) write its old
+/// value back in the rows `mask` leaves out: `select(mask, new, old)`.
+fn keep_untouched_rows(b: &mut GraphBuilder<'_>, assign: Outlet, mask: Outlet) -> Result<()> {
+    let node = b.graph().node(assign.node);
+    let (target, value) = (node.inputs[0], node.inputs[1]);
+    let name = format!("{}/touched_rows", node.name);
+    let kept = b.with_scope(&name, |b| b.select(mask, value, target))?;
+    b.graph_mut().set_input(assign.node, 1, kept);
+    Ok(())
 }

@@ -1,7 +1,7 @@
 //! Checks every gradient and every update of a training step for NaN and infinity before
 //! anything is committed to the variables.
 
-use crate::{DType, Graph, GraphBuilder, NodeId, Op, Result, passes::Pass};
+use crate::{DType, Graph, GraphBuilder, NodeId, Op, Result, passes::Pass, row_sparse::row_sparse};
 
 /// Runs after the optimizer pass. Wraps in a [`CheckNumerics`](crate::ops::CheckNumerics):
 /// - each gradient of `roles.gradients` (as reduced by the strategy: the value the
@@ -31,6 +31,9 @@ impl Pass for CheckNumericsPass {
         let gradients = g.roles.gradients.clone();
         let mut order = 0;
         for (var, grad) in &gradients {
+            // A row-sparse gradient is checked in its updates: where they are computed, so
+            // a parameter-server worker checks what it sends rather than the ps the table.
+            let grad = &row_sparse(g, *grad).map_or(*grad, |s| s.updates);
             if g.fact(*grad)?.dtype != DType::F32 {
                 continue;
             }

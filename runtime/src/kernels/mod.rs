@@ -7,6 +7,7 @@
 mod activation;
 mod collective;
 pub(crate) use collective::all_reduce;
+pub(crate) use row_sparse::all_gather_rows;
 mod conv;
 mod cpu;
 mod dropout;
@@ -16,6 +17,7 @@ mod loss;
 mod math;
 mod pool;
 mod reduce;
+mod row_sparse;
 mod shape;
 mod transfer;
 
@@ -130,6 +132,7 @@ pub(crate) fn generic(op: &Op, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Resul
         BroadcastTo(_) => Ok(vec![shape::broadcast_to(first(inputs, ctx)?, ctx)?]),
         Gather(_) => Ok(vec![gather::gather(inputs, ctx)?]),
         ScatterAddRows(s) => Ok(vec![gather::scatter_add_rows(s.rows, inputs, ctx)?]),
+        RowsTouched(r) => Ok(vec![row_sparse::rows_touched(r.rows, inputs, ctx)?]),
         Conv2d(c) => one(conv::forward(c, inputs, ctx)?),
         Conv2dBackpropInput(c) => one(conv::backprop_input(c, inputs, ctx)?),
         Conv2dBackpropFilter(c) => filter_grad_with_bias(c, inputs, ctx),
@@ -182,6 +185,7 @@ pub(crate) fn generic(op: &Op, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Resul
         Select(_) => one(logic::select(inputs, ctx)?),
         Group(_) => Ok(vec![Value::Unit]),
         AllReduce(a) => collective::all_reduce(a, inputs, ctx),
+        AllGatherRows(a) => row_sparse::all_gather_rows(a, inputs, ctx),
         Transfer(_) => transfer::run(inputs, ctx),
         Placeholder(_) | Variable(_) | Constant(_) | Assign(_) | CheckNumerics(_) => {
             Err(ctx.err("executed by the executor itself, not by a kernel"))

@@ -2,7 +2,7 @@
 
 use crate::harness::{check, input};
 use anyhow::Result;
-use engine_graph::{HostData, HostTensor, Shape};
+use engine_graph::{HostData, HostTensor, Shape, ops::ReduceOp};
 
 #[test]
 fn reshape() -> Result<()> {
@@ -47,4 +47,17 @@ fn gather_and_scatter_add_rows() -> Result<()> {
         let idx = b.constant(HostTensor::new(vec![2, 3], HostData::I64(vec![4, 0, 4, 2, 2, 1]))?)?;
         b.scatter_add_rows(idx, x[0], 6)
     })
+}
+
+/// The cross-replica sum of an embedding's rows, with one replica (its gradient reads the
+/// reduced output gradient at each update's row).
+#[test]
+fn all_gather_rows() -> Result<()> {
+    for reduce in [ReduceOp::Sum, ReduceOp::Mean] {
+        check(&[input(&[2, 3, 2])], |b, x| {
+            let idx = b.constant(HostTensor::new(vec![2, 3], HostData::I64(vec![4, 0, 4, 2, 2, 1]))?)?;
+            Ok(b.all_gather_rows(idx, x[0], 6, reduce)?.0)
+        })?;
+    }
+    Ok(())
 }

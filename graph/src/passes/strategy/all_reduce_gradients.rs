@@ -1,10 +1,11 @@
 //! An all-reduce on every gradient, before the optimizer reads it (`mirrored`,
 //! `multi_worker`).
 
-use crate::{Graph, GraphBuilder, Result, ops::ReduceOp, passes::Pass};
+use crate::{Graph, GraphBuilder, Result, ops::ReduceOp, passes::Pass, row_sparse::row_sparse};
 
 /// Runs after autodiff and before the optimizer: each `(variable, gradient)` of
-/// `roles.gradients` gets a one-tensor `AllReduce` and the role points at its output, so
+/// `roles.gradients` gets a one-tensor `AllReduce` (an `AllGatherRows` of the looked-up
+/// rows, for a row-sparse gradient) and the role points at its output, so
 /// every replica applies the same reduced gradient to its copy of the variable. The
 /// fusion pass then groups these into buckets.
 pub struct AllReduceGradients {
@@ -21,8 +22,15 @@ impl Pass for AllReduceGradients {
         let mut reduced = Vec::with_capacity(pairs.len());
         for (i, (var, grad)) in pairs.iter().enumerate() {
             let var_name = b.graph().node(*var).name.clone();
-            let out = b.with_scope(&format!("allreduce/{var_name}"), |b| b.all_reduce(&[*grad], self.reduce, i))?;
-            reduced.push((*var, out[0]));
+            let out = match row_sparse(b.graph(), *grad) {
+                // Only the looked-up rows travel (an embedding table's gradient is mostly
+                // zeros).
+                Some(s) => b.with_scope(&format!("allgather/{var_name}"), |b| {
+                    Ok(b.all_gather_rows(s.indices, s.updates, s.rows, self.reduce)?.0)
+                })?,
+                None => b.with_scope(&format!("allreduce/{var_name}"), |b| b.all_reduce(&[*grad], self.reduce, i))?[0],
+            };
+            reduced.push((*var, out));
         }
         let changed = !reduced.is_empty();
         g.roles.gradients = reduced;

@@ -1,7 +1,7 @@
 //! Parameter servers: every variable (with its optimizer slots) lives on one `ps:k` task,
 //! which also applies its updates; the workers compute gradients on their batches.
 
-use crate::{Graph, GraphBuilder, NodeId, Op, Outlet, Result, passes::Pass};
+use crate::{Graph, GraphBuilder, NodeId, Op, Outlet, Result, passes::Pass, row_sparse::row_sparse};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// The device label of the worker partition (run by every chief and worker task).
@@ -23,6 +23,8 @@ pub fn ps_index(device: &str) -> Option<usize> {
 /// - a ps task also runs what turns a gradient into its variables' new values (the
 ///   optimizer's update nodes, which read the variable and its slots) and the global step's
 ///   increment: updates are applied where the variables are, once per gradient received;
+/// - a row-sparse gradient (an embedding's) is sent as its looked-up rows and indices and
+///   added into the table's shape on the ps task;
 /// - everything else runs on the worker: the forward and backward pass, the global norm
 ///   of gradient clipping (it needs every gradient), the learning rate schedule (from the
 ///   global step it read);
@@ -98,9 +100,20 @@ impl Pass for ParameterServerPlacement {
         // Non-optimizer updates (moving statistics) are committed where their variables
         // live, like the optimizer's.
         let grads: BTreeSet<Outlet> = g.roles.gradients.iter().chain(&g.roles.updates).map(|(_, o)| *o).collect();
+        // A row-sparse gradient is assembled where it is applied: the worker sends the
+        // looked-up rows and their indices, and the ps task adds them into the table's
+        // shape (and the mask of rows its sparse update is restricted to).
+        let sparse: BTreeSet<NodeId> = g
+            .roles
+            .gradients
+            .iter()
+            .filter(|(_, o)| row_sparse(g, *o).is_some())
+            .map(|(_, o)| o.node)
+            .chain(g.nodes().filter(|(_, n)| matches!(n.op, Op::RowsTouched(_))).map(|(id, _)| id))
+            .collect();
         let mut update: BTreeSet<NodeId> = BTreeSet::new();
         for &id in &order {
-            if g.node(id).inputs.iter().any(|o| grads.contains(o) || update.contains(&o.node)) {
+            if sparse.contains(&id) || g.node(id).inputs.iter().any(|o| grads.contains(o) || update.contains(&o.node)) {
                 update.insert(id);
             }
         }
@@ -152,7 +165,8 @@ impl Pass for ParameterServerPlacement {
         }
         place.retain(|_, k| *k != usize::MAX);
         // What a role names is read by the worker (the learning rate for logs).
-        let role_nodes: BTreeSet<NodeId> = g.roles.outlets().iter().map(|o| o.node).collect();
+        let role_nodes: BTreeSet<NodeId> =
+            g.roles.outlets().iter().map(|o| o.node).filter(|n| !sparse.contains(n)).collect();
         // A computed value another partition reads is computed on the worker instead, so
         // that ps tasks serve only variables: until nothing moves.
         loop {

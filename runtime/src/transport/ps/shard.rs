@@ -143,13 +143,23 @@ impl ParameterShard {
         }
         self.exchange.clear();
         let g = &self.exec.plan().graph;
+        // Values sized by the batch (an embedding's looked-up rows) must all come from one
+        // batch size; every other value has the variable's fixed shape.
+        let mut batch = None;
+        for (outlet, tensor) in &values {
+            if let Ok(fact) = g.fact(*outlet)
+                && batch.is_none()
+            {
+                batch = crate::executor::batch_of(&fact.shape, &tensor.shape);
+            }
+        }
         for (outlet, tensor) in values {
             if !self.inputs.contains(&outlet) {
                 return Err(self.refuse(format!("a push sends {outlet}, which this task does not receive")));
             }
             let fact = g.fact(outlet)?;
             if fact.dtype != tensor.dtype()
-                || crate::executor::resolve(&fact.shape, None).as_deref() != Some(&tensor.shape[..])
+                || crate::executor::resolve(&fact.shape, batch).as_deref() != Some(&tensor.shape[..])
             {
                 return Err(RuntimeError::Variable {
                     name: g.node(outlet.node).name.clone(),

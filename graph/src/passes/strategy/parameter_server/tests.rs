@@ -140,3 +140,52 @@ fn the_global_step_is_incremented_on_its_ps() -> Result<()> {
     assert!(read >= (12 + 8) * 4 && sent >= (12 + 8) * 4, "read {read}, sent {sent}");
     Ok(())
 }
+
+/// An embedding table of 1000 rows of 8 behind a dense layer, trained with momentum: the
+/// worker sends the looked-up rows and their ids, never the table's gradient, and the ps
+/// task assembles it, restricts the update to those rows and checks nothing the worker
+/// has not checked.
+#[test]
+fn an_embedding_gradient_travels_as_its_looked_up_rows() -> Result<()> {
+    let mut g = Graph::new();
+    let mut b = GraphBuilder::new(&mut g);
+    let ids = b.placeholder("ids", DType::I64, Shape::batched(&[4]))?;
+    let table = b.variable("table", &[1000, 8], Initializer::Ones, true)?;
+    let w = b.variable("w", &[32, 2], Initializer::Ones, true)?;
+    let e = b.gather(table, ids)?;
+    let e = b.reshape(e, Shape(vec![crate::Dim::N, crate::Dim::Known(32)]))?;
+    let y = b.matmul(e, w)?;
+    let loss = b.reduce_mean(y, &[], false)?;
+    g.roles.loss = Some(loss);
+    g.roles.inputs.insert("ids".into(), ids);
+    let config = OptimizerConfig::constant(Optimizer::Sgd { momentum: 0.9, nesterov: false }, 0.1);
+    let mut passes = PassManager::new()
+        .with(Autodiff)
+        .with(ApplyOptimizer { config })
+        .with(CheckNumericsPass)
+        .with(ParameterServerPlacement { num_ps: 2 });
+    for p in optimization_passes() {
+        passes.push(p);
+    }
+    passes.run(&mut g)?;
+    g.check()?;
+    let on = |op: fn(&Op) -> bool| -> Vec<String> {
+        g.nodes().filter(|(_, n)| op(&n.op)).map(|(_, n)| n.device.clone().unwrap_or_default()).collect()
+    };
+    assert_eq!(on(|o| matches!(o, Op::ScatterAddRows(_))), ["ps:0"], "the gradient is assembled with the table");
+    assert_eq!(on(|o| matches!(o, Op::RowsTouched(_))), ["ps:0"]);
+    assert_eq!(on(|o| matches!(o, Op::Select(_))).len(), 2, "momentum and table keep their untouched rows");
+    assert!(on(|o| matches!(o, Op::CheckNumerics(_))).len() >= 2);
+    for (_, n) in g.nodes() {
+        if let Op::CheckNumerics(c) = &n.op
+            && c.message.starts_with("gradient")
+        {
+            assert_eq!(n.device.as_deref(), Some(WORKER), "{} checks on a ps task", n.name);
+        }
+    }
+    // Per example, the worker sends 4 ids and 4 rows of 8; then w's gradient (64 floats)
+    // and the learning rate to each ps task: never the table's 8000 floats.
+    let (_, sent) = transfer_bytes(&g, 16)?;
+    assert_eq!(sent, 16 * 4 * (8 + 8 * 4) + 32 * 2 * 4 + 2 * 4, "sent {sent} bytes");
+    Ok(())
+}
