@@ -16,6 +16,7 @@ use crate::{
 use engine_graph::ops::{ElementOp, FusedElementwise, Instr, Operand};
 use rayon::prelude::*;
 use std::borrow::Cow;
+use std::mem::MaybeUninit;
 
 /// Elements per chunk: the program's temporaries for one chunk fit in L1.
 const CHUNK: usize = 256;
@@ -30,7 +31,8 @@ enum Src<'a, E: Clone> {
 }
 
 pub(super) fn fused<E: Elem>(f: &FusedElementwise, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Outcome {
-    if inputs.len() != f.inputs || !inputs.iter().all(|v| matches!(v, Value::Float(_))) {
+    // An empty program would leave the output unwritten.
+    if f.program.is_empty() || inputs.len() != f.inputs || !inputs.iter().all(|v| matches!(v, Value::Float(_))) {
         return Err(inputs);
     }
     let Ok(shape) = ctx.out_shape(0) else { return Err(inputs) };
@@ -51,11 +53,13 @@ pub(super) fn fused<E: Elem>(f: &FusedElementwise, inputs: Vec<Value>, ctx: &Ker
     // would cost a read more than a fresh buffer).
     let out_input =
         (0..held.len()).find(|&k| sizes[k] == n && n > 1 && held[k].as_ref().is_some_and(is_whole_and_unique));
-    let mut buf: Vec<E> = match out_input.and_then(|k| held[k].take()) {
-        Some(t) => into_vec::<E>(t),
-        None => vec![E::zero(); n],
-    };
-    if buf.len() != n {
+    // A fresh buffer is left uninitialized: every element is written once below, where
+    // zeroing it first was a pass over the whole output (an optimizer's new variable
+    // value) for nothing.
+    let taken = out_input.and_then(|k| held[k].take()).map(into_vec::<E>);
+    let reads_out = taken.is_some();
+    let mut buf: Vec<E> = taken.unwrap_or_else(|| Vec::with_capacity(n));
+    if reads_out && buf.len() != n {
         return Ok(Err(ctx.err("fused elementwise input has the wrong length")));
     }
     let srcs: Vec<Src<'_, E>> = held
@@ -75,12 +79,26 @@ pub(super) fn fused<E: Elem>(f: &FusedElementwise, inputs: Vec<Value>, ctx: &Ker
     } else {
         n.max(1)
     };
-    buf.par_chunks_mut(per_task).enumerate().for_each(|(i, part)| region(&f.program, &srcs, i * per_task, part));
+    let out: &mut [MaybeUninit<E>] = if reads_out {
+        // SAFETY: the same memory, initialized; `region` writes only initialized values
+        // through it, so `buf` stays initialized.
+        unsafe { &mut *(buf.as_mut_slice() as *mut [E] as *mut [MaybeUninit<E>]) }
+    } else {
+        &mut buf.spare_capacity_mut()[..n]
+    };
+    out.par_chunks_mut(per_task).enumerate().for_each(|(i, part)| region(&f.program, &srcs, i * per_task, part));
+    if !reads_out {
+        // SAFETY: `region` wrote every one of the first `n` elements (the chunks cover
+        // `0..n`, and each chunk's elements are stored before it returns).
+        unsafe { buf.set_len(n) };
+    }
     Ok(Ok(vec![Value::Float(tensor(buf, &shape, ctx.device))]))
 }
 
-/// Elements `start..start + out.len()` of the result, into `out`.
-fn region<E: Elem>(program: &[Instr], srcs: &[Src<'_, E>], start: usize, out: &mut [E]) {
+/// Elements `start..start + out.len()` of the result, into `out`, every element written.
+/// `out` is initialized where a source is [`Src::Out`] (the buffer taken over from an
+/// input), and may be uninitialized otherwise.
+fn region<E: Elem>(program: &[Instr], srcs: &[Src<'_, E>], start: usize, out: &mut [MaybeUninit<E>]) {
     let mut temps = vec![[E::zero(); CHUNK]; program.len()];
     let singles: Vec<[E; CHUNK]> = srcs
         .iter()
@@ -92,7 +110,13 @@ fn region<E: Elem>(program: &[Instr], srcs: &[Src<'_, E>], start: usize, out: &m
     for at in (0..out.len()).step_by(CHUNK) {
         let len = CHUNK.min(out.len() - at);
         {
-            let out_chunk: &[E] = &out[at..at + len];
+            let out_chunk: &[E] = if srcs.iter().any(|s| matches!(s, Src::Out)) {
+                // SAFETY: with a `Src::Out` the buffer was an initialized input, and this
+                // chunk has not been written yet.
+                unsafe { &*(&out[at..at + len] as *const [MaybeUninit<E>] as *const [E]) }
+            } else {
+                &[]
+            };
             let args: Vec<&[E]> = srcs
                 .iter()
                 .zip(&singles)
@@ -105,7 +129,9 @@ fn region<E: Elem>(program: &[Instr], srcs: &[Src<'_, E>], start: usize, out: &m
             eval_chunk(program, &args, &mut temps, len);
         }
         if let Some(last) = temps.last() {
-            out[at..at + len].copy_from_slice(&last[..len]);
+            for (o, v) in out[at..at + len].iter_mut().zip(&last[..len]) {
+                o.write(*v);
+            }
         }
     }
 }
