@@ -35,6 +35,15 @@ fn unshuffled_spec(dir: &Path) -> Result<PathBuf> {
     Ok(path)
 }
 
+/// `tests/specs/<name>` without shuffling, in `dir`.
+fn unshuffled_test_spec(dir: &Path, name: &str) -> Result<PathBuf> {
+    let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/specs").join(name))?;
+    ensure!(text.contains("shuffle_buffer: 1000, seed: 1,"), "tests/specs/{name} changed; update this test");
+    let spec = dir.join(name);
+    std::fs::write(&spec, text.replace("shuffle_buffer: 1000, seed: 1,", ""))?;
+    Ok(spec)
+}
+
 fn common_sets(batch: usize) -> Vec<String> {
     [
         format!("train_input.batch_size={batch}"),
@@ -190,10 +199,7 @@ fn two_and_three_workers_train_like_one_device() -> Result<()> {
 #[test]
 fn two_workers_with_synchronized_batch_norm_train_like_one_device() -> Result<()> {
     let tmp = tempfile::tempdir()?;
-    let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/specs/sync_batch_norm.ron"))?;
-    ensure!(text.contains("shuffle_buffer: 1000, seed: 1,"), "the batch-norm spec changed; update this test");
-    let spec = tmp.path().join("sync_batch_norm.ron");
-    std::fs::write(&spec, text.replace("shuffle_buffer: 1000, seed: 1,", ""))?;
+    let spec = unshuffled_test_spec(tmp.path(), "sync_batch_norm.ron")?;
     const STEPS: u64 = 8;
     let reference = tmp.path().join("one_device");
     let reference_loss = one_device(&spec, &reference, PER_WORKER * 2, STEPS)?;
@@ -211,10 +217,7 @@ fn two_workers_with_synchronized_batch_norm_train_like_one_device() -> Result<()
 #[test]
 fn embedding_rows_travel_between_processes_and_train_like_one_device() -> Result<()> {
     let tmp = tempfile::tempdir()?;
-    let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/specs/embedding.ron"))?;
-    ensure!(text.contains("shuffle_buffer: 1000, seed: 1,"), "the embedding spec changed; update this test");
-    let spec = tmp.path().join("embedding.ron");
-    std::fs::write(&spec, text.replace("shuffle_buffer: 1000, seed: 1,", ""))?;
+    let spec = unshuffled_test_spec(tmp.path(), "embedding.ron")?;
     const STEPS: u64 = 8;
     let reference = tmp.path().join("one_device");
     let reference_loss = one_device(&spec, &reference, PER_WORKER * 2, STEPS)?;

@@ -5,7 +5,10 @@ use super::ReduceOp;
 use crate::{
     DType, Dim, Fact, GraphBuilder, Outlet, Result, Shape,
     autodiff::GradCtx,
-    ops::{Arity, OpDef, rules, shape::mask_shape},
+    ops::{
+        Arity, OpDef,
+        shape::{mask_shape, row_of},
+    },
 };
 
 /// Inputs `(indices [...] i64, updates indices.shape ++ row)`: one replica's rows of a
@@ -32,19 +35,11 @@ impl OpDef for AllGatherRows {
         Arity::Exact(2)
     }
     fn infer(&self, inputs: &[Fact]) -> Result<Vec<Fact>, String> {
-        let (indices, updates) = (&inputs[0], &inputs[1]);
-        rules::expect_dtype(indices, DType::I64, "indices")?;
+        let updates = &inputs[1];
         if !updates.dtype.is_float() {
             return Err(format!("only float rows are gathered, found {updates}"));
         }
-        let k = indices.rank();
-        if updates.rank() < k || updates.shape.dims()[..k] != indices.shape.dims()[..] {
-            return Err(format!("updates {} do not start with the indices' shape {}", updates.shape, indices.shape));
-        }
-        let row = &updates.shape.dims()[k..];
-        if row.iter().any(|d| d.is_batch()) {
-            return Err(format!("rows of {} must have known sizes", updates.shape));
-        }
+        let row = row_of(&inputs[0], updates)?;
         let mut dims = vec![Dim::Known(self.rows)];
         dims.extend_from_slice(row);
         Ok(vec![Fact::new(updates.dtype, Shape(dims)), Fact::new(DType::Bool, mask_shape(self.rows, row.len()))])

@@ -20,6 +20,7 @@ pub use reshape::Reshape;
 pub use rows_touched::RowsTouched;
 pub(crate) use rows_touched::mask_shape;
 pub use scatter_add_rows::ScatterAddRows;
+pub(crate) use scatter_add_rows::row_of;
 pub use size::Size;
 pub use slice::Slice;
 pub use transpose::Transpose;

@@ -3,7 +3,7 @@
 
 use crate::{
     DType, Dim, Fact, GraphBuilder, Outlet, Result, Shape,
-    ops::{Arity, OpDef, rules},
+    ops::{Arity, OpDef},
 };
 
 /// Inputs `(indices [...] i64, updates indices.shape ++ row)`, as `ScatterAddRows`; output a
@@ -30,13 +30,8 @@ impl OpDef for RowsTouched {
         Arity::Exact(2)
     }
     fn infer(&self, inputs: &[Fact]) -> Result<Vec<Fact>, String> {
-        let (indices, updates) = (&inputs[0], &inputs[1]);
-        rules::expect_dtype(indices, DType::I64, "indices")?;
-        let k = indices.rank();
-        if updates.rank() < k || updates.shape.dims()[..k] != indices.shape.dims()[..] {
-            return Err(format!("updates {} do not start with the indices' shape {}", updates.shape, indices.shape));
-        }
-        Ok(vec![Fact::new(DType::Bool, mask_shape(self.rows, updates.rank() - k))])
+        let row = super::row_of(&inputs[0], &inputs[1])?;
+        Ok(vec![Fact::new(DType::Bool, mask_shape(self.rows, row.len()))])
     }
 }
 

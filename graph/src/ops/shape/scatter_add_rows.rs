@@ -21,17 +21,8 @@ impl OpDef for ScatterAddRows {
         Arity::Exact(2)
     }
     fn infer(&self, inputs: &[Fact]) -> Result<Vec<Fact>, String> {
-        let (indices, updates) = (&inputs[0], &inputs[1]);
-        rules::expect_dtype(indices, DType::I64, "indices")?;
-        rules::expect_dtype(updates, DType::F32, "updates")?;
-        let k = indices.rank();
-        if updates.rank() < k || updates.shape.dims()[..k] != indices.shape.dims()[..] {
-            return Err(format!("updates {} do not start with the indices' shape {}", updates.shape, indices.shape));
-        }
-        let row = &updates.shape.dims()[k..];
-        if row.iter().any(|d| d.is_batch()) {
-            return Err(format!("rows of {} must have known sizes", updates.shape));
-        }
+        rules::expect_dtype(&inputs[1], DType::F32, "updates")?;
+        let row = row_of(&inputs[0], &inputs[1])?;
         let mut dims = vec![Dim::Known(self.rows)];
         dims.extend_from_slice(row);
         Ok(vec![Fact::f32(Shape(dims))])
@@ -45,6 +36,22 @@ impl OpDef for ScatterAddRows {
         ctx.set(1, g);
         Ok(())
     }
+}
+
+/// The shape of one row of `updates` (what follows the indices' shape), after checking
+/// that the indices are integers, that `updates` starts with their shape and that its
+/// rows have known sizes: the inputs of every op that adds rows into a table.
+pub(crate) fn row_of<'a>(indices: &Fact, updates: &'a Fact) -> Result<&'a [Dim], String> {
+    rules::expect_dtype(indices, DType::I64, "indices")?;
+    let k = indices.rank();
+    if updates.rank() < k || updates.shape.dims()[..k] != indices.shape.dims()[..] {
+        return Err(format!("updates {} do not start with the indices' shape {}", updates.shape, indices.shape));
+    }
+    let row = &updates.shape.dims()[k..];
+    if row.iter().any(|d| d.is_batch()) {
+        return Err(format!("rows of {} must have known sizes", updates.shape));
+    }
+    Ok(row)
 }
 
 impl GraphBuilder<'_> {
