@@ -12,13 +12,24 @@ use burn::backend::ops::{FloatTensorOps, IntTensorOps};
 use burn::backend::tensor::IndexingUpdateOp;
 use burn::tensor::Shape as BurnShape;
 
+/// The indices on the host, each checked against `rows`: an index outside the table is an
+/// error naming the node, never a read or write past the buffer.
+pub(super) fn host_indices(v: &Value, rows: usize, ctx: &KernelCtx<'_>) -> Result<Vec<usize>> {
+    let host = v.to_host()?;
+    let Some(ids) = host.as_i64() else { return Err(ctx.err("indices must be integers")) };
+    ids.iter()
+        .map(|&i| {
+            usize::try_from(i)
+                .ok()
+                .filter(|&i| i < rows)
+                .ok_or_else(|| ctx.err(format!("index {i} is outside the table's {rows} rows")))
+        })
+        .collect()
+}
+
 /// The indices as a flat int tensor, after checking every one against `rows`.
 fn checked_indices(v: Value, rows: usize, ctx: &KernelCtx<'_>) -> Result<(T, usize)> {
-    let host = v.to_host()?.to_f64_vec();
-    if let Some(bad) = host.iter().find(|&&i| i < 0.0 || i >= rows as f64) {
-        return Err(ctx.err(format!("index {bad} is outside the table's {rows} rows")));
-    }
-    let n = host.len();
+    let n = host_indices(&v, rows, ctx)?.len();
     let Value::Int(t) = v else { return Err(ctx.err("indices must be integers")) };
     Ok((B::int_reshape(t, BurnShape::new([n])), n))
 }

@@ -4,24 +4,9 @@
 //! Both work on the host: the indices are read there anyway (to check them against the
 //! table), and the rows of one batch are few next to the table.
 
-use super::KernelCtx;
+use super::{KernelCtx, gather::host_indices};
 use crate::{Collective, Precision, Result, Value};
 use engine_graph::{HostData, HostTensor, ops::AllGatherRows, ops::ReduceOp};
-
-/// The indices on the host, each checked against `rows`: an index outside the table is an
-/// error naming the node, never a write past the buffer.
-fn host_indices(v: &Value, rows: usize, ctx: &KernelCtx<'_>) -> Result<Vec<usize>> {
-    let host = v.to_host()?;
-    let Some(ids) = host.as_i64() else { return Err(ctx.err("indices must be integers")) };
-    ids.iter()
-        .map(|&i| {
-            usize::try_from(i)
-                .ok()
-                .filter(|&i| i < rows)
-                .ok_or_else(|| ctx.err(format!("index {i} is outside the table's {rows} rows")))
-        })
-        .collect()
-}
 
 fn mask(rows: usize, touched: &[usize], ctx: &KernelCtx<'_>) -> Result<Value> {
     let mut m = vec![false; rows];

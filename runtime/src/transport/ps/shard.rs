@@ -145,14 +145,9 @@ impl ParameterShard {
         let g = &self.exec.plan().graph;
         // Values sized by the batch (an embedding's looked-up rows) must all come from one
         // batch size; every other value has the variable's fixed shape.
-        let mut batch = None;
-        for (outlet, tensor) in &values {
-            if let Ok(fact) = g.fact(*outlet)
-                && batch.is_none()
-            {
-                batch = crate::executor::batch_of(&fact.shape, &tensor.shape);
-            }
-        }
+        let batch = values
+            .iter()
+            .find_map(|(o, t)| g.fact(*o).ok().and_then(|f| crate::executor::batch_of(&f.shape, &t.shape)));
         for (outlet, tensor) in values {
             if !self.inputs.contains(&outlet) {
                 return Err(self.refuse(format!("a push sends {outlet}, which this task does not receive")));
