@@ -65,20 +65,8 @@ pub fn check_with(
     build: impl Fn(&mut GraphBuilder<'_>, &[Outlet]) -> engine_graph::Result<Outlet>,
 ) -> Result<()> {
     let mut rng = ChaCha8Rng::seed_from_u64(7);
-    let mut g = Graph::new();
-    let mut b = GraphBuilder::new(&mut g);
-    let mut xs = Vec::new();
-    for (i, inp) in inputs.iter().enumerate() {
-        xs.push(b.variable(&format!("x{i}"), &inp.shape, Initializer::Zeros, true)?);
-    }
-    let y = build(&mut b, &xs)?;
-    let y_fact = b.fact(y)?.clone();
-    let y_shape = y_fact.shape.as_known().ok_or_else(|| anyhow!("the output must have a known shape"))?;
-    let n: usize = y_shape.iter().product();
-    let weights: Vec<f32> = (0..n).map(|_| rng.random::<f32>() * 2.0 - 1.0).collect();
-    let r = b.constant(HostTensor::f32(y_shape.clone(), weights)?)?;
-    let weighted = b.mul(y, r)?;
-    let loss = b.reduce_sum(weighted, &[], false)?;
+    let mut weights = None;
+    let (mut g, xs, loss) = loss_graph(inputs, &build, &mut rng, &mut weights)?;
     let grads = gradients(&mut g, loss, &xs)?;
     g.roles.loss = Some(loss);
     let mut fetches = vec![loss];
@@ -88,10 +76,15 @@ pub fn check_with(
         fetches.push(gr);
     }
     let plan = Arc::new(Plan::new(g, vec![])?);
+    // The finite differences run the loss alone, without the backward graph the executor
+    // would otherwise compute for every perturbed element.
+    let (mut lg, _, forward_loss) = loss_graph(inputs, &build, &mut rng, &mut weights)?;
+    lg.roles.loss = Some(forward_loss);
+    let forward = (Arc::new(Plan::new(lg, vec![])?), forward_loss);
     let values: Vec<Vec<f64>> = inputs.iter().map(|inp| draw(&mut rng, inp)).collect();
     for backend in backends()? {
         let checked = if backend.device.kind == DeviceKind::Cpu {
-            compare(&plan, &backend, inputs, &values, &fetches, h, tolerance)
+            compare(&plan, &forward, &backend, inputs, &values, &fetches, h, tolerance)
         } else {
             same_as_cpu(&plan, &backend, inputs, &values, &fetches)
         };
@@ -174,8 +167,10 @@ pub fn backends() -> Result<Vec<Backend>> {
     Ok(out)
 }
 
+#[allow(clippy::too_many_arguments)]
 fn compare(
     plan: &Arc<Plan>,
+    forward: &(Arc<Plan>, Outlet),
     backend: &Backend,
     inputs: &[Input],
     values: &[Vec<f64>],
@@ -183,9 +178,12 @@ fn compare(
     h: f64,
     tolerance: f64,
 ) -> Result<()> {
-    let exec = Executor::new(plan.clone(), backend.device.clone(), Precision::F64)?.with_native_kernels(backend.native);
-    let run = |vals: &[Vec<f64>]| evaluate(&exec, inputs, vals, fetches);
-    let analytic = run(values)?;
+    let executor = |plan: &Arc<Plan>| -> Result<Executor> {
+        Ok(Executor::new(plan.clone(), backend.device.clone(), Precision::F64)?.with_native_kernels(backend.native))
+    };
+    let analytic = evaluate(&executor(plan)?, inputs, values, fetches)?;
+    let loss_exec = executor(&forward.0)?;
+    let run = |vals: &[Vec<f64>]| evaluate(&loss_exec, inputs, vals, &[forward.1]);
     for (i, inp) in inputs.iter().enumerate() {
         let got = &analytic[i + 1];
         if got.len() != values[i].len() {
@@ -208,6 +206,31 @@ fn compare(
         }
     }
     Ok(())
+}
+
+/// `loss = Σ build(x) · r` over variables `x0`, `x1`, ... with fixed random weights `r`,
+/// drawn on the first call and reused after, so that two calls build the same function.
+fn loss_graph(
+    inputs: &[Input],
+    build: &impl Fn(&mut GraphBuilder<'_>, &[Outlet]) -> engine_graph::Result<Outlet>,
+    rng: &mut ChaCha8Rng,
+    weights: &mut Option<Vec<f32>>,
+) -> Result<(Graph, Vec<Outlet>, Outlet)> {
+    let mut g = Graph::new();
+    let mut b = GraphBuilder::new(&mut g);
+    let mut xs = Vec::new();
+    for (i, inp) in inputs.iter().enumerate() {
+        xs.push(b.variable(&format!("x{i}"), &inp.shape, Initializer::Zeros, true)?);
+    }
+    let y = build(&mut b, &xs)?;
+    let y_fact = b.fact(y)?.clone();
+    let y_shape = y_fact.shape.as_known().ok_or_else(|| anyhow!("the output must have a known shape"))?;
+    let n: usize = y_shape.iter().product();
+    let r = weights.get_or_insert_with(|| (0..n).map(|_| rng.random::<f32>() * 2.0 - 1.0).collect()).clone();
+    let r = b.constant(HostTensor::f32(y_shape.clone(), r)?)?;
+    let weighted = b.mul(y, r)?;
+    let loss = b.reduce_sum(weighted, &[], false)?;
+    Ok((g, xs, loss))
 }
 
 /// An i64 constant (labels) for ops that take one.

@@ -23,6 +23,15 @@ fn conv2d_same_strided_asymmetric() -> Result<()> {
     check(&[input(&[2, 4, 5, 3]), input(&[2, 4, 3, 2])], |b, x| b.conv2d(x[0], x[1], [1, 1], Padding::Same))
 }
 
+/// 3×3 stride-1 windows over 32 channels in and out run on the Winograd F(2×2, 3×3)
+/// kernels: the forward product, the input gradient (itself such a convolution) and the
+/// filter gradient. Odd sizes leave partial tiles at the right and bottom edges.
+#[test]
+fn conv2d_winograd_sized() -> Result<()> {
+    check(&[input(&[1, 3, 5, 32]), input(&[3, 3, 32, 32])], |b, x| b.conv2d(x[0], x[1], [1, 1], Padding::Same))?;
+    check(&[input(&[2, 5, 4, 32]), input(&[3, 3, 32, 32])], |b, x| b.conv2d(x[0], x[1], [1, 1], Padding::Valid))
+}
+
 /// Atrous (dilated) and grouped convolutions, depthwise included, in both paddings: the
 /// generic kernels (the native ones decline these) and their backprop ops' second order.
 #[test]

@@ -13,6 +13,7 @@ use super::{
 use crate::{Result, Value, kernels::KernelCtx, value::T};
 use engine_graph::ops::{Activation, Conv2d, Conv2dBackpropFilter, Conv2dBackpropInput, FusedConv2d, Padding, Window};
 use rayon::prelude::*;
+use std::borrow::Cow;
 
 /// The sizes of one convolution.
 #[derive(Clone, Copy)]
@@ -169,7 +170,8 @@ fn convolve<E: Elem>(c: &Conv2d, x: T, w: T, post: Option<(&[E], Activation)>, c
     }
     let mut out = vec![E::zero(); n * p * f];
     let threads = inner_threads(&g);
-    let method = Method::of(&g);
+    let method = Method::of(&g, f);
+    let ws = method.filter(&ws, ch, f);
     let ok = out
         .par_chunks_mut(p * f)
         .zip(xs.par_chunks(g.image()))
@@ -181,25 +183,57 @@ fn convolve<E: Elem>(c: &Conv2d, x: T, w: T, post: Option<(&[E], Activation)>, c
     Ok(tensor(out, &[n, g.oh, g.ow, f], ctx.device))
 }
 
-/// How one image of a convolution is computed: small patches directly from the image
-/// (see `direct_conv`), others as `im2col(x) · W` with `gemm`.
+/// How one image of a convolution is computed: 3×3 stride-1 windows over many channels
+/// with Winograd's F(2×2, 3×3) (see `winograd`), other small patches directly from the
+/// image (see `direct_conv`), the rest as `im2col(x) · W` with `gemm`.
 pub(super) enum Method {
     Direct(PatchIndex),
     Gemm,
+    Winograd,
 }
 
 impl Method {
-    pub(super) fn of(g: &Geometry) -> Method {
-        if g.patch() <= super::direct_conv::MAX_DIRECT_PATCH {
+    /// The method for a convolution of `g` producing `f` channels.
+    pub(super) fn of(g: &Geometry, f: usize) -> Method {
+        if super::winograd::applies(g, f) {
+            Method::Winograd
+        } else if g.patch() <= super::direct_conv::MAX_DIRECT_PATCH {
             Method::Direct(PatchIndex::new(g))
         } else {
             Method::Gemm
         }
     }
+
+    /// The HWIO filter `w` (`c` to `f` channels) in the form `conv_image` multiplies by:
+    /// transformed once per call for Winograd, as it is otherwise.
+    pub(super) fn filter<'a, E: Elem>(&self, w: &'a [E], c: usize, f: usize) -> Cow<'a, [E]> {
+        match self {
+            Method::Winograd => Cow::Owned(super::winograd::transform_filter(w, c, f)),
+            _ => Cow::Borrowed(w),
+        }
+    }
+
+    /// Elements of a filter gradient as `filter_grad_image` accumulates it, for an HWIO
+    /// filter of `shape`.
+    pub(super) fn grad_len(&self, shape: [usize; 4]) -> usize {
+        match self {
+            Method::Winograd => 16 * shape[2] * shape[3],
+            _ => shape.iter().product(),
+        }
+    }
+
+    /// The HWIO filter gradient from the sum of what `filter_grad_image` accumulated.
+    fn finish_filter_grad<E: Elem>(&self, acc: Vec<E>, shape: [usize; 4]) -> Vec<E> {
+        match self {
+            Method::Winograd => super::winograd::untransform_filter_grad(&acc, shape[2], shape[3]),
+            _ => acc,
+        }
+    }
 }
 
-/// One image: `y = activation(conv(x, w) + bias)`. `scratch` holds the patch matrix or a
-/// padded copy of the image (grown on first use). False if a product did not fit.
+/// One image: `y = activation(conv(x, w) + bias)`, `w` as `Method::filter` gives it.
+/// `scratch` holds the patch matrix, a padded copy of the image or Winograd's tiles (grown
+/// on first use). False if a product did not fit.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn conv_image<E: Elem>(
     x: &[E],
@@ -212,25 +246,31 @@ pub(super) fn conv_image<E: Elem>(
     scratch: &mut Vec<E>,
     threads: usize,
 ) -> bool {
-    if let Method::Direct(index) = method {
-        let (bias, act) = match post {
-            Some((b, a)) => (Some(b), a),
-            None => (None, Activation::Linear),
-        };
-        super::direct_conv::forward_image(x, g, index, ws, f, bias, act, y, scratch);
-        return true;
-    }
-    let (p, k) = (g.pixels(), g.patch());
-    scratch.resize(p * k, E::zero());
-    im2col(x, g, scratch);
-    let ok = gemm(p, f, k, y, false, Mat::row_major(scratch, k), Mat::row_major(ws, f), threads);
+    let ok = match method {
+        Method::Direct(index) => {
+            let (bias, act) = match post {
+                Some((b, a)) => (Some(b), a),
+                None => (None, Activation::Linear),
+            };
+            super::direct_conv::forward_image(x, g, index, ws, f, bias, act, y, scratch);
+            return true;
+        }
+        Method::Winograd => super::winograd::forward_image(x, g, ws, f, y, scratch, threads),
+        Method::Gemm => {
+            let (p, k) = (g.pixels(), g.patch());
+            scratch.resize(p * k, E::zero());
+            im2col(x, g, scratch);
+            gemm(p, f, k, y, false, Mat::row_major(scratch, k), Mat::row_major(ws, f), threads)
+        }
+    };
     if let Some((bias, act)) = post {
         super::elementwise::bias_activation(y, bias, act);
     }
     ok
 }
 
-/// One image's filter gradient added to `acc (k x f)`.
+/// One image's filter gradient added to `acc` (`k x f`, or 16 `c x f` for Winograd: see
+/// `Method::grad_len`).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn filter_grad_image<E: Elem>(
     x: &[E],
@@ -241,9 +281,13 @@ pub(super) fn filter_grad_image<E: Elem>(
     acc: &mut [E],
     scratch: &mut Vec<E>,
 ) -> bool {
-    if let Method::Direct(index) = method {
-        super::direct_conv::filter_grad_image(x, g, index, dy, f, acc, scratch);
-        return true;
+    match method {
+        Method::Direct(index) => {
+            super::direct_conv::filter_grad_image(x, g, index, dy, f, acc, scratch);
+            return true;
+        }
+        Method::Winograd => return super::winograd::filter_grad_image(x, g, dy, f, acc, scratch),
+        Method::Gemm => {}
     }
     let (p, k) = (g.pixels(), g.patch());
     scratch.resize(p * k, E::zero());
@@ -262,16 +306,17 @@ pub(super) fn backprop_filter<E: Elem>(
     let f = super::super::dims(&gy).last().copied().unwrap_or(0);
     let g = Geometry::new(n, [h, wd], ch, c.filter_hw, c.strides, c.padding, ctx)?;
     let (xs, gys) = (view::<E>(&x), view::<E>(&gy));
-    let (p, k) = (g.pixels(), g.patch());
+    let p = g.pixels();
     if gys.len() != n * p * f {
         return Err(ctx.err("output gradient does not match the convolution"));
     }
     let per_task = chunks(n);
-    let method = Method::of(&g);
+    let method = Method::of(&g, f);
+    let shape = [g.kh, g.kw, ch, f];
     let partials: Vec<Option<(Vec<E>, Vec<E>)>> = (0..n.div_ceil(per_task))
         .into_par_iter()
         .map(|t| {
-            let mut acc = vec![E::zero(); k * f];
+            let mut acc = vec![E::zero(); method.grad_len(shape)];
             let mut bias = vec![E::zero(); if c.with_bias { f } else { 0 }];
             let mut cols = Vec::new();
             for i in t * per_task..((t + 1) * per_task).min(n) {
@@ -286,25 +331,28 @@ pub(super) fn backprop_filter<E: Elem>(
             Some((acc, bias))
         })
         .collect();
-    sum_filter_grads(partials, c.with_bias, [g.kh, g.kw, ch, f], ctx)
+    sum_filter_grads(partials, c.with_bias, &method, shape, ctx)
 }
 
 /// The filter gradient (`[kh, kw, c, f]`) and, `with_bias`, the bias gradient (`[f]`): the
-/// sums of the threads' partial gradients (`None` where a part's buffers did not fit).
+/// sums of the threads' partial gradients (`None` where a part's buffers did not fit), as
+/// `method` accumulated them.
 pub(super) fn sum_filter_grads<E: Elem>(
     partials: Vec<Option<(Vec<E>, Vec<E>)>>,
     with_bias: bool,
+    method: &Method,
     shape: [usize; 4],
     ctx: &KernelCtx<'_>,
 ) -> Result<Vec<Value>> {
     let f = shape[3];
-    let mut total = vec![E::zero(); shape.iter().product()];
+    let mut total = vec![E::zero(); method.grad_len(shape)];
     let mut bias = vec![E::zero(); if with_bias { f } else { 0 }];
     for part in partials {
         let (w, b) = part.ok_or_else(|| ctx.err("matrix sizes do not fit the buffers"))?;
         total.iter_mut().zip(w).for_each(|(t, v)| *t += v);
         bias.iter_mut().zip(b).for_each(|(t, v)| *t += v);
     }
+    let total = method.finish_filter_grad(total, shape);
     let mut out = vec![Value::Float(tensor(total, &shape, ctx.device))];
     if with_bias {
         out.push(Value::Float(tensor(bias, &[f], ctx.device)));
@@ -379,7 +427,8 @@ fn input_grad_as_convolution<E: Elem>(g: &Geometry, w: &[E], f: usize, dy: &[E],
         left: kw - 1 - g.left,
     };
     let threads = inner_threads(&gradient);
-    let method = Method::of(&gradient);
+    let method = Method::of(&gradient, c);
+    let rotated = method.filter(&rotated, f, c);
     dx.par_chunks_mut(g.image())
         .zip(dy.par_chunks(gradient.image()))
         .map_init(Vec::new, |scratch, (dx, dy)| {

@@ -40,7 +40,8 @@ pub(super) fn forward<E: Elem>(op: &FusedConv2dMaxPool, inputs: Vec<Value>, ctx:
     let mut pooled = vec![E::zero(); n * pl.pooled()];
     let mut argmax = vec![0i64; n * pl.pooled()];
     let threads = if n == 1 { rayon::current_num_threads() } else { 1 };
-    let method = Method::of(&g);
+    let method = Method::of(&g, f);
+    let ws = method.filter(&ws, ch, f);
     let ok = pooled
         .par_chunks_mut(pl.pooled())
         .zip(argmax.par_chunks_mut(pl.pooled()))
@@ -91,14 +92,15 @@ pub(super) fn backprop_filter<E: Elem>(
     if gps.len() != n * pl.pooled() || idx.len() != gps.len() || ps.len() != gps.len() {
         return Err(ctx.err("argmax, pooled values and gradient do not match the pooling"));
     }
-    let (p, k, pooled_len) = (g.pixels(), g.patch(), pl.pooled());
+    let (p, pooled_len) = (g.pixels(), pl.pooled());
     let plane = (pl.h * pl.w) as i64;
     let per_task = chunks(n);
-    let method = Method::of(&g);
+    let method = Method::of(&g, f);
+    let shape = [g.kh, g.kw, ch, f];
     let partials: Vec<Option<(Vec<E>, Vec<E>)>> = (0..n.div_ceil(per_task))
         .into_par_iter()
         .map(|t| {
-            let mut acc = vec![E::zero(); k * f];
+            let mut acc = vec![E::zero(); method.grad_len(shape)];
             let mut bias = vec![E::zero(); if op.with_bias { f } else { 0 }];
             let (mut dy, mut cols) = (vec![E::zero(); p * f], Vec::new());
             for i in t * per_task..((t + 1) * per_task).min(n) {
@@ -135,7 +137,7 @@ pub(super) fn backprop_filter<E: Elem>(
             Some((acc, bias))
         })
         .collect();
-    super::conv::sum_filter_grads(partials, op.with_bias, [g.kh, g.kw, ch, f], ctx)
+    super::conv::sum_filter_grads(partials, op.with_bias, &method, shape, ctx)
 }
 
 /// The f32 SIMD path of the fused forward for one image: convolution and pooling in
@@ -220,7 +222,7 @@ mod probe {
         let (mut out, mut arg) = (vec![0.0f32; 169 * 32], vec![0i64; 169 * 32]);
         let mut dy = vec![0.0f32; 676 * 32];
         let mut acc = vec![0.0f32; 9 * 32];
-        let method = Method::of(&g);
+        let method = Method::of(&g, 32);
         let index = PatchIndex::new(&g);
         for _ in 0..5 {
             let t = std::time::Instant::now();

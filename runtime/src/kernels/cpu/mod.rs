@@ -24,6 +24,7 @@ mod pool;
 mod pooled_conv;
 mod reduce;
 mod simd;
+mod winograd;
 
 use super::KernelCtx;
 use crate::{Precision, Result, Value};

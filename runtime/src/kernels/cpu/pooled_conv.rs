@@ -350,7 +350,9 @@ mod tests {
             let act = if relu { Activation::Relu } else { Activation::Linear };
             let (mut y, mut scratch, mut pos) = (vec![0.0f32; g.pixels() * f], Vec::new(), vec![0i32; f]);
             let (mut want, mut want_at) = (vec![0.0f32; pl.pooled()], vec![0i64; pl.pooled()]);
-            assert!(conv_image(&x, &g, &Method::of(&g), &w, f, Some((&bias, act)), &mut y, &mut scratch, 1));
+            let method = Method::of(&g, f);
+            let wf = method.filter(&w, g.c, f);
+            assert!(conv_image(&x, &g, &method, &wf, f, Some((&bias, act)), &mut y, &mut scratch, 1));
             pool_image(&y, &mut want, &mut want_at, &mut pos, &pl);
 
             let index = PatchIndex::new(&g);

@@ -1,0 +1,455 @@
+//! Winograd's minimal filtering F(2×2, 3×3) for 3×3 stride-1 convolutions (Lavin and
+//! Gray, 2015). A 2×2 block of output pixels is computed from a 4×4 block of the input
+//! with 16 multiplications per channel pair instead of 36, so the products that dominate
+//! a convolution over many channels do 2.25× fewer multiply-adds than `im2col` + `gemm`.
+//! Each image's tiles are transformed (`Bᵀ d B`), multiplied by the transformed filter
+//! (`G w Gᵀ`) as 16 matrix products over the channels, and transformed back (`Aᵀ m A`).
+//!
+//! The filter gradient runs the same transforms the other way:
+//! `∂w = Gᵀ (Σ_tiles (Bᵀ d B) ⊙ (A ∂y Aᵀ)) G`, as 16 products accumulated over the
+//! batch and turned back into a 3×3 filter once. The input gradient of a stride-1
+//! convolution is itself a convolution (`conv::input_grad_as_convolution`) and so takes
+//! this path too. F(2,3)'s transform constants are 0, ±1 and ½, so its rounding stays
+//! within a few ulps of the direct sum (tested against `im2col` + `gemm` below).
+
+use super::{
+    buffer::Elem,
+    conv::Geometry,
+    gemm::{Mat, gemm},
+    simd::multiversion,
+};
+
+/// Positions of a transformed 4×4 tile: the number of products per image.
+const TILE: usize = 16;
+
+/// The fewest input and output channels for which the transforms pay for themselves.
+/// Measured with `winograd_probe` below on one Zen 4 core (f32, µs per 28×28 image,
+/// forward): 16 → 16 channels direct 36, Winograd 38 (the products' inner dimension of 16
+/// makes the transforms cost what they save); 32 → 32 `im2col` + `gemm` 150, Winograd 95;
+/// 64 → 64 546 against 304. Filter gradients scale the same way.
+pub(super) const MIN_CHANNELS: usize = 32;
+
+/// Whether a convolution producing `f` channels is computed with F(2×2, 3×3).
+pub(super) fn applies(g: &Geometry, f: usize) -> bool {
+    g.kh == 3 && g.kw == 3 && g.sh == 1 && g.sw == 1 && g.c >= MIN_CHANNELS && f >= MIN_CHANNELS && g.pixels() > 0
+}
+
+/// The tiling of one image: `th x tw` tiles of 2×2 output pixels, read from a zero-padded
+/// copy of the image `ph x pw` pixels large.
+#[derive(Clone, Copy)]
+struct Tiles {
+    th: usize,
+    tw: usize,
+    ph: usize,
+    pw: usize,
+}
+
+impl Tiles {
+    fn of(g: &Geometry) -> Tiles {
+        let (th, tw) = (g.oh.div_ceil(2), g.ow.div_ceil(2));
+        Tiles { th, tw, ph: 2 * th + 2, pw: 2 * tw + 2 }
+    }
+    fn count(&self) -> usize {
+        self.th * self.tw
+    }
+}
+
+fn half<E: Elem>() -> E {
+    E::one() / (E::one() + E::one())
+}
+
+/// The filter for `forward_image`: `u[ξ]` (16 row-major `c x f` matrices) = `G w Gᵀ` for
+/// every channel pair, from the HWIO 3×3 filter `w`.
+pub(super) fn transform_filter<E: Elem>(w: &[E], c: usize, f: usize) -> Vec<E> {
+    let (cf, h) = (c * f, half::<E>());
+    let mut u = vec![E::zero(); TILE * cf];
+    if w.len() < 9 * cf {
+        return u;
+    }
+    for e in 0..cf {
+        let at = |a: usize, b: usize| w[(a * 3 + b) * cf + e];
+        // `G w` column by column (4×3), then `u = (G w) Gᵀ` row by row (4×4).
+        let cols: [[E; 4]; 3] = std::array::from_fn(|b| {
+            let (g0, g1, g2) = (at(0, b), at(1, b), at(2, b));
+            [g0, (g0 + g1 + g2) * h, (g0 - g1 + g2) * h, g2]
+        });
+        for a in 0..4 {
+            let (t0, t1, t2) = (cols[0][a], cols[1][a], cols[2][a]);
+            u[(a * 4) * cf + e] = t0;
+            u[(a * 4 + 1) * cf + e] = (t0 + t1 + t2) * h;
+            u[(a * 4 + 2) * cf + e] = (t0 - t1 + t2) * h;
+            u[(a * 4 + 3) * cf + e] = t2;
+        }
+    }
+    u
+}
+
+/// The HWIO 3×3 filter gradient from its transformed form `acc[ξ]` (16 `c x f`
+/// matrices): `Gᵀ acc G`, the adjoint of `transform_filter`.
+pub(super) fn untransform_filter_grad<E: Elem>(acc: &[E], c: usize, f: usize) -> Vec<E> {
+    let (cf, h) = (c * f, half::<E>());
+    let mut w = vec![E::zero(); 9 * cf];
+    if acc.len() < TILE * cf {
+        return w;
+    }
+    // `Gᵀ v` for a 4-vector `v`: G's columns are (1, ½, ½, 0), (0, ½, -½, 0), (0, ½, ½, 1).
+    let gt = |v: [E; 4]| [v[0] + (v[1] + v[2]) * h, (v[1] - v[2]) * h, (v[1] + v[2]) * h + v[3]];
+    for e in 0..cf {
+        let rows: [[E; 3]; 4] = std::array::from_fn(|p| gt(std::array::from_fn(|q| acc[(p * 4 + q) * cf + e])));
+        for b in 0..3 {
+            let col = gt(std::array::from_fn(|p| rows[p][b]));
+            for (a, v) in col.into_iter().enumerate() {
+                w[(a * 3 + b) * cf + e] = v;
+            }
+        }
+    }
+    w
+}
+
+/// Elements of scratch `forward_image` needs: the padded image, the transformed tiles and
+/// the 16 products.
+fn forward_scratch(g: &Geometry, t: &Tiles, f: usize) -> usize {
+    t.ph * t.pw * g.c + TILE * t.count() * (g.c + f)
+}
+
+/// One image: `y (pixels x f) = conv(x, w)`, with `u` from `transform_filter`. False if
+/// a buffer does not fit (the caller's error).
+pub(super) fn forward_image<E: Elem>(
+    x: &[E],
+    g: &Geometry,
+    u: &[E],
+    f: usize,
+    y: &mut [E],
+    scratch: &mut Vec<E>,
+    threads: usize,
+) -> bool {
+    let t = Tiles::of(g);
+    let (c, count) = (g.c, t.count());
+    if u.len() != TILE * c * f || y.len() < g.pixels() * f || x.len() < g.image() {
+        return false;
+    }
+    scratch.resize(forward_scratch(g, &t, f), E::zero());
+    let (padded, rest) = scratch.split_at_mut(t.ph * t.pw * c);
+    let (v, m) = rest.split_at_mut(TILE * count * c);
+    pad(x, g, &t, padded);
+    transform_input(padded, t.pw, c, t.th, t.tw, v);
+    // `m[ξ] (tiles x f) = v[ξ] (tiles x c) · u[ξ] (c x f)`; `v` holds tile after tile, so
+    // `v[ξ]` is read with a row stride of 16 c.
+    for (xi, (mx, ux)) in m.chunks_exact_mut(count * f).zip(u.chunks_exact(c * f)).enumerate() {
+        let lhs = Mat { data: &v[xi * c..], rs: TILE * c, cs: 1 };
+        if !gemm(count, f, c, mx, false, lhs, Mat::row_major(ux, f), threads) {
+            return false;
+        }
+    }
+    transform_output(m, g.oh, g.ow, f, t.th, t.tw, y);
+    true
+}
+
+/// One image's filter gradient added to `acc` (16 `c x f` matrices, the transformed
+/// form: `untransform_filter_grad` turns the batch's sum into a 3×3 filter).
+pub(super) fn filter_grad_image<E: Elem>(
+    x: &[E],
+    g: &Geometry,
+    dy: &[E],
+    f: usize,
+    acc: &mut [E],
+    scratch: &mut Vec<E>,
+) -> bool {
+    let t = Tiles::of(g);
+    let (c, count) = (g.c, t.count());
+    if acc.len() != TILE * c * f || dy.len() < g.pixels() * f || x.len() < g.image() {
+        return false;
+    }
+    scratch.resize(forward_scratch(g, &t, f), E::zero());
+    let (padded, rest) = scratch.split_at_mut(t.ph * t.pw * c);
+    let (v, e) = rest.split_at_mut(TILE * count * c);
+    pad(x, g, &t, padded);
+    transform_input(padded, t.pw, c, t.th, t.tw, v);
+    transform_output_grad(dy, g.oh, g.ow, f, t.th, t.tw, e);
+    // `acc[ξ] (c x f) += v[ξ]ᵀ (c x tiles) · e[ξ] (tiles x f)`, both read tile after tile.
+    for (xi, ax) in acc.chunks_exact_mut(c * f).enumerate() {
+        let lhs = Mat { data: &v[xi * c..], rs: 1, cs: TILE * c };
+        let rhs = Mat { data: &e[xi * f..], rs: TILE * f, cs: 1 };
+        if !gemm(c, f, count, ax, true, lhs, rhs, 1) {
+            return false;
+        }
+    }
+    true
+}
+
+/// The image at `(top, left)` of a zeroed `ph x pw` plane.
+fn pad<E: Elem>(x: &[E], g: &Geometry, t: &Tiles, padded: &mut [E]) {
+    padded.iter_mut().for_each(|v| *v = E::zero());
+    let c = g.c;
+    let cols = g.w.min(t.pw.saturating_sub(g.left));
+    for iy in 0..g.h.min(t.ph.saturating_sub(g.top)) {
+        let src = &x[iy * g.w * c..][..cols * c];
+        padded[((iy + g.top) * t.pw + g.left) * c..][..cols * c].copy_from_slice(src);
+    }
+}
+
+/// `(o0, o1, o2, o3)`: four consecutive `n`-element slices of `out`.
+fn four<E>(out: &mut [E], n: usize) -> (&mut [E], &mut [E], &mut [E], &mut [E]) {
+    let (o0, rest) = out.split_at_mut(n);
+    let (o1, rest) = rest.split_at_mut(n);
+    let (o2, o3) = rest.split_at_mut(n);
+    (o0, o1, o2, &mut o3[..n])
+}
+
+/// `Bᵀ (d0, d1, d2, d3)` = `(d0 - d2, d1 + d2, d2 - d1, d1 - d3)`, lane by lane.
+#[inline(always)]
+fn input_1d<E: Elem>(d: [&[E]; 4], out: &mut [E], n: usize) {
+    let (o0, o1, o2, o3) = four(out, n);
+    let (d0, d1, d2, d3) = (&d[0][..n], &d[1][..n], &d[2][..n], &d[3][..n]);
+    for k in 0..n {
+        o0[k] = d0[k] - d2[k];
+        o1[k] = d1[k] + d2[k];
+        o2[k] = d2[k] - d1[k];
+        o3[k] = d1[k] - d3[k];
+    }
+}
+
+multiversion! {
+    /// `v` (tile after tile, each 16 `c`-vectors in `(i, j)` order) = `Bᵀ d B` of every 4×4
+    /// block `d` of the padded image whose corner is at `(2 ty, 2 tx)`.
+    fn transform_input<E: Elem>(padded: &[E], pw: usize, c: usize, th: usize, tw: usize, v: &mut [E]) {
+        let mut tmp = vec![E::zero(); TILE * c];
+        for (t, out) in v.chunks_exact_mut(TILE * c).take(th * tw).enumerate() {
+            let base = (2 * (t / tw) * pw + 2 * (t % tw)) * c;
+            // Columns first: `tmp[j]` (4 c-vectors over i) = `Bᵀ` of column j.
+            for j in 0..4 {
+                let d = std::array::from_fn(|i| &padded[base + (i * pw + j) * c..][..c]);
+                input_1d(d, &mut tmp[j * 4 * c..][..4 * c], c);
+            }
+            // Then rows: `out[i][0..4]` = `Bᵀ` of row i of `tmp`, read across its columns.
+            for i in 0..4 {
+                let d = std::array::from_fn(|j| &tmp[(j * 4 + i) * c..][..c]);
+                input_1d(d, &mut out[i * 4 * c..][..4 * c], c);
+            }
+        }
+    }
+}
+
+multiversion! {
+    /// `y` = `Aᵀ m A` of every tile, where `Aᵀ (m0, m1, m2, m3) = (m0 + m1 + m2, m1 - m2 -
+    /// m3)`; `m` holds 16 `tiles x f` products. Pixels past the output's edge are dropped.
+    fn transform_output<E: Elem>(m: &[E], oh: usize, ow: usize, f: usize, th: usize, tw: usize, y: &mut [E]) {
+        let count = th * tw;
+        let mut tmp = vec![E::zero(); 8 * f];
+        for t in 0..count {
+            let (ty, tx) = (t / tw, t % tw);
+            let at = |xi: usize| &m[xi * count * f + t * f..][..f];
+            // `tmp[r][j]` = row r of `Aᵀ` applied down column j.
+            for j in 0..4 {
+                let (m0, m1, m2, m3) = (at(j), at(4 + j), at(8 + j), at(12 + j));
+                let (r0, r1) = tmp.split_at_mut(4 * f);
+                let (r0, r1) = (&mut r0[j * f..][..f], &mut r1[j * f..][..f]);
+                for k in 0..f {
+                    r0[k] = m0[k] + m1[k] + m2[k];
+                    r1[k] = m1[k] - m2[k] - m3[k];
+                }
+            }
+            for r in 0..2 {
+                let oy = 2 * ty + r;
+                if oy >= oh {
+                    continue;
+                }
+                let row = &tmp[r * 4 * f..][..4 * f];
+                let (q0, q1, q2, q3) = (&row[..f], &row[f..2 * f], &row[2 * f..3 * f], &row[3 * f..4 * f]);
+                let ox = 2 * tx;
+                let left = &mut y[(oy * ow + ox) * f..][..f];
+                for k in 0..f {
+                    left[k] = q0[k] + q1[k] + q2[k];
+                }
+                if ox + 1 < ow {
+                    let right = &mut y[(oy * ow + ox + 1) * f..][..f];
+                    for k in 0..f {
+                        right[k] = q1[k] - q2[k] - q3[k];
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `A (a, b)` = `(a, a + b, a - b, -b)`, lane by lane.
+#[inline(always)]
+fn grad_1d<E: Elem>(a: &[E], b: &[E], out: &mut [E], n: usize) {
+    let (o0, o1, o2, o3) = four(out, n);
+    let (a, b) = (&a[..n], &b[..n]);
+    for k in 0..n {
+        o0[k] = a[k];
+        o1[k] = a[k] + b[k];
+        o2[k] = a[k] - b[k];
+        o3[k] = -b[k];
+    }
+}
+
+multiversion! {
+    /// `e` (tile after tile, 16 `f`-vectors each) = `A ∂y Aᵀ` of every 2×2 block of the
+    /// output gradient, zeros past its edge: the adjoint of `transform_output`.
+    fn transform_output_grad<E: Elem>(dy: &[E], oh: usize, ow: usize, f: usize, th: usize, tw: usize, e: &mut [E]) {
+        let zeros = vec![E::zero(); f];
+        let mut tmp = vec![E::zero(); 8 * f];
+        for (t, out) in e.chunks_exact_mut(TILE * f).take(th * tw).enumerate() {
+            let (oy, ox) = (2 * (t / tw), 2 * (t % tw));
+            let at = |r: usize, s: usize| {
+                if oy + r < oh && ox + s < ow { &dy[((oy + r) * ow + ox + s) * f..][..f] } else { &zeros[..] }
+            };
+            // Columns first: `tmp[s]` (4 f-vectors over i) = `A` down column s.
+            for s in 0..2 {
+                grad_1d(at(0, s), at(1, s), &mut tmp[s * 4 * f..][..4 * f], f);
+            }
+            // Then rows: `out[i][0..4]` = `A` across row i of `tmp`.
+            for i in 0..4 {
+                let (a, b) = (&tmp[i * f..][..f], &tmp[(4 + i) * f..][..f]);
+                grad_1d(a, b, &mut out[i * 4 * f..][..4 * f], f);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::cpu::conv::{Method, conv_image, filter_grad_image as gemm_filter_grad};
+
+    fn geometry(n: usize, h: usize, w: usize, c: usize, same: bool) -> Geometry {
+        let p = usize::from(same);
+        let (oh, ow) = (h + 2 * p - 2, w + 2 * p - 2);
+        Geometry { n, h, w, c, kh: 3, kw: 3, oh, ow, sh: 1, sw: 1, top: p, left: p }
+    }
+
+    fn data<E: Elem>(len: usize, seed: u64) -> Vec<E> {
+        let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        (0..len)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                E::from((s >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0).unwrap_or_else(E::zero)
+            })
+            .collect()
+    }
+
+    fn f64_of<E: Elem>(v: E) -> f64 {
+        num_traits::ToPrimitive::to_f64(&v).unwrap_or(f64::NAN)
+    }
+
+    /// The largest difference relative to the largest magnitude of `b`.
+    fn worst<E: Elem>(a: &[E], b: &[E]) -> f64 {
+        let scale = b.iter().map(|v| f64_of(v.abs())).fold(1e-30, f64::max);
+        a.iter().zip(b).map(|(x, y)| f64_of((*x - *y).abs()) / scale).fold(0.0, f64::max)
+    }
+
+    /// Forward output and filter gradient against `im2col` + `gemm`, for odd and even
+    /// sizes, with and without padding.
+    fn matches_gemm<E: Elem>(tol: f64) {
+        for (h, w, c, f, same) in
+            [(6, 6, 3, 5, true), (7, 5, 4, 2, true), (9, 8, 2, 3, false), (3, 3, 5, 4, false), (5, 4, 33, 35, true)]
+        {
+            let g = geometry(1, h, w, c, same);
+            let x = data::<E>(g.image(), 1 + h as u64);
+            let wt = data::<E>(9 * c * f, 2 + c as u64);
+            let dy = data::<E>(g.pixels() * f, 3 + f as u64);
+            let mut want = vec![E::zero(); g.pixels() * f];
+            let mut scratch = Vec::new();
+            assert!(conv_image(&x, &g, &Method::Gemm, &wt, f, None, &mut want, &mut scratch, 1));
+            let mut got = vec![E::zero(); g.pixels() * f];
+            let u = transform_filter(&wt, c, f);
+            assert!(forward_image(&x, &g, &u, f, &mut got, &mut scratch, 1));
+            let e = worst(&got, &want);
+            assert!(e < tol, "forward {h}x{w}x{c}->{f} same={same}: relative error {e}");
+
+            let mut want = vec![E::zero(); 9 * c * f];
+            assert!(gemm_filter_grad(&x, &g, &Method::Gemm, &dy, f, &mut want, &mut scratch));
+            let mut acc = vec![E::zero(); TILE * c * f];
+            assert!(filter_grad_image(&x, &g, &dy, f, &mut acc, &mut scratch));
+            let got = untransform_filter_grad(&acc, c, f);
+            let e = worst(&got, &want);
+            assert!(e < tol, "filter gradient {h}x{w}x{c}->{f} same={same}: relative error {e}");
+        }
+    }
+
+    #[test]
+    fn forward_and_filter_gradient_equal_the_patch_products_f32() {
+        matches_gemm::<f32>(1e-5);
+    }
+
+    #[test]
+    fn forward_and_filter_gradient_equal_the_patch_products_f64() {
+        matches_gemm::<f64>(1e-13);
+    }
+
+    #[test]
+    fn transform_filter_and_its_adjoint_agree() {
+        // <transform(w), a> = <w, untransform(a)> for any w and a: the gradient is exact.
+        let (c, f) = (3, 2);
+        let w = data::<f64>(9 * c * f, 7);
+        let a = data::<f64>(TILE * c * f, 8);
+        let lhs: f64 = transform_filter(&w, c, f).iter().zip(&a).map(|(x, y)| x * y).sum();
+        let rhs: f64 = w.iter().zip(untransform_filter_grad(&a, c, f)).map(|(x, y)| x * y).sum();
+        assert!((lhs - rhs).abs() < 1e-12, "{lhs} vs {rhs}");
+    }
+
+    /// Per-image times of each method on the shapes of the specs' 3×3 layers; sets
+    /// `MIN_CHANNELS`. `cargo test --release -p engine-runtime winograd_probe -- --ignored
+    /// --nocapture`, pinned to one core.
+    #[test]
+    #[ignore = "timing probe"]
+    fn winograd_probe() {
+        use crate::kernels::cpu::patches::PatchIndex;
+        let time = |mut f: Box<dyn FnMut() + '_>| {
+            let reps = 40;
+            let mut best = f64::MAX;
+            for _ in 0..3 {
+                let t = std::time::Instant::now();
+                for _ in 0..reps {
+                    f();
+                }
+                best = best.min(t.elapsed().as_secs_f64() / reps as f64 * 1e6);
+            }
+            best
+        };
+        for (h, c, f) in
+            [(28, 16, 16), (28, 32, 32), (14, 32, 32), (28, 64, 64), (14, 64, 128), (14, 128, 128), (7, 64, 64)]
+        {
+            let g = geometry(1, h, h, c, true);
+            let x = data::<f32>(g.image(), 1);
+            let w = data::<f32>(9 * c * f, 2);
+            let dy = data::<f32>(g.pixels() * f, 3);
+            let mut y = vec![0f32; g.pixels() * f];
+            let mut line = format!("{h}x{h} {c:>3}->{f:<3}");
+            let methods = [
+                ("direct", Method::Direct(PatchIndex::new(&g))),
+                ("gemm", Method::Gemm),
+                ("winograd", Method::Winograd),
+            ];
+            for (name, m) in &methods {
+                if matches!(m, Method::Direct(_)) && g.patch() > crate::kernels::cpu::direct_conv::MAX_DIRECT_PATCH {
+                    continue;
+                }
+                let wf = m.filter(&w, c, f);
+                let mut scratch = Vec::new();
+                let fwd = time(Box::new(|| {
+                    conv_image(&x, &g, m, &wf, f, None, &mut y, &mut scratch, 1);
+                }));
+                let mut acc = vec![0f32; m.grad_len([3, 3, c, f])];
+                let grad = time(Box::new(|| {
+                    gemm_filter_grad(&x, &g, m, &dy, f, &mut acc, &mut scratch);
+                }));
+                line += &format!("  {name}: fwd {fwd:7.1} us, filter grad {grad:7.1} us");
+            }
+            println!("{line}");
+        }
+    }
+
+    #[test]
+    fn a_buffer_that_does_not_fit_is_refused() {
+        let g = geometry(1, 4, 4, 2, true);
+        let mut scratch = Vec::new();
+        let mut y = vec![0f32; g.pixels() * 3];
+        assert!(!forward_image(&[0f32; 5], &g, &[0f32; TILE * 6], 3, &mut y, &mut scratch, 1));
+        assert!(!forward_image(&vec![0f32; g.image()], &g, &[0f32; 7], 3, &mut y, &mut scratch, 1));
+    }
+}
