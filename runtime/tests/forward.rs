@@ -318,3 +318,35 @@ fn grouped_and_dilated_convolutions_match_their_plain_equivalents() -> Result<()
     let want_f32: Vec<f32> = want.to_f64_vec().iter().map(|&v| v as f32).collect();
     close(&got, &want_f32, &want.shape).map_err(|e| anyhow!("dilated: {e}"))
 }
+
+/// Softmax and log-softmax over the last axis, and the sparse cross entropy, against the
+/// definitions (native and generic kernels agree inside `eval`); large logits do not
+/// overflow. A label outside the classes is an error that names it.
+#[test]
+fn softmax_and_sparse_cross_entropy_match_their_definitions() -> Result<()> {
+    let mut logits = random(&[5, 7], 21);
+    if let HostData::F32(v) = &mut logits.data {
+        v[3] = 80.0; // exp(80) overflows f32 unless the row's maximum is taken out first
+    }
+    let x = logits.to_f64_vec();
+    let lse: Vec<f64> = x.chunks(7).map(|r| r.iter().map(|v| v.exp()).sum::<f64>().ln()).collect();
+    let soft = eval(&[logits.clone()], |b, v| b.softmax(v[0], -1))?.to_f64_vec();
+    let log = eval(&[logits.clone()], |b, v| b.log_softmax(v[0], -1))?.to_f64_vec();
+    for (i, v) in x.iter().enumerate() {
+        let want = v - lse[i / 7];
+        anyhow::ensure!((log[i] - want).abs() < 1e-5 && (soft[i] - want.exp()).abs() < 1e-6, "element {i}");
+    }
+    let labels = HostTensor { shape: vec![5], data: HostData::I64(vec![0, 6, 3, 2, 5]) };
+    let loss = eval(&[logits.clone(), labels], |b, v| b.sparse_softmax_cross_entropy(v[0], v[1]))?;
+    anyhow::ensure!(loss.shape == vec![5], "{:?}", loss.shape);
+    for (r, (&l, got)) in [0usize, 6, 3, 2, 5].iter().zip(loss.to_f64_vec()).enumerate() {
+        anyhow::ensure!((got - (lse[r] - x[r * 7 + l])).abs() < 1e-5, "row {r}: {got}");
+    }
+    let bad = HostTensor { shape: vec![5], data: HostData::I64(vec![0, 7, 3, 2, 5]) };
+    let err = eval_with(true, &[logits, bad], &|b, v| b.sparse_softmax_cross_entropy(v[0], v[1]))
+        .err()
+        .ok_or_else(|| anyhow!("label 7 of 7 classes was accepted"))?;
+    let text = format!("{err:#}");
+    anyhow::ensure!(text.contains("label 7") && text.contains("outside the 7 classes"), "{text}");
+    Ok(())
+}

@@ -24,6 +24,7 @@ mod pool;
 mod pooled_conv;
 mod reduce;
 mod simd;
+mod softmax;
 mod winograd;
 
 use super::KernelCtx;
@@ -80,6 +81,9 @@ fn dispatch<E: buffer::Elem>(op: &Op, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -
         Op::Relu(_) | Op::ReluGrad(_) => float(elementwise::relu::<E>(op, inputs, ctx)),
         Op::FusedElementwise(f) => fused_elementwise::fused::<E>(f, inputs, ctx),
         Op::Dropout(d) => Ok(dropout::run::<E>(d, inputs, ctx)),
+        Op::Softmax(s) => softmax::softmax::<E>(s.axis, false, inputs, ctx).and_then(float),
+        Op::LogSoftmax(s) => softmax::softmax::<E>(s.axis, true, inputs, ctx).and_then(float),
+        Op::SparseSoftmaxCrossEntropy(_) => float(softmax::sparse_cross_entropy::<E>(inputs, ctx)),
         Op::ReduceSum(r) => reduce::sum::<E>(&r.axes, false, inputs, ctx),
         Op::ReduceMean(r) => reduce::sum::<E>(&r.axes, true, inputs, ctx),
         _ => Err(inputs),
