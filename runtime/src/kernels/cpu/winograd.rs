@@ -106,12 +106,6 @@ pub(super) fn untransform_filter_grad<E: Elem>(acc: &[E], c: usize, f: usize) ->
     w
 }
 
-/// Elements of scratch `forward_image` needs: the padded image, the transformed tiles and
-/// the 16 products.
-fn forward_scratch(g: &Geometry, t: &Tiles, f: usize) -> usize {
-    t.ph * t.pw * g.c + TILE * t.count() * (g.c + f)
-}
-
 /// One image: `y (pixels x f) = conv(x, w)`, with `u` from `transform_filter`. False if
 /// a buffer does not fit (the caller's error).
 pub(super) fn forward_image<E: Elem>(
@@ -123,16 +117,12 @@ pub(super) fn forward_image<E: Elem>(
     scratch: &mut Vec<E>,
     threads: usize,
 ) -> bool {
-    let t = Tiles::of(g);
-    let (c, count) = (g.c, t.count());
+    let c = g.c;
     if u.len() != TILE * c * f || y.len() < g.pixels() * f || x.len() < g.image() {
         return false;
     }
-    scratch.resize(forward_scratch(g, &t, f), E::zero());
-    let (padded, rest) = scratch.split_at_mut(t.ph * t.pw * c);
-    let (v, m) = rest.split_at_mut(TILE * count * c);
-    pad(x, g, &t, padded);
-    transform_input(padded, t.pw, c, t.th, t.tw, v);
+    let (t, v, m) = transformed_image(x, g, f, scratch);
+    let count = t.count();
     // `m[ξ] (tiles x f) = v[ξ] (tiles x c) · u[ξ] (c x f)`; `v` holds tile after tile, so
     // `v[ξ]` is read with a row stride of 16 c.
     for (xi, (mx, ux)) in m.chunks_exact_mut(count * f).zip(u.chunks_exact(c * f)).enumerate() {
@@ -155,16 +145,12 @@ pub(super) fn filter_grad_image<E: Elem>(
     acc: &mut [E],
     scratch: &mut Vec<E>,
 ) -> bool {
-    let t = Tiles::of(g);
-    let (c, count) = (g.c, t.count());
+    let c = g.c;
     if acc.len() != TILE * c * f || dy.len() < g.pixels() * f || x.len() < g.image() {
         return false;
     }
-    scratch.resize(forward_scratch(g, &t, f), E::zero());
-    let (padded, rest) = scratch.split_at_mut(t.ph * t.pw * c);
-    let (v, e) = rest.split_at_mut(TILE * count * c);
-    pad(x, g, &t, padded);
-    transform_input(padded, t.pw, c, t.th, t.tw, v);
+    let (t, v, e) = transformed_image(x, g, f, scratch);
+    let count = t.count();
     transform_output_grad(dy, g.oh, g.ow, f, t.th, t.tw, e);
     // `acc[ξ] (c x f) += v[ξ]ᵀ (c x tiles) · e[ξ] (tiles x f)`, both read tile after tile.
     for (xi, ax) in acc.chunks_exact_mut(c * f).enumerate() {
@@ -175,6 +161,23 @@ pub(super) fn filter_grad_image<E: Elem>(
         }
     }
     true
+}
+
+/// The image's tiling, its transformed tiles (`Bᵀ d B`, tile after tile) and the rest of
+/// `scratch`: room for 16 `tiles x f` matrices.
+fn transformed_image<'s, E: Elem>(
+    x: &[E],
+    g: &Geometry,
+    f: usize,
+    scratch: &'s mut Vec<E>,
+) -> (Tiles, &'s mut [E], &'s mut [E]) {
+    let t = Tiles::of(g);
+    scratch.resize(t.ph * t.pw * g.c + TILE * t.count() * (g.c + f), E::zero());
+    let (padded, rest) = scratch.split_at_mut(t.ph * t.pw * g.c);
+    let (v, out) = rest.split_at_mut(TILE * t.count() * g.c);
+    pad(x, g, &t, padded);
+    transform_input(padded, t.pw, g.c, t.th, t.tw, v);
+    (t, v, out)
 }
 
 /// The image at `(top, left)` of a zeroed `ph x pw` plane.
