@@ -107,26 +107,19 @@ fn region<E: Elem>(program: &[Instr], srcs: &[Src<'_, E>], start: usize, out: &m
             _ => [E::zero(); CHUNK],
         })
         .collect();
+    let reads_out = srcs.iter().any(|s| matches!(s, Src::Out));
     for at in (0..out.len()).step_by(CHUNK) {
         let len = CHUNK.min(out.len() - at);
         {
-            let out_chunk: &[E] = if srcs.iter().any(|s| matches!(s, Src::Out)) {
+            let out_chunk: &[E] = if reads_out {
                 // SAFETY: with a `Src::Out` the buffer was an initialized input, and this
                 // chunk has not been written yet.
                 unsafe { &*(&out[at..at + len] as *const [MaybeUninit<E>] as *const [E]) }
             } else {
                 &[]
             };
-            let args: Vec<&[E]> = srcs
-                .iter()
-                .zip(&singles)
-                .map(|(s, single)| match s {
-                    Src::Full(v) => &v[start + at..start + at + len],
-                    Src::Single(_) => &single[..len],
-                    Src::Out => out_chunk,
-                })
-                .collect();
-            eval_chunk(program, &args, &mut temps, len);
+            let chunk = Chunk { srcs, singles: &singles, out: out_chunk, at: start + at, len };
+            eval_chunk(program, &chunk, &mut temps);
         }
         if let Some(last) = temps.last() {
             for (o, v) in out[at..at + len].iter_mut().zip(&last[..len]) {
@@ -136,16 +129,39 @@ fn region<E: Elem>(program: &[Instr], srcs: &[Src<'_, E>], start: usize, out: &m
     }
 }
 
+/// Where one chunk's operands are: `len` elements from `at` of each full source, the
+/// broadcast singles, and the output buffer's own chunk. Resolved per instruction, with
+/// no per-chunk list of slices to allocate.
+struct Chunk<'c, 'a, E: Clone> {
+    srcs: &'c [Src<'a, E>],
+    singles: &'c [[E; CHUNK]],
+    out: &'c [E],
+    at: usize,
+    len: usize,
+}
+
+impl<E: Elem> Chunk<'_, '_, E> {
+    fn input(&self, k: usize) -> &[E] {
+        match (self.srcs.get(k), self.singles.get(k)) {
+            (Some(Src::Full(v)), _) => v.get(self.at..self.at + self.len).unwrap_or(&[]),
+            (Some(Src::Single(_)), Some(single)) => &single[..self.len],
+            (Some(Src::Out), _) => self.out,
+            _ => &[],
+        }
+    }
+}
+
 multiversion! {
-    /// Runs the program over `len` elements: instruction `i` writes `temps[i]`.
-    fn eval_chunk<E: Elem>(program: &[Instr], args: &[&[E]], temps: &mut [[E; CHUNK]], len: usize) {
+    /// Runs the program over one chunk: instruction `i` writes `temps[i]`.
+    fn eval_chunk<E: Elem>(program: &[Instr], chunk: &Chunk<'_, '_, E>, temps: &mut [[E; CHUNK]]) {
+        let len = chunk.len;
         for (i, ins) in program.iter().enumerate() {
             let (done, rest) = temps.split_at_mut(i);
             let Some(out) = rest.first_mut() else { return };
             let out = &mut out[..len];
             let operand = |o: Operand| -> &[E] {
                 match o {
-                    Operand::Input(k) => args.get(k).map_or(&[][..], |a| &a[..len.min(a.len())]),
+                    Operand::Input(k) => chunk.input(k),
                     Operand::Temp(t) => done.get(t).map_or(&[][..], |t| &t[..len]),
                 }
             };
