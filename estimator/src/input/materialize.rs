@@ -91,6 +91,13 @@ impl Materializer {
         let rows = ids.rows.max(ids.ids.len());
         let mut columns: Vec<HostData> =
             self.schema.columns().map(|c| host_data_with_capacity(c.dtype, rows * c.size())).collect();
+        // Every example's bytes are requested before the first is decoded, so that their
+        // cache misses overlap (a cache step would read them from its store instead).
+        if !self.steps.iter().any(|s| matches!(s, ElementStep::Cache(_))) {
+            for &id in &ids.ids {
+                self.source.prefetch(id);
+            }
+        }
         for &id in &ids.ids {
             let row = self.row(id, self.steps.len())?;
             if row.values.len() != columns.len() {

@@ -169,6 +169,18 @@ impl Source for IdxSource {
         }
         Ok(Row { values })
     }
+
+    fn prefetch(&self, index: u64) {
+        let i = index as usize;
+        let range = i * self.example_size..(i + 1) * self.example_size;
+        match &self.images.values {
+            Values::U8(v) => super::cache_hint::prefetch(v.get(range).unwrap_or(&[])),
+            Values::F32(v) => super::cache_hint::prefetch(v.get(range).unwrap_or(&[])),
+        }
+        if let Some(label) = self.labels.as_ref().and_then(|l| l.get(i)) {
+            super::cache_hint::prefetch(std::slice::from_ref(label));
+        }
+    }
 }
 
 #[cfg(test)]
@@ -194,6 +206,9 @@ pub(crate) mod tests {
         let src = IdxSource::open(&images, Some(&labels)).unwrap();
         assert_eq!(src.len(), 2);
         assert_eq!(src.schema().features[0].shape, vec![2, 2, 1]);
+        // A prefetch is only a hint: past the end it does nothing.
+        src.prefetch(1);
+        src.prefetch(7);
         let row = src.read(1).unwrap();
         assert_eq!(row.values[0], HostData::F32(vec![4.0, 5.0, 6.0, 255.0]));
         assert_eq!(row.values[1], HostData::I64(vec![9]));

@@ -7,6 +7,7 @@
 //! sharding, shuffling and resuming deterministic and cheap (the module docs of `input`
 //! explain).
 
+pub(crate) mod cache_hint;
 pub(crate) mod csv;
 pub(crate) mod example_proto;
 pub(crate) mod files;
@@ -40,6 +41,10 @@ pub(crate) trait Source: Send + Sync + std::fmt::Debug {
 
     /// Decodes example `index` (< `len`).
     fn read(&self, index: u64) -> Result<Row>;
+
+    /// A hint that `read(index)` comes soon: a source held in memory starts loading the
+    /// example's bytes into cache (see `cache_hint`). Others ignore it.
+    fn prefetch(&self, _index: u64) {}
 
     /// Where example `index` comes from, for a person to find it: the file and its
     /// position there (`data/train.csv line 18`, `train-images-idx3-ubyte.gz example 7`).

@@ -91,6 +91,18 @@ impl Source for TensorSource {
             .collect::<Result<_>>()?;
         Ok(Row { values })
     }
+
+    fn prefetch(&self, index: u64) {
+        let i = index as usize;
+        for (tensor, info) in self.columns.iter().zip(self.schema.columns()) {
+            let range = i * info.size()..(i + 1) * info.size();
+            match &tensor.data {
+                HostData::F32(v) => super::cache_hint::prefetch(v.get(range).unwrap_or(&[])),
+                HostData::I64(v) => super::cache_hint::prefetch(v.get(range).unwrap_or(&[])),
+                HostData::Bool(v) => super::cache_hint::prefetch(v.get(range).unwrap_or(&[])),
+            }
+        }
+    }
 }
 
 #[cfg(test)]
