@@ -137,6 +137,13 @@ impl IdxSource {
     }
 }
 
+impl IdxSource {
+    /// Where example `i`'s values sit in the images array.
+    fn example_range(&self, i: usize) -> std::ops::Range<usize> {
+        i * self.example_size..(i + 1) * self.example_size
+    }
+}
+
 impl Source for IdxSource {
     fn describe(&self) -> String {
         self.description.clone()
@@ -156,7 +163,7 @@ impl Source for IdxSource {
 
     fn read(&self, index: u64) -> Result<Row> {
         let i = index as usize;
-        let range = i * self.example_size..(i + 1) * self.example_size;
+        let range = self.example_range(i);
         let out_of_range = || InputError::invalid(format!("IDX example {index} out of range"));
         let x = match &self.images.values {
             Values::U8(v) => v.get(range).ok_or_else(out_of_range)?.iter().map(|&b| f32::from(b)).collect(),
@@ -172,7 +179,7 @@ impl Source for IdxSource {
 
     fn prefetch(&self, index: u64) {
         let i = index as usize;
-        let range = i * self.example_size..(i + 1) * self.example_size;
+        let range = self.example_range(i);
         match &self.images.values {
             Values::U8(v) => super::cache_hint::prefetch(v.get(range).unwrap_or(&[])),
             Values::F32(v) => super::cache_hint::prefetch(v.get(range).unwrap_or(&[])),

@@ -79,8 +79,7 @@ impl Source for TensorSource {
             .iter()
             .zip(self.schema.columns())
             .map(|(tensor, info)| {
-                let size = info.size();
-                let range = i * size..(i + 1) * size;
+                let range = example_range(i, info.size());
                 let out = || InputError::invalid(format!("example {index} out of range"));
                 Ok(match &tensor.data {
                     HostData::F32(v) => HostData::F32(v.get(range).ok_or_else(out)?.to_vec()),
@@ -95,7 +94,7 @@ impl Source for TensorSource {
     fn prefetch(&self, index: u64) {
         let i = index as usize;
         for (tensor, info) in self.columns.iter().zip(self.schema.columns()) {
-            let range = i * info.size()..(i + 1) * info.size();
+            let range = example_range(i, info.size());
             match &tensor.data {
                 HostData::F32(v) => super::cache_hint::prefetch(v.get(range).unwrap_or(&[])),
                 HostData::I64(v) => super::cache_hint::prefetch(v.get(range).unwrap_or(&[])),
@@ -103,6 +102,11 @@ impl Source for TensorSource {
             }
         }
     }
+}
+
+/// Where example `i` sits in a column of `size` values per example.
+fn example_range(i: usize, size: usize) -> std::ops::Range<usize> {
+    i * size..(i + 1) * size
 }
 
 #[cfg(test)]

@@ -217,7 +217,7 @@ impl Method {
     /// filter of `shape`.
     pub(super) fn grad_len(&self, shape: [usize; 4]) -> usize {
         match self {
-            Method::Winograd => 16 * shape[2] * shape[3],
+            Method::Winograd => super::winograd::TILE * shape[2] * shape[3],
             _ => shape.iter().product(),
         }
     }
@@ -284,15 +284,16 @@ pub(super) fn filter_grad_image<E: Elem>(
     match method {
         Method::Direct(index) => {
             super::direct_conv::filter_grad_image(x, g, index, dy, f, acc, scratch);
-            return true;
+            true
         }
-        Method::Winograd => return super::winograd::filter_grad_image(x, g, dy, f, acc, scratch),
-        Method::Gemm => {}
+        Method::Winograd => super::winograd::filter_grad_image(x, g, dy, f, acc, scratch),
+        Method::Gemm => {
+            let (p, k) = (g.pixels(), g.patch());
+            scratch.resize(p * k, E::zero());
+            im2col(x, g, scratch);
+            gemm(k, f, p, acc, true, Mat::transposed(scratch, k), Mat::row_major(dy, f), 1)
+        }
     }
-    let (p, k) = (g.pixels(), g.patch());
-    scratch.resize(p * k, E::zero());
-    im2col(x, g, scratch);
-    gemm(k, f, p, acc, true, Mat::transposed(scratch, k), Mat::row_major(dy, f), 1)
 }
 
 /// The filter gradient, and with `with_bias` the bias gradient from the same pass.

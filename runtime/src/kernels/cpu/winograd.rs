@@ -20,7 +20,7 @@ use super::{
 };
 
 /// Positions of a transformed 4×4 tile: the number of products per image.
-const TILE: usize = 16;
+pub(super) const TILE: usize = 16;
 
 /// The fewest input and output channels for which the transforms pay for themselves.
 /// Measured with `winograd_probe` below on one Zen 4 core (f32, µs per 28×28 image,
