@@ -255,7 +255,7 @@ pub(super) fn conv_image<E: Elem>(
             super::direct_conv::forward_image(x, g, index, ws, f, bias, act, y, scratch);
             return true;
         }
-        Method::Winograd => super::winograd::forward_image(x, g, ws, f, y, scratch, threads),
+        Method::Winograd => return super::winograd::forward_image(x, g, ws, f, post, y, scratch, threads),
         Method::Gemm => {
             let (p, k) = (g.pixels(), g.patch());
             scratch.resize(p * k, E::zero());
@@ -270,7 +270,8 @@ pub(super) fn conv_image<E: Elem>(
 }
 
 /// One image's filter gradient added to `acc` (`k x f`, or 16 `c x f` for Winograd: see
-/// `Method::grad_len`).
+/// `Method::grad_len`), and its bias gradient to `bias` unless that is empty (Winograd
+/// sums it while it reads `dy` anyway).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn filter_grad_image<E: Elem>(
     x: &[E],
@@ -279,21 +280,26 @@ pub(super) fn filter_grad_image<E: Elem>(
     dy: &[E],
     f: usize,
     acc: &mut [E],
+    bias: &mut [E],
     scratch: &mut Vec<E>,
 ) -> bool {
-    match method {
+    let ok = match method {
         Method::Direct(index) => {
             super::direct_conv::filter_grad_image(x, g, index, dy, f, acc, scratch);
             true
         }
-        Method::Winograd => super::winograd::filter_grad_image(x, g, dy, f, acc, scratch),
+        Method::Winograd => return super::winograd::filter_grad_image(x, g, dy, f, acc, bias, scratch),
         Method::Gemm => {
             let (p, k) = (g.pixels(), g.patch());
             scratch.resize(p * k, E::zero());
             im2col(x, g, scratch);
             gemm(k, f, p, acc, true, Mat::transposed(scratch, k), Mat::row_major(dy, f), 1)
         }
+    };
+    if !bias.is_empty() {
+        super::reduce::add_rows(bias, dy);
     }
+    ok
 }
 
 /// The filter gradient, and with `with_bias` the bias gradient from the same pass.
@@ -322,11 +328,17 @@ pub(super) fn backprop_filter<E: Elem>(
             let mut cols = Vec::new();
             for i in t * per_task..((t + 1) * per_task).min(n) {
                 let dy = &gys[i * p * f..][..p * f];
-                if !filter_grad_image(&xs[i * g.image()..][..g.image()], &g, &method, dy, f, &mut acc, &mut cols) {
+                if !filter_grad_image(
+                    &xs[i * g.image()..][..g.image()],
+                    &g,
+                    &method,
+                    dy,
+                    f,
+                    &mut acc,
+                    &mut bias,
+                    &mut cols,
+                ) {
                     return None;
-                }
-                if c.with_bias {
-                    super::reduce::add_rows(&mut bias, dy);
                 }
             }
             Some((acc, bias))

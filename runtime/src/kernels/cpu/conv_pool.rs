@@ -118,7 +118,7 @@ pub(super) fn backprop_filter<E: Elem>(
                 }
                 dy.iter_mut().for_each(|v| *v = E::zero());
                 unpool_image(&mut dy, a, gpi, f, plane, mask);
-                if !filter_grad_image(xi, &g, &method, &dy, f, &mut acc, &mut cols) {
+                if !filter_grad_image(xi, &g, &method, &dy, f, &mut acc, &mut [], &mut cols) {
                     return None;
                 }
                 if op.with_bias {
@@ -251,7 +251,7 @@ mod probe {
             let unpool = t.elapsed();
             let t = std::time::Instant::now();
             for _ in 0..64 {
-                filter_grad_image(&x, &g, &method, &dy, 32, &mut acc, &mut cols);
+                filter_grad_image(&x, &g, &method, &dy, 32, &mut acc, &mut [], &mut cols);
             }
             let grad = t.elapsed();
             let t = std::time::Instant::now();

@@ -17,7 +17,7 @@ pub(super) const MAX_DIRECT_PATCH: usize = 256;
 
 /// The f32 view of an image's taps, when `E` is f32.
 pub(super) fn taps_f32<'a, E: Elem>(image: &'a [E], index: &'a PatchIndex) -> Option<Taps<'a>> {
-    Some(Taps { image: as_f32(image)?, base: &index.base, offset: &index.offset })
+    Some(index.taps.over(as_f32(image)?))
 }
 
 /// One image: `y (pixels x f) = act(patches · w + bias)`, `w` the `k x f` filter matrix.
@@ -48,8 +48,8 @@ pub(super) fn forward_image<E: Elem>(
             Some(b) => row.copy_from_slice(&b[..f]),
             None => row.iter_mut().for_each(|v| *v = E::zero()),
         }
-        for (t, &off) in index.offset.iter().enumerate() {
-            let a = image[index.base[p] + off];
+        for (t, &off) in index.taps.offset().iter().enumerate() {
+            let a = image[index.taps.base()[p] + off];
             row.iter_mut().zip(&w[t * f..][..f]).for_each(|(o, &wv)| *o += a * wv);
         }
         if relu {
@@ -78,8 +78,8 @@ pub(super) fn filter_grad_image<E: Elem>(
     }
     for p in 0..m {
         let row = &dy[p * f..][..f];
-        for (t, &off) in index.offset.iter().enumerate() {
-            let a = image[index.base[p] + off];
+        for (t, &off) in index.taps.offset().iter().enumerate() {
+            let a = image[index.taps.base()[p] + off];
             acc[t * f..][..f].iter_mut().zip(row).for_each(|(o, &v)| *o += a * v);
         }
     }

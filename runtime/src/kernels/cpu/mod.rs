@@ -18,6 +18,7 @@ mod fused_elementwise;
 mod gemm;
 mod matmul;
 mod microkernel;
+mod microkernel512;
 mod numerics;
 mod patches;
 mod pool;
@@ -26,6 +27,7 @@ mod reduce;
 mod simd;
 mod softmax;
 mod winograd;
+mod winograd512;
 
 use super::KernelCtx;
 use crate::{Precision, Result, Value};

@@ -3,12 +3,11 @@
 //! copy of it. Small-patch kernels read taps this way instead of building the patch matrix
 //! (`im2col`), whose per-element copying cost more than the arithmetic on a first layer.
 
-use super::{buffer::Elem, conv::Geometry};
+use super::{buffer::Elem, conv::Geometry, microkernel::TapIndex};
 
 /// Where each pixel's window and each tap sit in the (padded) image.
 pub(super) struct PatchIndex {
-    pub base: Vec<usize>,
-    pub offset: Vec<usize>,
+    pub taps: TapIndex,
     /// The padded image's width and height (the image's own without padding).
     width: usize,
     height: usize,
@@ -22,7 +21,8 @@ impl PatchIndex {
         let right = ((g.ow - 1) * g.sw + g.kw).saturating_sub(g.w + g.left);
         let (height, width) = (g.h + g.top + bottom, g.w + g.left + right);
         let padded = g.top + bottom + g.left + right > 0;
-        let base = (0..g.oh * g.ow).map(|p| ((p / g.ow) * g.sh * width + (p % g.ow) * g.sw) * g.c).collect();
+        let base: Vec<usize> =
+            (0..g.oh * g.ow).map(|p| ((p / g.ow) * g.sh * width + (p % g.ow) * g.sw) * g.c).collect();
         let mut offset = Vec::with_capacity(g.patch());
         for ky in 0..g.kh {
             for kx in 0..g.kw {
@@ -31,7 +31,7 @@ impl PatchIndex {
                 }
             }
         }
-        PatchIndex { base, offset, width, height, padded }
+        PatchIndex { taps: TapIndex::new(base, offset), width, height, padded }
     }
 
     /// Elements of the image the index reads.
@@ -81,7 +81,11 @@ mod tests {
         let image = index.image(&x, &g, &mut scratch);
         for p in 0..g.pixels() {
             for t in 0..g.patch() {
-                assert_eq!(image[index.base[p] + index.offset[t]], cols[p * g.patch() + t], "pixel {p} tap {t}");
+                assert_eq!(
+                    image[index.taps.base()[p] + index.taps.offset()[t]],
+                    cols[p * g.patch() + t],
+                    "pixel {p} tap {t}"
+                );
             }
         }
     }

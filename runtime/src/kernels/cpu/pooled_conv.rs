@@ -13,6 +13,8 @@
 //! is that path's, in its order (bias first, then the taps in order, one fused multiply-add
 //! each), so the results are bit for bit the unfused plan's.
 
+#[cfg(target_arch = "x86_64")]
+use super::simd::has_avx512;
 use super::{microkernel::Taps, pool::Plane};
 
 /// Most taps (`kh * kw * channels`): beyond, im2col and GEMM serve better.
@@ -98,14 +100,6 @@ pub(super) fn pooled_filter_grad_avx512(
         return true;
     }
     false
-}
-
-/// Whether the CPU has AVX-512F (checked once).
-#[cfg(target_arch = "x86_64")]
-fn has_avx512() -> bool {
-    use std::sync::OnceLock;
-    static HAS: OnceLock<bool> = OnceLock::new();
-    *HAS.get_or_init(|| std::is_x86_feature_detected!("avx512f"))
 }
 
 // Indexed loops over constant bounds are how the register arrays stay registers.
@@ -401,8 +395,8 @@ mod tests {
             for p in 0..g.pixels() {
                 for ch in 0..f {
                     want_bias[ch] += dy[p * f + ch];
-                    for (t, off) in index.offset.iter().enumerate() {
-                        want[t * f + ch] += x[index.base[p] + off] * dy[p * f + ch];
+                    for (t, off) in index.taps.offset().iter().enumerate() {
+                        want[t * f + ch] += x[index.taps.base()[p] + off] * dy[p * f + ch];
                     }
                 }
             }

@@ -13,11 +13,14 @@
 //! within a few ulps of the direct sum (tested against `im2col` + `gemm` below).
 
 use super::{
-    buffer::Elem,
+    buffer::{Elem, as_f32, as_f32_mut},
     conv::Geometry,
     gemm::{Mat, gemm},
+    microkernel::{TapIndex, conv_f32, filter_grad_f32},
     simd::multiversion,
+    winograd512,
 };
+use engine_graph::ops::Activation;
 
 /// Positions of a transformed 4×4 tile: the number of products per image.
 pub(super) const TILE: usize = 16;
@@ -27,7 +30,7 @@ pub(super) const TILE: usize = 16;
 /// forward): 16 → 16 channels direct 36, Winograd 38 (the products' inner dimension of 16
 /// makes the transforms cost what they save); 32 → 32 `im2col` + `gemm` 150, Winograd 95;
 /// 64 → 64 546 against 304. Filter gradients scale the same way.
-pub(super) const MIN_CHANNELS: usize = 32;
+pub(super) const MIN_CHANNELS: usize = 16;
 
 /// Whether a convolution producing `f` channels is computed with F(2×2, 3×3).
 pub(super) fn applies(g: &Geometry, f: usize) -> bool {
@@ -51,6 +54,10 @@ impl Tiles {
     }
     fn count(&self) -> usize {
         self.th * self.tw
+    }
+    fn layout(&self, g: &Geometry) -> winograd512::Layout {
+        let (th, tw) = (self.th, self.tw);
+        winograd512::Layout { th, tw, h: g.h, w: g.w, top: g.top, left: g.left, oh: g.oh, ow: g.ow }
     }
 }
 
@@ -106,13 +113,15 @@ pub(super) fn untransform_filter_grad<E: Elem>(acc: &[E], c: usize, f: usize) ->
     w
 }
 
-/// One image: `y (pixels x f) = conv(x, w)`, with `u` from `transform_filter`. False if
-/// a buffer does not fit (the caller's error).
+/// One image: `y (pixels x f) = act(conv(x, w) + bias)` (`post`), with `u` from
+/// `transform_filter`. False if a buffer does not fit (the caller's error).
+#[allow(clippy::too_many_arguments)]
 pub(super) fn forward_image<E: Elem>(
     x: &[E],
     g: &Geometry,
     u: &[E],
     f: usize,
+    post: Option<(&[E], Activation)>,
     y: &mut [E],
     scratch: &mut Vec<E>,
     threads: usize,
@@ -122,27 +131,54 @@ pub(super) fn forward_image<E: Elem>(
         return false;
     }
     let (t, v, m) = transformed_image(x, g, f, scratch);
-    let count = t.count();
-    // `m[ξ] (tiles x f) = v[ξ] (tiles x c) · u[ξ] (c x f)`; `v` holds tile after tile, so
-    // `v[ξ]` is read with a row stride of 16 c.
-    for (xi, (mx, ux)) in m.chunks_exact_mut(count * f).zip(u.chunks_exact(c * f)).enumerate() {
-        let lhs = Mat { data: &v[xi * c..], rs: TILE * c, cs: 1 };
-        if !gemm(count, f, c, mx, false, lhs, Mat::row_major(ux, f), threads) {
-            return false;
-        }
+    if !products(v, u, m, t.count(), c, f, threads) {
+        return false;
+    }
+    let (bias, act) = match post {
+        Some((b, a)) => (Some(b), a),
+        None => (None, Activation::Linear),
+    };
+    let relu = act == Activation::Relu;
+    if let (Some(mf), Some(yf)) = (as_f32(m), as_f32_mut(y))
+        && (bias.is_none() || bias.and_then(as_f32).is_some())
+        && winograd512::transform_output(mf, &t.layout(g), f, bias.and_then(as_f32), relu, yf)
+    {
+        return true;
     }
     transform_output(m, g.oh, g.ow, f, t.th, t.tw, y);
+    if let Some(b) = bias {
+        super::elementwise::bias_activation(y, b, act);
+    }
     true
 }
 
+/// `m[ξ] (tiles x f) = v[ξ] (tiles x c) · u[ξ] (c x f)` for the 16 positions, all
+/// row-major: a position's tiles are contiguous, so the products stream through them.
+fn products<E: Elem>(v: &[E], u: &[E], m: &mut [E], count: usize, c: usize, f: usize, threads: usize) -> bool {
+    if let (Some(vf), Some(uf), Some(mf)) = (as_f32(v), as_f32(u), as_f32_mut(m)) {
+        // Small products: the microkernels, without `gemm`'s packing.
+        let index = tile_index(count, c);
+        return mf.chunks_exact_mut(count * f).zip(uf.chunks_exact(c * f)).enumerate().all(|(xi, (mx, ux))| {
+            let taps = index.over(&vf[xi * count * c..]);
+            conv_f32(taps, ux, None, false, mx, (count, c, f))
+        });
+    }
+    m.chunks_exact_mut(count * f).zip(u.chunks_exact(c * f)).enumerate().all(|(xi, (mx, ux))| {
+        let lhs = Mat::row_major(&v[xi * count * c..], c);
+        gemm(count, f, c, mx, false, lhs, Mat::row_major(ux, f), threads)
+    })
+}
+
 /// One image's filter gradient added to `acc` (16 `c x f` matrices, the transformed
-/// form: `untransform_filter_grad` turns the batch's sum into a 3×3 filter).
+/// form: `untransform_filter_grad` turns the batch's sum into a 3×3 filter), and its bias
+/// gradient to `bias` unless that is empty.
 pub(super) fn filter_grad_image<E: Elem>(
     x: &[E],
     g: &Geometry,
     dy: &[E],
     f: usize,
     acc: &mut [E],
+    bias: &mut [E],
     scratch: &mut Vec<E>,
 ) -> bool {
     let c = g.c;
@@ -151,19 +187,41 @@ pub(super) fn filter_grad_image<E: Elem>(
     }
     let (t, v, e) = transformed_image(x, g, f, scratch);
     let count = t.count();
-    transform_output_grad(dy, g.oh, g.ow, f, t.th, t.tw, e);
-    // `acc[ξ] (c x f) += v[ξ]ᵀ (c x tiles) · e[ξ] (tiles x f)`, both read tile after tile.
-    for (xi, ax) in acc.chunks_exact_mut(c * f).enumerate() {
-        let lhs = Mat { data: &v[xi * c..], rs: 1, cs: TILE * c };
-        let rhs = Mat { data: &e[xi * f..], rs: TILE * f, cs: 1 };
-        if !gemm(c, f, count, ax, true, lhs, rhs, 1) {
-            return false;
+    let fast = match (as_f32(dy), as_f32_mut(e), as_f32_mut(bias)) {
+        (Some(dyf), Some(ef), Some(bf)) => {
+            let bf = if bf.is_empty() { None } else { Some(bf) };
+            winograd512::transform_output_grad(dyf, &t.layout(g), f, ef, bf)
+        }
+        _ => false,
+    };
+    if !fast {
+        transform_output_grad(dy, g.oh, g.ow, f, t.th, t.tw, e);
+        if !bias.is_empty() {
+            super::reduce::add_rows(bias, dy);
         }
     }
-    true
+    // `acc[ξ] (c x f) += v[ξ]ᵀ (c x tiles) · e[ξ] (tiles x f)`, both row-major.
+    if let (Some(vf), Some(ef), Some(af)) = (as_f32(v), as_f32(e), as_f32_mut(acc)) {
+        let index = tile_index(count, c);
+        return af.chunks_exact_mut(c * f).zip(ef.chunks_exact(count * f)).enumerate().all(|(xi, (ax, ex))| {
+            let taps = index.over(&vf[xi * count * c..]);
+            filter_grad_f32(taps, ex, ax, (count, c, f))
+        });
+    }
+    acc.chunks_exact_mut(c * f).enumerate().all(|(xi, ax)| {
+        let lhs = Mat::transposed(&v[xi * count * c..], c);
+        let rhs = Mat { data: &e[xi * count * f..], rs: f, cs: 1 };
+        gemm(c, f, count, ax, true, lhs, rhs, 1)
+    })
 }
 
-/// The image's tiling, its transformed tiles (`Bᵀ d B`, tile after tile) and the rest of
+/// Where tile `t`'s channel `k` of one position lies in the transformed image, as
+/// `microkernel::Taps` reads it: `base[t] + offset[k]` from that position's first channel.
+fn tile_index(count: usize, c: usize) -> TapIndex {
+    TapIndex::new((0..count).map(|t| t * c).collect(), (0..c).collect())
+}
+
+/// The image's tiling, its transformed tiles (`Bᵀ d B`, 16 `tiles x c` matrices) and the rest of
 /// `scratch`: room for 16 `tiles x f` matrices.
 fn transformed_image<'s, E: Elem>(
     x: &[E],
@@ -175,8 +233,14 @@ fn transformed_image<'s, E: Elem>(
     scratch.resize(t.ph * t.pw * g.c + TILE * t.count() * (g.c + f), E::zero());
     let (padded, rest) = scratch.split_at_mut(t.ph * t.pw * g.c);
     let (v, out) = rest.split_at_mut(TILE * t.count() * g.c);
-    pad(x, g, &t, padded);
-    transform_input(padded, t.pw, g.c, t.th, t.tw, v);
+    let fast = match (as_f32(x), as_f32_mut(v)) {
+        (Some(xf), Some(vf)) => winograd512::transform_input(xf, &t.layout(g), g.c, vf),
+        _ => false,
+    };
+    if !fast {
+        pad(x, g, &t, padded);
+        transform_input(padded, t.pw, g.c, t.th, t.tw, v);
+    }
     (t, v, out)
 }
 
@@ -213,11 +277,13 @@ fn input_1d<E: Elem>(d: [&[E]; 4], out: &mut [E], n: usize) {
 }
 
 multiversion! {
-    /// `v` (tile after tile, each 16 `c`-vectors in `(i, j)` order) = `Bᵀ d B` of every 4×4
-    /// block `d` of the padded image whose corner is at `(2 ty, 2 tx)`.
+    /// `v` (16 `tiles x c` matrices, one per position `(i, j)` of a tile) = `Bᵀ d B` of
+    /// every 4×4 block `d` of the padded image whose corner is at `(2 ty, 2 tx)`.
     fn transform_input<E: Elem>(padded: &[E], pw: usize, c: usize, th: usize, tw: usize, v: &mut [E]) {
+        let count = th * tw;
         let mut tmp = vec![E::zero(); TILE * c];
-        for (t, out) in v.chunks_exact_mut(TILE * c).take(th * tw).enumerate() {
+        let mut out = vec![E::zero(); TILE * c];
+        for t in 0..count {
             let base = (2 * (t / tw) * pw + 2 * (t % tw)) * c;
             // Columns first: `tmp[j]` (4 c-vectors over i) = `Bᵀ` of column j.
             for j in 0..4 {
@@ -228,6 +294,9 @@ multiversion! {
             for i in 0..4 {
                 let d = std::array::from_fn(|j| &tmp[(j * 4 + i) * c..][..c]);
                 input_1d(d, &mut out[i * 4 * c..][..4 * c], c);
+            }
+            for (xi, o) in out.chunks_exact(c).enumerate() {
+                v[(xi * count + t) * c..][..c].copy_from_slice(o);
             }
         }
     }
@@ -289,12 +358,14 @@ fn grad_1d<E: Elem>(a: &[E], b: &[E], out: &mut [E], n: usize) {
 }
 
 multiversion! {
-    /// `e` (tile after tile, 16 `f`-vectors each) = `A ∂y Aᵀ` of every 2×2 block of the
-    /// output gradient, zeros past its edge: the adjoint of `transform_output`.
+    /// `e` (16 `tiles x f` matrices, like the forward products) = `A ∂y Aᵀ` of every 2×2
+    /// block of the output gradient, zeros past its edge: the adjoint of `transform_output`.
     fn transform_output_grad<E: Elem>(dy: &[E], oh: usize, ow: usize, f: usize, th: usize, tw: usize, e: &mut [E]) {
+        let count = th * tw;
         let zeros = vec![E::zero(); f];
         let mut tmp = vec![E::zero(); 8 * f];
-        for (t, out) in e.chunks_exact_mut(TILE * f).take(th * tw).enumerate() {
+        let mut out = vec![E::zero(); TILE * f];
+        for t in 0..count {
             let (oy, ox) = (2 * (t / tw), 2 * (t % tw));
             let at = |r: usize, s: usize| {
                 if oy + r < oh && ox + s < ow { &dy[((oy + r) * ow + ox + s) * f..][..f] } else { &zeros[..] }
@@ -307,6 +378,9 @@ multiversion! {
             for i in 0..4 {
                 let (a, b) = (&tmp[i * f..][..f], &tmp[(4 + i) * f..][..f]);
                 grad_1d(a, b, &mut out[i * 4 * f..][..4 * f], f);
+            }
+            for (xi, o) in out.chunks_exact(f).enumerate() {
+                e[(xi * count + t) * f..][..f].copy_from_slice(o);
             }
         }
     }
@@ -348,9 +422,15 @@ mod tests {
     /// Forward output and filter gradient against `im2col` + `gemm`, for odd and even
     /// sizes, with and without padding.
     fn matches_gemm<E: Elem>(tol: f64) {
-        for (h, w, c, f, same) in
-            [(6, 6, 3, 5, true), (7, 5, 4, 2, true), (9, 8, 2, 3, false), (3, 3, 5, 4, false), (5, 4, 33, 35, true)]
-        {
+        for (h, w, c, f, same) in [
+            (6, 6, 3, 5, true),
+            (7, 5, 4, 2, true),
+            (9, 8, 2, 3, false),
+            (3, 3, 5, 4, false),
+            (5, 4, 33, 35, true),
+            (7, 6, 16, 32, true),
+            (6, 9, 32, 16, false),
+        ] {
             let g = geometry(1, h, w, c, same);
             let x = data::<E>(g.image(), 1 + h as u64);
             let wt = data::<E>(9 * c * f, 2 + c as u64);
@@ -360,14 +440,14 @@ mod tests {
             assert!(conv_image(&x, &g, &Method::Gemm, &wt, f, None, &mut want, &mut scratch, 1));
             let mut got = vec![E::zero(); g.pixels() * f];
             let u = transform_filter(&wt, c, f);
-            assert!(forward_image(&x, &g, &u, f, &mut got, &mut scratch, 1));
+            assert!(forward_image(&x, &g, &u, f, None, &mut got, &mut scratch, 1));
             let e = worst(&got, &want);
             assert!(e < tol, "forward {h}x{w}x{c}->{f} same={same}: relative error {e}");
 
             let mut want = vec![E::zero(); 9 * c * f];
-            assert!(gemm_filter_grad(&x, &g, &Method::Gemm, &dy, f, &mut want, &mut scratch));
+            assert!(gemm_filter_grad(&x, &g, &Method::Gemm, &dy, f, &mut want, &mut [], &mut scratch));
             let mut acc = vec![E::zero(); TILE * c * f];
-            assert!(filter_grad_image(&x, &g, &dy, f, &mut acc, &mut scratch));
+            assert!(filter_grad_image(&x, &g, &dy, f, &mut acc, &mut [], &mut scratch));
             let got = untransform_filter_grad(&acc, c, f);
             let e = worst(&got, &want);
             assert!(e < tol, "filter gradient {h}x{w}x{c}->{f} same={same}: relative error {e}");
@@ -382,6 +462,55 @@ mod tests {
     #[test]
     fn forward_and_filter_gradient_equal_the_patch_products_f64() {
         matches_gemm::<f64>(1e-13);
+    }
+
+    /// The AVX-512 transforms (where the CPU has them) against the portable loops, bit for
+    /// bit, on odd and even output sizes; the forward's fused bias and ReLU against
+    /// `bias_activation`.
+    #[test]
+    fn wide_transforms_equal_the_portable_loops_bit_for_bit() {
+        if !winograd512::applies(16) {
+            return;
+        }
+        for (h, w, c, same) in [(5, 7, 16, true), (8, 6, 32, false), (1, 1, 16, true), (4, 3, 16, false)] {
+            let g = geometry(1, h, w, c, same);
+            let t = Tiles::of(&g);
+            let (l, count, (oh, ow)) = (t.layout(&g), t.count(), (g.oh, g.ow));
+            // Negative zeros in the input: the padding and `-b` must keep them as they are.
+            let mut x = data::<f32>(g.image(), 11);
+            x.iter_mut().step_by(7).for_each(|v| *v = -0.0);
+            let mut padded = vec![0f32; t.ph * t.pw * c];
+            pad(&x, &g, &t, &mut padded);
+            let (mut want, mut got) = (vec![0f32; TILE * count * c], vec![1f32; TILE * count * c]);
+            transform_input(&padded, t.pw, c, t.th, t.tw, &mut want);
+            assert!(winograd512::transform_input(&x, &l, c, &mut got));
+            assert!(want.iter().zip(&got).all(|(a, b)| a.to_bits() == b.to_bits()), "input {h}x{w}x{c}");
+
+            let m = data::<f32>(TILE * count * c, 12);
+            let bias = data::<f32>(c, 13);
+            for (b, act) in [(None, Activation::Linear), (Some(&bias[..]), Activation::Relu)] {
+                let mut want = vec![0f32; oh * ow * c];
+                transform_output(&m, oh, ow, c, t.th, t.tw, &mut want);
+                if let Some(b) = b {
+                    crate::kernels::cpu::elementwise::bias_activation(&mut want, b, act);
+                }
+                let mut got = vec![f32::NAN; oh * ow * c];
+                assert!(winograd512::transform_output(&m, &l, c, b, act == Activation::Relu, &mut got));
+                assert!(want.iter().zip(&got).all(|(a, b)| a.to_bits() == b.to_bits()), "output {h}x{w}x{c}");
+            }
+
+            let dy = x[..oh * ow * c].to_vec();
+            let (mut want, mut got) = (vec![0f32; TILE * count * c], vec![1f32; TILE * count * c]);
+            transform_output_grad(&dy, oh, ow, c, t.th, t.tw, &mut want);
+            let (mut want_bias, mut got_bias) = (bias.clone(), bias.clone());
+            crate::kernels::cpu::reduce::add_rows(&mut want_bias, &dy);
+            assert!(winograd512::transform_output_grad(&dy, &l, c, &mut got, Some(&mut got_bias)));
+            assert!(want.iter().zip(&got).all(|(a, b)| a.to_bits() == b.to_bits()), "output grad {h}x{w}x{c}");
+            // The bias gradient sums the same pixels tile by tile, not row by row.
+            assert!(worst(&got_bias, &want_bias) < 1e-6, "bias gradient {h}x{w}x{c}");
+        }
+        // Channels not in sixteens are left to the portable loops.
+        assert!(!winograd512::applies(24));
     }
 
     #[test]
@@ -439,7 +568,7 @@ mod tests {
                 }));
                 let mut acc = vec![0f32; m.grad_len([3, 3, c, f])];
                 let grad = time(Box::new(|| {
-                    gemm_filter_grad(&x, &g, m, &dy, f, &mut acc, &mut scratch);
+                    gemm_filter_grad(&x, &g, m, &dy, f, &mut acc, &mut [], &mut scratch);
                 }));
                 line += &format!("  {name}: fwd {fwd:7.1} us, filter grad {grad:7.1} us");
             }
@@ -452,7 +581,7 @@ mod tests {
         let g = geometry(1, 4, 4, 2, true);
         let mut scratch = Vec::new();
         let mut y = vec![0f32; g.pixels() * 3];
-        assert!(!forward_image(&[0f32; 5], &g, &[0f32; TILE * 6], 3, &mut y, &mut scratch, 1));
-        assert!(!forward_image(&vec![0f32; g.image()], &g, &[0f32; 7], 3, &mut y, &mut scratch, 1));
+        assert!(!forward_image(&[0f32; 5], &g, &[0f32; TILE * 6], 3, None, &mut y, &mut scratch, 1));
+        assert!(!forward_image(&vec![0f32; g.image()], &g, &[0f32; 7], 3, None, &mut y, &mut scratch, 1));
     }
 }

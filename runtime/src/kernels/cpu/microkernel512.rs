@@ -1,0 +1,367 @@
+//! The products of `microkernel` (`conv_f32`, `filter_grad_f32`) on sixteen-float AVX-512
+//! registers, for CPUs whose 512-bit units run at full width (Zen 5, Intel server cores):
+//! there the eight-float AVX2 loops reach half of a core's multiply-add rate, which `gemm`
+//! (AVX-512 itself) then beats on every product but the smallest.
+//!
+//! Channels that do not fill a register are masked, not left to a scalar loop, so any
+//! channel count runs at the vector rate. Each output lane sums its taps in the same order,
+//! one fused multiply-add per tap, as the AVX2 loops and the portable loops do: the results
+//! are bit for bit theirs, so plans that pick different kernels for one product (fused and
+//! unfused, forward through `conv_max_pool`) still agree exactly.
+//!
+//! Callers (`microkernel`) check every bound first; these functions trust them.
+
+#![cfg(target_arch = "x86_64")]
+// Indexed loops over constant bounds are how the register arrays stay registers.
+#![allow(clippy::needless_range_loop, clippy::too_many_arguments)]
+
+use super::microkernel::Taps;
+use std::arch::x86_64::*;
+
+/// The lanes of columns `c0..c0 + 16` that lie below `n`.
+fn mask(c0: usize, n: usize) -> __mmask16 {
+    let live = n.saturating_sub(c0).min(16);
+    ((1u32 << live) - 1) as __mmask16
+}
+
+/// `out[p, c] = init[c] + Σ_t taps[p, t] · w[t, c]`, then `max(·, 0)` if `relu`.
+///
+/// # Safety
+/// AVX-512F is present; `taps` fits `m` pixels of `k` taps, `w` holds `k x n`, `out`
+/// `m x n`, `init` (when given) `n`.
+#[target_feature(enable = "avx512f")]
+pub(super) unsafe fn conv(
+    taps: Taps<'_>,
+    w: &[f32],
+    init: Option<&[f32]>,
+    relu: bool,
+    out: &mut [f32],
+    m: usize,
+    k: usize,
+    n: usize,
+) {
+    // Two registers of channels share each broadcast pixel where there are more than 16
+    // channels; with one, more pixels share each filter row instead.
+    // SAFETY (all arms): the caller's checks, passed through.
+    unsafe {
+        if n > 16 {
+            conv_rows::<8, 2>(taps, w, init, relu, out, m, k, n)
+        } else if k <= STATIONARY_TAPS && contiguous(taps.offset, k) {
+            conv_stationary(taps, w, init, relu, out, m, k, n)
+        } else {
+            conv_rows::<16, 1>(taps, w, init, relu, out, m, k, n)
+        }
+    }
+}
+
+/// Most taps whose filter rows `conv_stationary` keeps in registers.
+const STATIONARY_TAPS: usize = 16;
+
+/// Whether the first `k` taps lie side by side (`offset[t] = offset[0] + t`), as a row of
+/// a matrix does (Winograd's products), so that one pointer per pixel reaches them all.
+fn contiguous(offset: &[usize], k: usize) -> bool {
+    offset.iter().take(k).enumerate().all(|(t, &o)| o == offset[0] + t)
+}
+
+/// `conv` for at most 16 channels and `STATIONARY_TAPS` side-by-side taps: the whole
+/// filter stays in registers and eight pixels at a time stream past it, each tap one
+/// multiply-add with its broadcast read at a fixed distance from the pixel's pointer. The
+/// general loop instead reloads a filter row per tap and keeps a pointer per pixel of
+/// sixteen, more than the CPU has registers for: profiled on Winograd's 16-channel
+/// products, a third of its loads were those pointers coming back from the stack.
+#[target_feature(enable = "avx512f")]
+unsafe fn conv_stationary(
+    taps: Taps<'_>,
+    w: &[f32],
+    init: Option<&[f32]>,
+    relu: bool,
+    out: &mut [f32],
+    m: usize,
+    k: usize,
+    n: usize,
+) {
+    const R: usize = 8;
+    let lanes = mask(0, n);
+    // SAFETY (whole function): the caller checked the slices for m pixels of k taps, k
+    // rows of n filter columns, and m x n outputs; masked lanes are neither read nor
+    // written; taps past k are never read (their filter rows are zeros and skipped).
+    unsafe {
+        let mut wv = [_mm512_setzero_ps(); STATIONARY_TAPS];
+        for t in 0..k {
+            wv[t] = _mm512_maskz_loadu_ps(lanes, w.as_ptr().add(t * n));
+        }
+        let start = match init {
+            Some(i) => _mm512_maskz_loadu_ps(lanes, i.as_ptr()),
+            None => _mm512_setzero_ps(),
+        };
+        let image = taps.image.as_ptr().add(*taps.offset.get_unchecked(0));
+        let finish = |v: __m512| if relu { _mm512_max_ps(v, _mm512_setzero_ps()) } else { v };
+        let mut p0 = 0;
+        while p0 + R <= m {
+            let rows: [*const f32; R] = std::array::from_fn(|r| image.add(*taps.base.get_unchecked(p0 + r)));
+            let mut acc = [start; R];
+            for t in 0..STATIONARY_TAPS {
+                if t < k {
+                    for r in 0..R {
+                        acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(*rows[r].add(t)), wv[t], acc[r]);
+                    }
+                }
+            }
+            for r in 0..R {
+                _mm512_mask_storeu_ps(out.as_mut_ptr().add((p0 + r) * n), lanes, finish(acc[r]));
+            }
+            p0 += R;
+        }
+        for p in p0..m {
+            let row = image.add(*taps.base.get_unchecked(p));
+            let mut acc = start;
+            for t in 0..k {
+                acc = _mm512_fmadd_ps(_mm512_set1_ps(*row.add(t)), wv[t], acc);
+            }
+            _mm512_mask_storeu_ps(out.as_mut_ptr().add(p * n), lanes, finish(acc));
+        }
+    }
+}
+
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn conv_rows<const R: usize, const B: usize>(
+    taps: Taps<'_>,
+    w: &[f32],
+    init: Option<&[f32]>,
+    relu: bool,
+    out: &mut [f32],
+    m: usize,
+    k: usize,
+    n: usize,
+) {
+    let full = m - m % R;
+    for c0 in (0..n).step_by(16 * B) {
+        let masks: [__mmask16; B] = std::array::from_fn(|b| mask(c0 + 16 * b, n));
+        // SAFETY: p0 + R <= m (then p < m), and the masks keep every column below n.
+        unsafe {
+            for p0 in (0..full).step_by(R) {
+                conv_block::<R, B>(taps, w, init, relu, out, p0, c0, masks, k, n);
+            }
+            // The rest in fours, then one by one.
+            let mut p = full;
+            while p < m {
+                if m - p >= 4 {
+                    conv_block::<4, B>(taps, w, init, relu, out, p, c0, masks, k, n);
+                    p += 4;
+                } else {
+                    conv_block::<1, B>(taps, w, init, relu, out, p, c0, masks, k, n);
+                    p += 1;
+                }
+            }
+        }
+    }
+}
+
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn conv_block<const R: usize, const B: usize>(
+    taps: Taps<'_>,
+    w: &[f32],
+    init: Option<&[f32]>,
+    relu: bool,
+    out: &mut [f32],
+    p0: usize,
+    c0: usize,
+    masks: [__mmask16; B],
+    k: usize,
+    n: usize,
+) {
+    // SAFETY: the caller guarantees p0 + R <= m; masked lanes are neither read nor written.
+    unsafe {
+        let mut start = [_mm512_setzero_ps(); B];
+        if let Some(i) = init {
+            for b in 0..B {
+                start[b] = _mm512_maskz_loadu_ps(masks[b], i.as_ptr().add(c0 + 16 * b));
+            }
+        }
+        let mut acc = [start; R];
+        let image = taps.image.as_ptr();
+        let bases: [*const f32; R] = std::array::from_fn(|r| image.add(*taps.base.get_unchecked(p0 + r)));
+        for t in 0..k {
+            let wrow = w.as_ptr().add(t * n + c0);
+            let mut wv = [_mm512_setzero_ps(); B];
+            for b in 0..B {
+                wv[b] = _mm512_maskz_loadu_ps(masks[b], wrow.add(16 * b));
+            }
+            let off = *taps.offset.get_unchecked(t);
+            for r in 0..R {
+                let x = _mm512_set1_ps(*bases[r].add(off));
+                for b in 0..B {
+                    acc[r][b] = _mm512_fmadd_ps(x, wv[b], acc[r][b]);
+                }
+            }
+        }
+        for r in 0..R {
+            for b in 0..B {
+                let v = if relu { _mm512_max_ps(acc[r][b], _mm512_setzero_ps()) } else { acc[r][b] };
+                _mm512_mask_storeu_ps(out.as_mut_ptr().add((p0 + r) * n + c0 + 16 * b), masks[b], v);
+            }
+        }
+    }
+}
+
+/// `acc[t, c] += Σ_p taps[p, t] · g[p, c]`: a filter gradient over `m` pixels.
+///
+/// # Safety
+/// AVX-512F is present; `taps` fits `m` pixels of `k` taps, `g` holds `m x n`, `acc`
+/// `k x n`.
+#[target_feature(enable = "avx512f")]
+pub(super) unsafe fn filter_grad(taps: Taps<'_>, g: &[f32], acc: &mut [f32], m: usize, k: usize, n: usize) {
+    // SAFETY (all arms): the caller's checks, passed through.
+    unsafe {
+        if n > 16 {
+            grad_taps::<8, 2, false>(taps, g, acc, m, k, n)
+        } else if contiguous(taps.offset, k) {
+            grad_taps::<16, 1, true>(taps, g, acc, m, k, n)
+        } else {
+            grad_taps::<16, 1, false>(taps, g, acc, m, k, n)
+        }
+    }
+}
+
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn grad_taps<const T: usize, const B: usize, const C: bool>(
+    taps: Taps<'_>,
+    g: &[f32],
+    acc: &mut [f32],
+    m: usize,
+    k: usize,
+    n: usize,
+) {
+    for c0 in (0..n).step_by(16 * B) {
+        let masks: [__mmask16; B] = std::array::from_fn(|b| mask(c0 + 16 * b, n));
+        let mut t0 = 0;
+        while t0 < k {
+            // The last block takes what is left, in as few passes over the pixels as the
+            // register budget allows.
+            // SAFETY: t0 + taps <= k; the masks keep every column below n.
+            t0 += unsafe {
+                macro_rules! left {
+                    ($($t:literal),*) => {
+                        match k - t0 {
+                            $($t if $t < T => grad_block::<$t, B, C>(taps, g, acc, t0, c0, masks, m, n),)*
+                            _ => grad_block::<T, B, C>(taps, g, acc, t0, c0, masks, m, n),
+                        }
+                    };
+                }
+                left!(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)
+            };
+        }
+    }
+}
+
+#[target_feature(enable = "avx512f")]
+#[inline]
+/// `C`: the taps lie side by side (see `contiguous`), so each is read at a fixed distance
+/// from the pixel's pointer instead of through an offset held in a register (sixteen
+/// offsets and the loop's pointers are more than the CPU has registers for).
+unsafe fn grad_block<const T: usize, const B: usize, const C: bool>(
+    taps: Taps<'_>,
+    g: &[f32],
+    acc: &mut [f32],
+    t0: usize,
+    c0: usize,
+    masks: [__mmask16; B],
+    m: usize,
+    n: usize,
+) -> usize {
+    // SAFETY: the caller guarantees t0 + T <= k and p < m; masked lanes are neither read
+    // nor written.
+    unsafe {
+        let offs: [usize; T] = std::array::from_fn(|j| *taps.offset.get_unchecked(t0 + j));
+        let mut sums = [[_mm512_setzero_ps(); B]; T];
+        for p in 0..m {
+            let row = g.as_ptr().add(p * n + c0);
+            let mut gv = [_mm512_setzero_ps(); B];
+            for b in 0..B {
+                gv[b] = _mm512_maskz_loadu_ps(masks[b], row.add(16 * b));
+            }
+            let base = taps.image.as_ptr().add(*taps.base.get_unchecked(p));
+            for j in 0..T {
+                let x = _mm512_set1_ps(*base.add(if C { offs[0] + j } else { offs[j] }));
+                for b in 0..B {
+                    sums[j][b] = _mm512_fmadd_ps(x, gv[b], sums[j][b]);
+                }
+            }
+        }
+        for j in 0..T {
+            for b in 0..B {
+                let dst = acc.as_mut_ptr().add((t0 + j) * n + c0 + 16 * b);
+                let sum = _mm512_add_ps(_mm512_maskz_loadu_ps(masks[b], dst), sums[j][b]);
+                _mm512_mask_storeu_ps(dst, masks[b], sum);
+            }
+        }
+    }
+    T
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::cpu::microkernel::TapIndex;
+
+    fn data(len: usize, seed: u32) -> Vec<f32> {
+        let mut s = seed.wrapping_mul(2_654_435_761) | 1;
+        (0..len)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 17;
+                s ^= s << 5;
+                (s >> 8) as f32 / (1u32 << 24) as f32 * 2.0 - 1.0
+            })
+            .collect()
+    }
+
+    /// Both products against loops that do the same fused multiply-adds in the same order:
+    /// equal bit for bit, for pixel, tap and channel counts that fill no block and every
+    /// lane mask.
+    #[test]
+    fn products_equal_the_fused_multiply_add_loops_bit_for_bit() {
+        if !crate::kernels::cpu::simd::has_avx512() {
+            return;
+        }
+        for (m, k, n) in [(1, 1, 1), (13, 9, 16), (25, 5, 17), (12, 16, 32), (37, 27, 40), (7, 14, 3), (24, 13, 48)] {
+            // Pixels read the image at scattered bases and offsets, as patches do.
+            let base: Vec<usize> = (0..m).map(|p| (p * 7) % (m + 3)).collect();
+            for contiguous in [false, true] {
+                let offset: Vec<usize> =
+                    (0..k).map(|t| if contiguous { t + m + 3 } else { (t * 5) % (k + 2) + m + 3 }).collect();
+                let image = data(2 * (m + k) + 8, 1);
+                let index = TapIndex::new(base.clone(), offset.clone());
+                let taps = index.over(&image);
+                let at = |p: usize, t: usize| image[base[p] + offset[t]];
+                let (w, init) = (data(k * n, 2), data(n, 3));
+                for relu in [false, true] {
+                    let mut got = vec![f32::NAN; m * n];
+                    // SAFETY: AVX-512F is present; every slice holds what it must.
+                    unsafe { conv(taps, &w, Some(&init), relu, &mut got, m, k, n) };
+                    for p in 0..m {
+                        for c in 0..n {
+                            let s = (0..k).fold(init[c], |s, t| at(p, t).mul_add(w[t * n + c], s));
+                            let want = if relu { s.max(0.0) } else { s };
+                            assert_eq!(got[p * n + c].to_bits(), want.to_bits(), "conv {m} {k} {n} at {p} {c}");
+                        }
+                    }
+                }
+                let (g, start) = (data(m * n, 4), data(k * n, 5));
+                let mut got = start.clone();
+                // SAFETY: as above.
+                unsafe { filter_grad(taps, &g, &mut got, m, k, n) };
+                for t in 0..k {
+                    for c in 0..n {
+                        let s = (0..m).fold(0.0f32, |s, p| at(p, t).mul_add(g[p * n + c], s));
+                        let want = start[t * n + c] + s;
+                        assert_eq!(got[t * n + c].to_bits(), want.to_bits(), "filter grad {m} {k} {n} at {t} {c}");
+                    }
+                }
+            }
+        }
+    }
+}
