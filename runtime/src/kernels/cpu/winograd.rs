@@ -25,16 +25,21 @@ use engine_graph::ops::Activation;
 /// Positions of a transformed 4×4 tile: the number of products per image.
 pub(super) const TILE: usize = 16;
 
-/// The fewest input and output channels for which the transforms pay for themselves.
-/// Measured with `winograd_probe` below on one Zen 4 core (f32, µs per 28×28 image,
-/// forward): 16 → 16 channels direct 36, Winograd 38 (the products' inner dimension of 16
-/// makes the transforms cost what they save); 32 → 32 `im2col` + `gemm` 150, Winograd 95;
-/// 64 → 64 546 against 304. Filter gradients scale the same way.
-pub(super) const MIN_CHANNELS: usize = 16;
+/// The fewest input and output channels for which the portable transforms pay for
+/// themselves. Measured with `winograd_probe` below on one Zen 4 core (f32, µs per 28×28
+/// image, forward): 16 → 16 channels direct 36, Winograd 38 (the products' inner dimension
+/// of 16 makes the transforms cost what they save); 32 → 32 `im2col` + `gemm` 150,
+/// Winograd 95; 64 → 64 546 against 304. Filter gradients scale the same way.
+pub(super) const MIN_CHANNELS: usize = 32;
 
-/// Whether a convolution producing `f` channels is computed with F(2×2, 3×3).
+/// Whether a convolution producing `f` channels is computed with F(2×2, 3×3): from
+/// `MIN_CHANNELS`, or from 16 where the channels are in sixteens and the AVX-512
+/// transforms (`winograd512`) run. Those made 16 → 16 channels worth it: on one Zen 5 core,
+/// 15.3 / 14.3 µs per 28×28 image (forward / filter gradient) against the direct
+/// kernels' 20.0 / 22.4.
 pub(super) fn applies(g: &Geometry, f: usize) -> bool {
-    g.kh == 3 && g.kw == 3 && g.sh == 1 && g.sw == 1 && g.c >= MIN_CHANNELS && f >= MIN_CHANNELS && g.pixels() > 0
+    let channels = (g.c >= MIN_CHANNELS && f >= MIN_CHANNELS) || (winograd512::applies(g.c) && winograd512::applies(f));
+    g.kh == 3 && g.kw == 3 && g.sh == 1 && g.sw == 1 && channels && g.pixels() > 0
 }
 
 /// The tiling of one image: `th x tw` tiles of 2×2 output pixels, read from a zero-padded
