@@ -525,6 +525,13 @@ mod tests {
             assert!(want.iter().zip(&got).all(|(a, b)| a.to_bits() == b.to_bits()), "output grad {h}x{w}x{c}");
             // The bias gradient sums the same pixels tile by tile, not row by row.
             assert!(worst(&got_bias, &want_bias) < 1e-6, "bias gradient {h}x{w}x{c}");
+            // Short buffers are refused, untouched.
+            let mut y = vec![0f32; oh * ow * c];
+            assert!(!winograd512::transform_output(&m[1..], &l, c, None, false, &mut y));
+            assert!(!winograd512::transform_output(&m, &l, c, Some(&bias[1..]), false, &mut y));
+            assert!(!winograd512::transform_output_grad(&dy[1..], &l, c, &mut got, None));
+            assert!(!winograd512::transform_input(&x[1..], &l, c, &mut got));
+            assert!(y.iter().all(|v| *v == 0.0));
         }
         // Channels not in sixteens are left to the portable loops.
         assert!(!winograd512::applies(24));

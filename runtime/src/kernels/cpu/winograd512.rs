@@ -74,13 +74,7 @@ pub(super) fn transform_output(
     relu: bool,
     y: &mut [f32],
 ) -> bool {
-    if !applies(f)
-        || m.len() < TILE * l.count() * f
-        || y.len() < l.oh * l.ow * f
-        || l.oh > 2 * l.th
-        || l.ow > 2 * l.tw
-        || bias.is_some_and(|b| b.len() < f)
-    {
+    if !output_fits(l, f, y.len(), m.len(), bias.map(<[f32]>::len)) {
         return false;
     }
     #[cfg(target_arch = "x86_64")]
@@ -91,17 +85,23 @@ pub(super) fn transform_output(
     true
 }
 
+/// Whether the output transforms run for `f` channels with an output (or output gradient)
+/// of `image` floats, transformed tiles of `tiles` floats and a bias of `bias` floats: the
+/// tiles cover the output and every buffer holds what they touch.
+fn output_fits(l: &Layout, f: usize, image: usize, tiles: usize, bias: Option<usize>) -> bool {
+    applies(f)
+        && image >= l.oh * l.ow * f
+        && tiles >= TILE * l.count() * f
+        && l.oh <= 2 * l.th
+        && l.ow <= 2 * l.tw
+        && bias.is_none_or(|b| b >= f)
+}
+
 /// `e` (16 `tiles x f` matrices) = `A ∂y Aᵀ` of every 2×2 block of `dy`, zeros past its
 /// edge: the adjoint of `transform_output`. With `bias`, `dy`'s pixels are also added to
 /// it (the bias gradient), each read once for both.
 pub(super) fn transform_output_grad(dy: &[f32], l: &Layout, f: usize, e: &mut [f32], bias: Option<&mut [f32]>) -> bool {
-    if !applies(f)
-        || dy.len() < l.oh * l.ow * f
-        || e.len() < TILE * l.count() * f
-        || l.oh > 2 * l.th
-        || l.ow > 2 * l.tw
-        || bias.as_ref().is_some_and(|b| b.len() < f)
-    {
+    if !output_fits(l, f, dy.len(), e.len(), bias.as_ref().map(|b| b.len())) {
         return false;
     }
     #[cfg(target_arch = "x86_64")]
