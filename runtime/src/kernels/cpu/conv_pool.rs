@@ -11,7 +11,7 @@ use super::{
     direct_conv::taps_f32,
     microkernel::{MAX_POOLED_TAPS, pooled_filter_grad_f32},
     patches::PatchIndex,
-    pool::{Plane, pool_image, unpool_image},
+    pool::{Plane, pool_image, unpool_plane},
     pooled_conv::{conv_max_pool_f32, forward_applies},
 };
 use crate::{
@@ -117,7 +117,7 @@ pub(super) fn backprop_filter<E: Elem>(
                     continue;
                 }
                 dy.iter_mut().for_each(|v| *v = E::zero());
-                unpool_image(&mut dy, a, gpi, f, plane, mask);
+                unpool_plane(&mut dy, a, gpi, &pl, mask);
                 if !filter_grad_image(xi, &g, &method, &dy, f, &mut acc, &mut [], &mut cols) {
                     return None;
                 }
@@ -246,7 +246,7 @@ mod probe {
             let t = std::time::Instant::now();
             for _ in 0..64 {
                 dy.iter_mut().for_each(|v| *v = 0.0);
-                unpool_image(&mut dy, &arg, &out, 32, 676, Some(&out));
+                crate::kernels::cpu::pool::unpool_image(&mut dy, &arg, &out, 32, 676, Some(&out));
             }
             let unpool = t.elapsed();
             let t = std::time::Instant::now();

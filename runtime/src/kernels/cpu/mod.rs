@@ -26,6 +26,7 @@ mod pooled_conv;
 mod reduce;
 mod simd;
 mod softmax;
+mod unpool512;
 mod winograd;
 mod winograd512;
 

@@ -3,8 +3,9 @@
 //! semantics: max over real cells, average over real cells).
 
 use super::{
-    buffer::{Elem, int_tensor, ints, tensor, view},
+    buffer::{Elem, as_f32, as_f32_mut, int_tensor, ints, tensor, view},
     simd::multiversion,
+    unpool512::{Relu, unpool_f32},
 };
 use crate::{
     Result, Value,
@@ -144,14 +145,32 @@ pub(super) fn max_backward<E: Elem>(
         .zip(idx.par_chunks(pl.pooled()))
         .zip(gys.par_chunks(pl.pooled()))
         .zip(xs.par_chunks(pl.image()))
-        .for_each(|(((dx, a), dy), x)| scatter_image(dx, a, dy, c, (h * w) as i64, relu_mask.then_some(x)));
+        .for_each(|(((dx, a), dy), x)| {
+            let wide = match (as_f32_mut(dx), as_f32(dy), as_f32(x)) {
+                (Some(dxf), Some(dyf), Some(xf)) => {
+                    let relu = if relu_mask { Relu::Input(xf) } else { Relu::None };
+                    unpool_f32(dxf, a, dyf, &pl, relu)
+                }
+                _ => false,
+            };
+            if !wide {
+                scatter_image(dx, a, dy, c, (h * w) as i64, relu_mask.then_some(x));
+            }
+        });
     Ok(tensor(out, &[n, h, w, c], ctx.device))
 }
 
 /// Adds each pooled gradient to the input cell that was the maximum, row by row of
 /// channels (no division per element). With `relu_input`, cells whose input is not
 /// positive get nothing (the fused ReLU gradient).
-fn scatter_image<E: Elem>(dx: &mut [E], a: &[i64], dy: &[E], c: usize, plane: i64, relu_input: Option<&[E]>) {
+pub(super) fn scatter_image<E: Elem>(
+    dx: &mut [E],
+    a: &[i64],
+    dy: &[E],
+    c: usize,
+    plane: i64,
+    relu_input: Option<&[E]>,
+) {
     for (arow, grow) in a.chunks_exact(c).zip(dy.chunks_exact(c)) {
         for (ch, (&cell, &g)) in arow.iter().zip(grow).enumerate() {
             if (0..plane).contains(&cell) {
@@ -162,6 +181,21 @@ fn scatter_image<E: Elem>(dx: &mut [E], a: &[i64], dy: &[E], c: usize, plane: i6
             }
         }
     }
+}
+
+/// `unpool_image` for a plane `pl`: on AVX-512 sixteen channels at a time (see
+/// `unpool512`), else the portable loop.
+pub(super) fn unpool_plane<E: Elem>(dx: &mut [E], a: &[i64], dy: &[E], pl: &Plane, pooled: Option<&[E]>) {
+    let relu = match pooled {
+        None => Some(Relu::None),
+        Some(p) => as_f32(p).map(Relu::Pooled),
+    };
+    if let (Some(dxf), Some(dyf), Some(relu)) = (as_f32_mut(dx), as_f32(dy), relu)
+        && unpool_f32(dxf, a, dyf, pl, relu)
+    {
+        return;
+    }
+    unpool_image(dx, a, dy, pl.c, (pl.h * pl.w) as i64, pooled);
 }
 
 /// The pooled gradient `dy` of one image put back on the cells its argmax names, in a
@@ -193,13 +227,12 @@ pub(super) fn max_backward_with_argmax<E: Elem>(
     if idx.len() != n * pl.pooled() || gys.len() != idx.len() || ps.len() != idx.len() {
         return Err(ctx.err("argmax, pooled values and gradient do not match the pooling"));
     }
-    let plane = (pl.h * pl.w) as i64;
     let mut out = vec![E::zero(); n * pl.image()];
     out.par_chunks_mut(pl.image())
         .zip(idx.par_chunks(pl.pooled()))
         .zip(gys.par_chunks(pl.pooled()))
         .zip(ps.par_chunks(pl.pooled()))
-        .for_each(|(((dx, a), dy), p)| unpool_image(dx, a, dy, c, plane, m.relu_mask.then_some(p)));
+        .for_each(|(((dx, a), dy), p)| unpool_plane(dx, a, dy, &pl, m.relu_mask.then_some(p)));
     Ok(tensor(out, &[n, pl.h, pl.w, c], ctx.device))
 }
 
