@@ -144,9 +144,13 @@ pub(super) fn forward_image<E: Elem>(
         None => (None, Activation::Linear),
     };
     let relu = act == Activation::Relu;
-    if let (Some(mf), Some(yf)) = (as_f32(m), as_f32_mut(y))
-        && (bias.is_none() || bias.and_then(as_f32).is_some())
-        && winograd512::transform_output(mf, &t.layout(g), f, bias.and_then(as_f32), relu, yf)
+    // The bias as f32: `None` only where there is one and `E` is not f32.
+    let bias_f32 = match bias {
+        None => Some(None),
+        Some(b) => as_f32(b).map(Some),
+    };
+    if let (Some(mf), Some(yf), Some(bf)) = (as_f32(m), as_f32_mut(y), bias_f32)
+        && winograd512::transform_output(mf, &t.layout(g), f, bf, relu, yf)
     {
         return true;
     }
