@@ -184,19 +184,19 @@ fn convolve<E: Elem>(c: &Conv2d, x: T, w: T, post: Option<(&[E], Activation)>, c
 }
 
 /// How one image of a convolution is computed: 3×3 stride-1 windows over many channels
-/// with Winograd's F(2×2, 3×3) (see `winograd`), other small patches directly from the
+/// with Winograd's F(2×2, 3×3) or F(4×4, 3×3) (see `winograd`), other small patches directly from the
 /// image (see `direct_conv`), the rest as `im2col(x) · W` with `gemm`.
 pub(super) enum Method {
     Direct(PatchIndex),
     Gemm,
-    Winograd,
+    Winograd(super::winograd::Tile),
 }
 
 impl Method {
     /// The method for a convolution of `g` producing `f` channels.
     pub(super) fn of(g: &Geometry, f: usize) -> Method {
-        if super::winograd::applies(g, f) {
-            Method::Winograd
+        if let Some(tile) = super::winograd::applies(g, f) {
+            Method::Winograd(tile)
         } else if g.patch() <= super::direct_conv::MAX_DIRECT_PATCH {
             Method::Direct(PatchIndex::new(g))
         } else {
@@ -208,7 +208,7 @@ impl Method {
     /// transformed once per call for Winograd, as it is otherwise.
     pub(super) fn filter<'a, E: Elem>(&self, w: &'a [E], c: usize, f: usize) -> Cow<'a, [E]> {
         match self {
-            Method::Winograd => Cow::Owned(super::winograd::transform_filter(w, c, f)),
+            Method::Winograd(tile) => Cow::Owned(tile.transform_filter(w, c, f)),
             _ => Cow::Borrowed(w),
         }
     }
@@ -217,7 +217,7 @@ impl Method {
     /// filter of `shape`.
     pub(super) fn grad_len(&self, shape: [usize; 4]) -> usize {
         match self {
-            Method::Winograd => super::winograd::TILE * shape[2] * shape[3],
+            Method::Winograd(tile) => tile.positions() * shape[2] * shape[3],
             _ => shape.iter().product(),
         }
     }
@@ -225,7 +225,7 @@ impl Method {
     /// The HWIO filter gradient from the sum of what `filter_grad_image` accumulated.
     fn finish_filter_grad<E: Elem>(&self, acc: Vec<E>, shape: [usize; 4]) -> Vec<E> {
         match self {
-            Method::Winograd => super::winograd::untransform_filter_grad(&acc, shape[2], shape[3]),
+            Method::Winograd(tile) => tile.untransform_filter_grad(&acc, shape[2], shape[3]),
             _ => acc,
         }
     }
@@ -255,7 +255,7 @@ pub(super) fn conv_image<E: Elem>(
             super::direct_conv::forward_image(x, g, index, ws, f, bias, act, y, scratch);
             return true;
         }
-        Method::Winograd => return super::winograd::forward_image(x, g, ws, f, post, y, scratch, threads),
+        Method::Winograd(tile) => return super::winograd::forward_image(*tile, x, g, ws, f, post, y, scratch, threads),
         Method::Gemm => {
             let (p, k) = (g.pixels(), g.patch());
             scratch.resize(p * k, E::zero());
@@ -288,7 +288,7 @@ pub(super) fn filter_grad_image<E: Elem>(
             super::direct_conv::filter_grad_image(x, g, index, dy, f, acc, scratch);
             true
         }
-        Method::Winograd => return super::winograd::filter_grad_image(x, g, dy, f, acc, bias, scratch),
+        Method::Winograd(tile) => return super::winograd::filter_grad_image(*tile, x, g, dy, f, acc, bias, scratch),
         Method::Gemm => {
             let (p, k) = (g.pixels(), g.patch());
             scratch.resize(p * k, E::zero());

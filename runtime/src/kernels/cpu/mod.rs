@@ -28,6 +28,8 @@ mod simd;
 mod softmax;
 mod unpool512;
 mod winograd;
+mod winograd4;
+mod winograd4_512;
 mod winograd512;
 
 use super::KernelCtx;

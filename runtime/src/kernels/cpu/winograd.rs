@@ -18,7 +18,7 @@ use super::{
     gemm::{Mat, gemm},
     microkernel::{TapIndex, conv_f32, filter_grad_f32},
     simd::multiversion,
-    winograd512,
+    winograd4, winograd512,
 };
 use engine_graph::ops::Activation;
 
@@ -32,18 +32,84 @@ pub(super) const TILE: usize = 16;
 /// Winograd 95; 64 → 64 546 against 304. Filter gradients scale the same way.
 pub(super) const MIN_CHANNELS: usize = 32;
 
-/// Whether a convolution producing `f` channels is computed with F(2×2, 3×3): from
-/// `MIN_CHANNELS`, or from 16 where the channels are in sixteens and the AVX-512
-/// transforms (`winograd512`) run. Those made 16 → 16 channels worth it: on one Zen 5 core,
-/// 15.3 / 14.3 µs per 28×28 image (forward / filter gradient) against the direct
-/// kernels' 20.0 / 22.4.
-pub(super) fn applies(g: &Geometry, f: usize) -> bool {
-    let channels = (g.c >= MIN_CHANNELS && f >= MIN_CHANNELS) || (winograd512::applies(g.c) && winograd512::applies(f));
-    g.kh == 3 && g.kw == 3 && g.sh == 1 && g.sw == 1 && channels && g.pixels() > 0
+/// Which of Winograd's algorithms computes a convolution: F(2×2, 3×3) (this module's
+/// transforms) or F(4×4, 3×3) (`winograd4`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(super) enum Tile {
+    F2,
+    F4,
 }
 
-/// The tiling of one image: `th x tw` tiles of 2×2 output pixels, read from a zero-padded
-/// copy of the image `ph x pw` pixels large.
+impl Tile {
+    /// Positions of a transformed tile: the number of products per image.
+    pub(super) fn positions(self) -> usize {
+        match self {
+            Tile::F2 => TILE,
+            Tile::F4 => winograd4::POSITIONS,
+        }
+    }
+
+    /// Output pixels along a tile's side.
+    fn out(self) -> usize {
+        match self {
+            Tile::F2 => 2,
+            Tile::F4 => winograd4::OUT,
+        }
+    }
+
+    /// The filter for `forward_image`: one `c x f` matrix per position.
+    pub(super) fn transform_filter<E: Elem>(self, w: &[E], c: usize, f: usize) -> Vec<E> {
+        match self {
+            Tile::F2 => transform_filter(w, c, f),
+            Tile::F4 => winograd4::transform_filter(w, c, f),
+        }
+    }
+
+    /// The HWIO filter gradient from what `filter_grad_image` accumulated.
+    pub(super) fn untransform_filter_grad<E: Elem>(self, acc: &[E], c: usize, f: usize) -> Vec<E> {
+        match self {
+            Tile::F2 => untransform_filter_grad(acc, c, f),
+            Tile::F4 => winograd4::untransform_filter_grad(acc, c, f),
+        }
+    }
+}
+
+/// Which Winograd algorithm computes a convolution producing `f` channels, if any.
+///
+/// F(2×2, 3×3) from `MIN_CHANNELS`, or from 16 where the channels are in sixteens and the
+/// AVX-512 transforms (`winograd512`) run. Those made 16 → 16 channels worth it: on one
+/// Zen 5 core, 15.3 / 14.3 µs per 28×28 image (forward / filter gradient) against the
+/// direct kernels' 20.0 / 22.4.
+///
+/// F(4×4, 3×3) where its AVX-512 transforms run, with fewer than 64 channels (the
+/// products go to the microkernels) or at least `MIN_F4_TILES` tiles per image (`gemm`'s).
+/// Per image on one Zen 5 core, µs forward / filter gradient, F(2×2) against F(4×4):
+/// 28×28 16 → 16 14.7 / 13.8 against 10.1 / 9.1; 28×28 32 → 32 35.7 / 40.8 against
+/// 24.3 / 24.0; 28×28 64 → 64 131 / 148 against 89 / 87. At 14×14, 64 → 128 and
+/// 128 → 128, F(4×4)'s 16 tiles make `gemm` products of 16 rows, and it loses (67.5 / 70.1
+/// against 72.6 / 99.1).
+pub(super) fn applies(g: &Geometry, f: usize) -> Option<Tile> {
+    if g.kh != 3 || g.kw != 3 || g.sh != 1 || g.sw != 1 || g.pixels() == 0 {
+        return None;
+    }
+    let wide = winograd512::applies(g.c) && winograd512::applies(f);
+    let tiles4 = g.oh.div_ceil(winograd4::OUT) * g.ow.div_ceil(winograd4::OUT);
+    if wide && (small_product(g.c, f) || tiles4 >= MIN_F4_TILES) {
+        Some(Tile::F4)
+    } else if wide || (g.c >= MIN_CHANNELS && f >= MIN_CHANNELS) {
+        Some(Tile::F2)
+    } else {
+        None
+    }
+}
+
+/// The fewest F(4×4, 3×3) tiles per image for which products through `gemm` pay: a 28×28
+/// image has 49, a 14×14 one 16.
+const MIN_F4_TILES: usize = 32;
+
+/// The tiling of one image: `th x tw` tiles of `m x m` output pixels, read from a
+/// zero-padded copy of the image `ph x pw` pixels large where the portable F(2×2, 3×3)
+/// transforms run.
 #[derive(Clone, Copy)]
 struct Tiles {
     th: usize,
@@ -53,9 +119,14 @@ struct Tiles {
 }
 
 impl Tiles {
-    fn of(g: &Geometry) -> Tiles {
-        let (th, tw) = (g.oh.div_ceil(2), g.ow.div_ceil(2));
-        Tiles { th, tw, ph: 2 * th + 2, pw: 2 * tw + 2 }
+    fn of(g: &Geometry, kind: Tile) -> Tiles {
+        let m = kind.out();
+        let (th, tw) = (g.oh.div_ceil(m), g.ow.div_ceil(m));
+        let (ph, pw) = match kind {
+            Tile::F2 => (2 * th + 2, 2 * tw + 2),
+            Tile::F4 => (0, 0),
+        };
+        Tiles { th, tw, ph, pw }
     }
     fn count(&self) -> usize {
         self.th * self.tw
@@ -119,9 +190,10 @@ pub(super) fn untransform_filter_grad<E: Elem>(acc: &[E], c: usize, f: usize) ->
 }
 
 /// One image: `y (pixels x f) = act(conv(x, w) + bias)` (`post`), with `u` from
-/// `transform_filter`. False if a buffer does not fit (the caller's error).
+/// `Tile::transform_filter`. False if a buffer does not fit (the caller's error).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn forward_image<E: Elem>(
+    kind: Tile,
     x: &[E],
     g: &Geometry,
     u: &[E],
@@ -132,10 +204,10 @@ pub(super) fn forward_image<E: Elem>(
     threads: usize,
 ) -> bool {
     let c = g.c;
-    if u.len() != TILE * c * f || y.len() < g.pixels() * f || x.len() < g.image() {
+    if u.len() != kind.positions() * c * f || y.len() < g.pixels() * f || x.len() < g.image() {
         return false;
     }
-    let (t, v, m) = transformed_image(x, g, f, scratch);
+    let Some((t, v, m)) = transformed_image(kind, x, g, f, scratch) else { return false };
     if !products(v, u, m, t.count(), c, f, threads) {
         return false;
     }
@@ -144,6 +216,9 @@ pub(super) fn forward_image<E: Elem>(
         None => (None, Activation::Linear),
     };
     let relu = act == Activation::Relu;
+    if kind == Tile::F4 {
+        return winograd4::transform_output(m, &t.layout(g), f, bias, relu, y);
+    }
     // The bias as f32: `None` only where there is one and `E` is not f32.
     let bias_f32 = match bias {
         None => Some(None),
@@ -180,10 +255,12 @@ fn products<E: Elem>(v: &[E], u: &[E], m: &mut [E], count: usize, c: usize, f: u
     })
 }
 
-/// One image's filter gradient added to `acc` (16 `c x f` matrices, the transformed
-/// form: `untransform_filter_grad` turns the batch's sum into a 3×3 filter), and its bias
-/// gradient to `bias` unless that is empty.
+/// One image's filter gradient added to `acc` (a `c x f` matrix per position, the
+/// transformed form: `Tile::untransform_filter_grad` turns the batch's sum into a 3×3
+/// filter), and its bias gradient to `bias` unless that is empty.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn filter_grad_image<E: Elem>(
+    kind: Tile,
     x: &[E],
     g: &Geometry,
     dy: &[E],
@@ -193,23 +270,33 @@ pub(super) fn filter_grad_image<E: Elem>(
     scratch: &mut Vec<E>,
 ) -> bool {
     let c = g.c;
-    if acc.len() != TILE * c * f || dy.len() < g.pixels() * f || x.len() < g.image() {
+    if acc.len() != kind.positions() * c * f || dy.len() < g.pixels() * f || x.len() < g.image() {
         return false;
     }
-    let (t, v, e) = transformed_image(x, g, f, scratch);
+    let Some((t, v, e)) = transformed_image(kind, x, g, f, scratch) else { return false };
     let count = t.count();
-    let fast = match (as_f32(dy), as_f32_mut(e), as_f32_mut(bias)) {
-        (Some(dyf), Some(ef), Some(bf)) => {
-            let bf = if bf.is_empty() { None } else { Some(bf) };
-            winograd512::transform_output_grad(dyf, &t.layout(g), f, ef, bf)
+    let layout = t.layout(g);
+    let transformed = match kind {
+        Tile::F4 => winograd4::transform_output_grad(dy, &layout, f, e, (!bias.is_empty()).then_some(&mut *bias)),
+        Tile::F2 => {
+            let fast = match (as_f32(dy), as_f32_mut(e), as_f32_mut(bias)) {
+                (Some(dyf), Some(ef), Some(bf)) => {
+                    let bf = if bf.is_empty() { None } else { Some(bf) };
+                    winograd512::transform_output_grad(dyf, &layout, f, ef, bf)
+                }
+                _ => false,
+            };
+            if !fast {
+                transform_output_grad(dy, g.oh, g.ow, f, t.th, t.tw, e);
+                if !bias.is_empty() {
+                    super::reduce::add_rows(bias, dy);
+                }
+            }
+            true
         }
-        _ => false,
     };
-    if !fast {
-        transform_output_grad(dy, g.oh, g.ow, f, t.th, t.tw, e);
-        if !bias.is_empty() {
-            super::reduce::add_rows(bias, dy);
-        }
+    if !transformed {
+        return false;
     }
     // `acc[ξ] (c x f) += v[ξ]ᵀ (c x tiles) · e[ξ] (tiles x f)`, both row-major.
     if let (Some(vf), Some(ef), Some(af)) = (as_f32(v), as_f32(e), as_f32_mut(acc))
@@ -242,18 +329,24 @@ fn tile_index(count: usize, c: usize) -> TapIndex {
     TapIndex::new((0..count).map(|t| t * c).collect(), (0..c).collect())
 }
 
-/// The image's tiling, its transformed tiles (`Bᵀ d B`, 16 `tiles x c` matrices) and the rest of
-/// `scratch`: room for 16 `tiles x f` matrices.
+/// The image's tiling, its transformed tiles (`Bᵀ d B`, a `tiles x c` matrix per
+/// position) and the rest of `scratch`: room for a `tiles x f` matrix per position. None
+/// if a buffer does not fit.
 fn transformed_image<'s, E: Elem>(
+    kind: Tile,
     x: &[E],
     g: &Geometry,
     f: usize,
     scratch: &'s mut Vec<E>,
-) -> (Tiles, &'s mut [E], &'s mut [E]) {
-    let t = Tiles::of(g);
-    scratch.resize(t.ph * t.pw * g.c + TILE * t.count() * (g.c + f), E::zero());
+) -> Option<(Tiles, &'s mut [E], &'s mut [E])> {
+    let t = Tiles::of(g, kind);
+    let per_channel = kind.positions() * t.count();
+    scratch.resize(t.ph * t.pw * g.c + per_channel * (g.c + f), E::zero());
     let (padded, rest) = scratch.split_at_mut(t.ph * t.pw * g.c);
-    let (v, out) = rest.split_at_mut(TILE * t.count() * g.c);
+    let (v, out) = rest.split_at_mut(per_channel * g.c);
+    if kind == Tile::F4 {
+        return winograd4::transform_input(x, &t.layout(g), g.c, v).then_some((t, v, out));
+    }
     let fast = match (as_f32(x), as_f32_mut(v)) {
         (Some(xf), Some(vf)) => winograd512::transform_input(xf, &t.layout(g), g.c, vf),
         _ => false,
@@ -262,7 +355,7 @@ fn transformed_image<'s, E: Elem>(
         pad(x, g, &t, padded);
         transform_input(padded, t.pw, g.c, t.th, t.tw, v);
     }
-    (t, v, out)
+    Some((t, v, out))
 }
 
 /// The image at `(top, left)` of a zeroed `ph x pw` plane.
@@ -440,9 +533,9 @@ mod tests {
         a.iter().zip(b).map(|(x, y)| f64_of((*x - *y).abs()) / scale).fold(0.0, f64::max)
     }
 
-    /// Forward output and filter gradient against `im2col` + `gemm`, for odd and even
-    /// sizes, with and without padding.
-    fn matches_gemm<E: Elem>(tol: f64) {
+    /// Forward output and filter gradient of `kind` against `im2col` + `gemm`, for odd and
+    /// even sizes, with and without padding.
+    fn matches_gemm<E: Elem>(kind: Tile, tol: f64) {
         for (h, w, c, f, same) in [
             (6, 6, 3, 5, true),
             (7, 5, 4, 2, true),
@@ -451,6 +544,9 @@ mod tests {
             (5, 4, 33, 35, true),
             (7, 6, 16, 32, true),
             (6, 9, 32, 16, false),
+            (13, 11, 16, 16, true),
+            (28, 28, 16, 16, true),
+            (10, 9, 16, 48, false),
         ] {
             let g = geometry(1, h, w, c, same);
             let x = data::<E>(g.image(), 1 + h as u64);
@@ -460,29 +556,38 @@ mod tests {
             let mut scratch = Vec::new();
             assert!(conv_image(&x, &g, &Method::Gemm, &wt, f, None, &mut want, &mut scratch, 1));
             let mut got = vec![E::zero(); g.pixels() * f];
-            let u = transform_filter(&wt, c, f);
-            assert!(forward_image(&x, &g, &u, f, None, &mut got, &mut scratch, 1));
+            let u = kind.transform_filter(&wt, c, f);
+            assert!(forward_image(kind, &x, &g, &u, f, None, &mut got, &mut scratch, 1));
             let e = worst(&got, &want);
-            assert!(e < tol, "forward {h}x{w}x{c}->{f} same={same}: relative error {e}");
+            assert!(e < tol, "{kind:?} forward {h}x{w}x{c}->{f} same={same}: relative error {e}");
 
             let mut want = vec![E::zero(); 9 * c * f];
             assert!(gemm_filter_grad(&x, &g, &Method::Gemm, &dy, f, &mut want, &mut [], &mut scratch));
-            let mut acc = vec![E::zero(); TILE * c * f];
-            assert!(filter_grad_image(&x, &g, &dy, f, &mut acc, &mut [], &mut scratch));
-            let got = untransform_filter_grad(&acc, c, f);
+            let mut acc = vec![E::zero(); kind.positions() * c * f];
+            assert!(filter_grad_image(kind, &x, &g, &dy, f, &mut acc, &mut [], &mut scratch));
+            let got = kind.untransform_filter_grad(&acc, c, f);
             let e = worst(&got, &want);
-            assert!(e < tol, "filter gradient {h}x{w}x{c}->{f} same={same}: relative error {e}");
+            assert!(e < tol, "{kind:?} filter gradient {h}x{w}x{c}->{f} same={same}: relative error {e}");
         }
     }
 
     #[test]
     fn forward_and_filter_gradient_equal_the_patch_products_f32() {
-        matches_gemm::<f32>(1e-5);
+        matches_gemm::<f32>(Tile::F2, 1e-5);
     }
 
     #[test]
     fn forward_and_filter_gradient_equal_the_patch_products_f64() {
-        matches_gemm::<f64>(1e-13);
+        matches_gemm::<f64>(Tile::F2, 1e-13);
+    }
+
+    /// F(4×4, 3×3) multiplies by ⅙ and 1⁄24 and adds up to 8 times a value: a few parts in
+    /// a million in f32 (on AVX-512 where the channels are in sixteens, else the portable
+    /// loops).
+    #[test]
+    fn f4_forward_and_filter_gradient_equal_the_patch_products() {
+        matches_gemm::<f32>(Tile::F4, 2e-5);
+        matches_gemm::<f64>(Tile::F4, 1e-12);
     }
 
     /// The AVX-512 transforms (where the CPU has them) against the portable loops, bit for
@@ -495,7 +600,7 @@ mod tests {
         }
         for (h, w, c, same) in [(5, 7, 16, true), (8, 6, 32, false), (1, 1, 16, true), (4, 3, 16, false)] {
             let g = geometry(1, h, w, c, same);
-            let t = Tiles::of(&g);
+            let t = Tiles::of(&g, Tile::F2);
             let (l, count, (oh, ow)) = (t.layout(&g), t.count(), (g.oh, g.ow));
             // Negative zeros in the input: the padding and `-b` must keep them as they are.
             let mut x = data::<f32>(g.image(), 11);
@@ -583,7 +688,8 @@ mod tests {
             let methods = [
                 ("direct", Method::Direct(PatchIndex::new(&g))),
                 ("gemm", Method::Gemm),
-                ("winograd", Method::Winograd),
+                ("winograd", Method::Winograd(Tile::F2)),
+                ("winograd4", Method::Winograd(Tile::F4)),
             ];
             for (name, m) in &methods {
                 if matches!(m, Method::Direct(_)) && g.patch() > crate::kernels::cpu::direct_conv::MAX_DIRECT_PATCH {
@@ -609,7 +715,10 @@ mod tests {
         let g = geometry(1, 4, 4, 2, true);
         let mut scratch = Vec::new();
         let mut y = vec![0f32; g.pixels() * 3];
-        assert!(!forward_image(&[0f32; 5], &g, &[0f32; TILE * 6], 3, None, &mut y, &mut scratch, 1));
-        assert!(!forward_image(&vec![0f32; g.image()], &g, &[0f32; 7], 3, None, &mut y, &mut scratch, 1));
+        for kind in [Tile::F2, Tile::F4] {
+            let u = vec![0f32; kind.positions() * 6];
+            assert!(!forward_image(kind, &[0f32; 5], &g, &u, 3, None, &mut y, &mut scratch, 1));
+            assert!(!forward_image(kind, &vec![0f32; g.image()], &g, &[0f32; 7], 3, None, &mut y, &mut scratch, 1));
+        }
     }
 }

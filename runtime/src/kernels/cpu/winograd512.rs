@@ -43,7 +43,7 @@ pub(super) struct Layout {
 }
 
 impl Layout {
-    fn count(&self) -> usize {
+    pub(super) fn count(&self) -> usize {
         self.th * self.tw
     }
 }

@@ -1,0 +1,275 @@
+//! F(4×4, 3×3)'s three tile transforms (see `winograd4`) on sixteen-channel AVX-512
+//! registers, for channel counts in sixteens: a 6×6 tile is 36 registers, transformed
+//! down its columns, then across its rows, with fused multiply-adds for the constants.
+//!
+//! Every function returns false, having done nothing, where it does not apply (no AVX-512,
+//! channels not in sixteens, or a buffer too short), and `winograd4`'s portable loops run
+//! instead.
+
+#![cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))]
+
+use super::{
+    winograd4::{POSITIONS, output_fits},
+    winograd512::{Layout, applies},
+};
+
+/// `v` = `Bᵀ d B` of every 6×6 block of `x`, as `winograd4::transform_input`.
+pub(super) fn transform_input(x: &[f32], l: &Layout, c: usize, v: &mut [f32]) -> bool {
+    if !applies(c) || x.len() < l.h * l.w * c || v.len() < l.count() * POSITIONS * c {
+        return false;
+    }
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: AVX-512F is present; only pixels inside `h x w` are read, and every tile's
+    // transform lies in `v` (checked above); c is a multiple of 16.
+    unsafe {
+        avx512::transform_input(x, l, c, v)
+    };
+    true
+}
+
+/// `y` = `Aᵀ m A` of every tile, plus `bias`, then ReLU if `relu`, as
+/// `winograd4::transform_output`.
+pub(super) fn transform_output(
+    m: &[f32],
+    l: &Layout,
+    f: usize,
+    bias: Option<&[f32]>,
+    relu: bool,
+    y: &mut [f32],
+) -> bool {
+    if !applies(f) || !output_fits(l, f, y.len(), m.len(), bias.map(<[f32]>::len)) {
+        return false;
+    }
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: as above; pixels are stored only inside `oh x ow`.
+    unsafe {
+        avx512::transform_output(m, l, f, bias, relu, y)
+    };
+    true
+}
+
+/// `e` = `A ∂y Aᵀ` of every 4×4 block of `dy`, and the bias gradient, as
+/// `winograd4::transform_output_grad`.
+pub(super) fn transform_output_grad(dy: &[f32], l: &Layout, f: usize, e: &mut [f32], bias: Option<&mut [f32]>) -> bool {
+    if !applies(f) || !output_fits(l, f, dy.len(), e.len(), bias.as_ref().map(|b| b.len())) {
+        return false;
+    }
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: as above; pixels are read only inside `oh x ow`.
+    unsafe {
+        avx512::transform_output_grad(dy, l, f, e, bias)
+    };
+    true
+}
+
+// Indexed loops over constant bounds are how the register arrays stay registers.
+#[cfg(target_arch = "x86_64")]
+#[allow(clippy::needless_range_loop)]
+mod avx512 {
+    use super::Layout;
+    use std::arch::x86_64::*;
+
+    const IN: usize = 6;
+    const OUT: usize = 4;
+
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn transform_input(x: &[f32], l: &Layout, c: usize, v: &mut [f32]) {
+        // SAFETY (whole function): the caller's checks; a pixel is read only where its row
+        // and column lie inside the image.
+        unsafe {
+            let (src, dst) = (x.as_ptr(), v.as_mut_ptr());
+            let inside = |at: usize, pad: usize, size: usize| at >= pad && at - pad < size;
+            let count = l.count();
+            for t in 0..count {
+                let (y0, x0) = (OUT * (t / l.tw), OUT * (t % l.tw));
+                let rows: [bool; IN] = std::array::from_fn(|i| inside(y0 + i, l.top, l.h));
+                let cols: [bool; IN] = std::array::from_fn(|j| inside(x0 + j, l.left, l.w));
+                let interior = rows.iter().chain(&cols).all(|&v| v);
+                for c0 in (0..c).step_by(16) {
+                    let mut d = [[_mm512_setzero_ps(); IN]; IN];
+                    if interior {
+                        let corner = src.add(((y0 - l.top) * l.w + x0 - l.left) * c + c0);
+                        for i in 0..IN {
+                            for j in 0..IN {
+                                d[i][j] = _mm512_loadu_ps(corner.add((i * l.w + j) * c));
+                            }
+                        }
+                    } else {
+                        for i in 0..IN {
+                            for j in 0..IN {
+                                if rows[i] && cols[j] {
+                                    let at = ((y0 + i - l.top) * l.w + x0 + j - l.left) * c + c0;
+                                    d[i][j] = _mm512_loadu_ps(src.add(at));
+                                }
+                            }
+                        }
+                    }
+                    // Columns first, then rows.
+                    let mut tmp = [[_mm512_setzero_ps(); IN]; IN];
+                    for j in 0..IN {
+                        let col = input_1d(std::array::from_fn(|i| d[i][j]));
+                        for i in 0..IN {
+                            tmp[i][j] = col[i];
+                        }
+                    }
+                    for i in 0..IN {
+                        let row = input_1d(tmp[i]);
+                        for j in 0..IN {
+                            _mm512_storeu_ps(dst.add(((i * IN + j) * count + t) * c + c0), row[j]);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// `Bᵀ d`: `(4 d0 - 5 d2 + d4, (d4 - 4 d2) ± (d3 - 4 d1), (d4 - d2) ± 2 (d3 - d1),
+    /// 4 d1 - 5 d3 + d5)`.
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    fn input_1d(d: [__m512; IN]) -> [__m512; IN] {
+        let (two, four, five) = (_mm512_set1_ps(2.0), _mm512_set1_ps(4.0), _mm512_set1_ps(5.0));
+        let t0 = _mm512_fnmadd_ps(four, d[2], d[4]);
+        let t1 = _mm512_fnmadd_ps(four, d[1], d[3]);
+        let t2 = _mm512_sub_ps(d[4], d[2]);
+        let t3 = _mm512_sub_ps(d[3], d[1]);
+        [
+            _mm512_fmadd_ps(four, d[0], _mm512_fnmadd_ps(five, d[2], d[4])),
+            _mm512_add_ps(t0, t1),
+            _mm512_sub_ps(t0, t1),
+            _mm512_fmadd_ps(two, t3, t2),
+            _mm512_fnmadd_ps(two, t3, t2),
+            _mm512_fmadd_ps(four, d[1], _mm512_fnmadd_ps(five, d[3], d[5])),
+        ]
+    }
+
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn transform_output(
+        m: &[f32],
+        l: &Layout,
+        f: usize,
+        bias: Option<&[f32]>,
+        relu: bool,
+        y: &mut [f32],
+    ) {
+        let count = l.count();
+        // SAFETY (whole function): the caller's checks.
+        unsafe {
+            let (src, dst) = (m.as_ptr(), y.as_mut_ptr());
+            for t in 0..count {
+                let (oy, ox) = (OUT * (t / l.tw), OUT * (t % l.tw));
+                for f0 in (0..f).step_by(16) {
+                    let at = |xi: usize| _mm512_loadu_ps(src.add((xi * count + t) * f + f0));
+                    // `Aᵀ` down each column, then across each of the four rows.
+                    let mut rows = [[_mm512_setzero_ps(); IN]; OUT];
+                    for j in 0..IN {
+                        let col = output_1d(std::array::from_fn(|i| at(i * IN + j)));
+                        for r in 0..OUT {
+                            rows[r][j] = col[r];
+                        }
+                    }
+                    let b = bias.map(|b| _mm512_loadu_ps(b.as_ptr().add(f0)));
+                    for r in 0..OUT {
+                        if oy + r >= l.oh {
+                            continue;
+                        }
+                        let px = output_1d(rows[r]);
+                        for s in 0..OUT {
+                            if ox + s >= l.ow {
+                                continue;
+                            }
+                            let mut v = px[s];
+                            if let Some(b) = b {
+                                v = _mm512_add_ps(v, b);
+                            }
+                            if relu {
+                                v = _mm512_max_ps(v, _mm512_setzero_ps());
+                            }
+                            _mm512_storeu_ps(dst.add(((oy + r) * l.ow + ox + s) * f + f0), v);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// `Aᵀ m`: with `a, b = m1 ± m2` and `c, d = m3 ± m4`, `(m0 + a + c, b + 2 d, a + 4 c,
+    /// b + 8 d + m5)`.
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    fn output_1d(m: [__m512; IN]) -> [__m512; OUT] {
+        let (two, four, eight) = (_mm512_set1_ps(2.0), _mm512_set1_ps(4.0), _mm512_set1_ps(8.0));
+        let (a, b) = (_mm512_add_ps(m[1], m[2]), _mm512_sub_ps(m[1], m[2]));
+        let (c, d) = (_mm512_add_ps(m[3], m[4]), _mm512_sub_ps(m[3], m[4]));
+        [
+            _mm512_add_ps(_mm512_add_ps(m[0], a), c),
+            _mm512_fmadd_ps(two, d, b),
+            _mm512_fmadd_ps(four, c, a),
+            _mm512_add_ps(_mm512_fmadd_ps(eight, d, b), m[5]),
+        ]
+    }
+
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn transform_output_grad(
+        dy: &[f32],
+        l: &Layout,
+        f: usize,
+        e: &mut [f32],
+        bias: Option<&mut [f32]>,
+    ) {
+        let count = l.count();
+        // SAFETY (whole function): the caller's checks.
+        unsafe {
+            let (src, dst) = (dy.as_ptr(), e.as_mut_ptr());
+            let bias = bias.map(|b| b.as_mut_ptr());
+            for f0 in (0..f).step_by(16) {
+                // Every pixel lies in exactly one tile: the bias gradient is the sum of the
+                // tiles' pixels, kept in a register while `e` is built.
+                let mut sum = _mm512_setzero_ps();
+                for t in 0..count {
+                    let (oy, ox) = (OUT * (t / l.tw), OUT * (t % l.tw));
+                    let at = |r: usize, s: usize| {
+                        if oy + r < l.oh && ox + s < l.ow {
+                            _mm512_loadu_ps(src.add(((oy + r) * l.ow + ox + s) * f + f0))
+                        } else {
+                            _mm512_setzero_ps()
+                        }
+                    };
+                    let mut cols = [[_mm512_setzero_ps(); OUT]; IN];
+                    for s in 0..OUT {
+                        let g: [__m512; OUT] = std::array::from_fn(|r| at(r, s));
+                        if bias.is_some() {
+                            sum =
+                                _mm512_add_ps(sum, _mm512_add_ps(_mm512_add_ps(g[0], g[1]), _mm512_add_ps(g[2], g[3])));
+                        }
+                        let col = grad_1d(g);
+                        for i in 0..IN {
+                            cols[i][s] = col[i];
+                        }
+                    }
+                    for i in 0..IN {
+                        let row = grad_1d(cols[i]);
+                        for j in 0..IN {
+                            _mm512_storeu_ps(dst.add(((i * IN + j) * count + t) * f + f0), row[j]);
+                        }
+                    }
+                }
+                if let Some(b) = bias {
+                    _mm512_storeu_ps(b.add(f0), _mm512_add_ps(_mm512_loadu_ps(b.add(f0)), sum));
+                }
+            }
+        }
+    }
+
+    /// `A g`: with `p, q = g0 + g2, g1 + g3` and `p4, q4 = g0 + 4 g2, 2 g1 + 8 g3`,
+    /// `(g0, p + q, p - q, p4 + q4, p4 - q4, g3)`.
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    fn grad_1d(g: [__m512; OUT]) -> [__m512; IN] {
+        let (four, eight) = (_mm512_set1_ps(4.0), _mm512_set1_ps(8.0));
+        let (p, q) = (_mm512_add_ps(g[0], g[2]), _mm512_add_ps(g[1], g[3]));
+        let p4 = _mm512_fmadd_ps(four, g[2], g[0]);
+        let q4 = _mm512_fmadd_ps(eight, g[3], _mm512_add_ps(g[1], g[1]));
+        [g[0], _mm512_add_ps(p, q), _mm512_sub_ps(p, q), _mm512_add_ps(p4, q4), _mm512_sub_ps(p4, q4), g[3]]
+    }
+}
