@@ -187,6 +187,13 @@ impl Lowering<'_> {
                 let (y, _) = self.conv(node, c, None)?;
                 self.back_to_nhwc(n, y)
             }
+            Op::FusedConv2d(c) if c.residual => {
+                // The addend is NHWC: the sum is taken after the convolution's transpose back.
+                let (y, _) = self.conv(node, &Conv2d::plain(c.strides, c.padding), Some(ins[2].clone()))?;
+                let y = self.back_to_nhwc(n, y);
+                let y = self.w.node("Add", n, vec![y, ins[3].clone()], vec![]);
+                self.activation(n, y, c.activation)
+            }
             Op::FusedConv2d(c) => {
                 let (y, _) = self.conv(node, &Conv2d::plain(c.strides, c.padding), Some(ins[2].clone()))?;
                 let y = self.activation(n, y, c.activation);
@@ -195,6 +202,14 @@ impl Lowering<'_> {
             Op::FusedConv2dMaxPool(c) => {
                 self.only_first_output_used(id)?;
                 let (y, conv_hw) = self.conv(node, &Conv2d::plain(c.strides, c.padding), Some(ins[2].clone()))?;
+                let y = match node.inputs.get(3).filter(|_| c.residual) {
+                    // The addend is NHWC: summed in the convolution's NCHW.
+                    Some(&skip) => {
+                        let skip = self.nchw_of(skip)?;
+                        self.w.node("Add", n, vec![y, skip], vec![])
+                    }
+                    None => y,
+                };
                 let y = self.activation(n, y, c.activation);
                 let y = self.pool(n, "MaxPool", y, &c.pool, conv_hw)?;
                 self.back_to_nhwc(n, y)

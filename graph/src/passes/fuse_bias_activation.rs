@@ -31,7 +31,7 @@ impl Pass for FuseBiasActivation {
             let p = g.node(producer).clone();
             let op: Op = match &p.op {
                 Op::Conv2d(c) if c.is_plain() => {
-                    FusedConv2d { strides: c.strides, padding: c.padding, activation }.into()
+                    FusedConv2d { strides: c.strides, padding: c.padding, activation, residual: false }.into()
                 }
                 Op::MatMul(m) => {
                     FusedMatMul { transpose_a: m.transpose_a, transpose_b: m.transpose_b, activation }.into()

@@ -81,7 +81,13 @@ fn fuse_block(g: &mut Graph, pool_id: NodeId) -> Result<bool> {
     }
     let conv_hw = spatial(g.fact(y)?, "convolution output").map_err(|e| crate::GraphError::invalid(&conv.name, e))?;
     let name = g.unique_name(&format!("{}/pool", conv.name));
-    let op = FusedConv2dMaxPool { strides: c.strides, padding: c.padding, activation: c.activation, pool: p.window };
+    let op = FusedConv2dMaxPool {
+        strides: c.strides,
+        padding: c.padding,
+        activation: c.activation,
+        pool: p.window,
+        residual: c.residual,
+    };
     let fused = g.add_node(name, op.into(), conv.inputs.clone())?;
     g.set_device(fused, conv.device.clone());
     let (pooled, argmax) = (Outlet::new(fused, 0), Outlet::new(fused, 1));

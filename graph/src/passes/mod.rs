@@ -12,6 +12,7 @@ mod fuse_bias_into_filter_grad;
 mod fuse_conv_pool;
 mod fuse_elementwise;
 mod fuse_relu_into_pool_grad;
+mod fuse_residual_add;
 mod liveness;
 mod schedule;
 pub mod strategy;
@@ -24,6 +25,7 @@ pub use fuse_bias_into_filter_grad::FuseBiasIntoFilterGrad;
 pub use fuse_conv_pool::FuseConvPool;
 pub use fuse_elementwise::FuseElementwise;
 pub use fuse_relu_into_pool_grad::FuseReluIntoPoolGrad;
+pub use fuse_residual_add::FuseResidualAdd;
 pub use liveness::{Liveness, liveness};
 pub use schedule::schedule;
 
@@ -41,6 +43,7 @@ pub fn optimization_passes() -> Vec<Box<dyn Pass>> {
     vec![
         Box::new(CommonSubexpressionElimination),
         Box::new(FuseBiasActivation),
+        Box::new(FuseResidualAdd),
         Box::new(FuseReluIntoPoolGrad),
         Box::new(FuseBiasIntoFilterGrad),
         Box::new(FuseConvPool),

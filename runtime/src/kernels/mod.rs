@@ -29,7 +29,7 @@ use crate::{
 use burn::backend::ops::{ActivationOps, FloatTensorOps};
 use burn::backend::{DispatchDevice, TensorMetadata};
 use burn::tensor::Shape as BurnShape;
-use engine_graph::{Node, Op};
+use engine_graph::{Node, Op, ops::Activation};
 
 pub(crate) struct KernelCtx<'a> {
     pub node: &'a Node,
@@ -144,10 +144,23 @@ pub(crate) fn generic(op: &Op, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Resul
         }
         MaxPoolGradWithArgmax(m) => one(pool::max_backward_with_argmax(m, inputs, ctx)?),
         FusedConv2dMaxPool(f) => {
+            let mut inputs = inputs;
+            let skip = if f.residual { Some(pop_float(&mut inputs, ctx)?) } else { None };
             let (head, bias) = split_bias(inputs, ctx)?;
             let y = conv::forward(&f.conv().conv(), head, ctx)?;
-            let y = bias_activation(y, bias, f.activation);
+            let y = match skip {
+                Some(s) => activation(B::float_add(bias_activation(y, bias, Activation::Linear), s), f.activation),
+                None => bias_activation(y, bias, f.activation),
+            };
             pool::max_forward(&engine_graph::ops::MaxPool2d { window: f.pool }, vec![Value::Float(y)], ctx)
+        }
+        FusedConv2d(f) if f.residual => {
+            let mut inputs = inputs;
+            let skip = pop_float(&mut inputs, ctx)?;
+            let (head, bias) = split_bias(inputs, ctx)?;
+            let y = conv::forward(&f.conv(), head, ctx)?;
+            let y = bias_activation(y, bias, Activation::Linear);
+            one(activation(B::float_add(y, skip), f.activation))
         }
         FusedConv2d(f) => {
             let (head, bias) = split_bias(inputs, ctx)?;
@@ -289,11 +302,22 @@ fn split_bias(mut inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Result<(Vec<Value>
     }
 }
 
+/// The last input, a float (a residual op's addend).
+fn pop_float(inputs: &mut Vec<Value>, ctx: &KernelCtx<'_>) -> Result<T> {
+    match inputs.pop() {
+        Some(Value::Float(s)) => Ok(s),
+        _ => Err(ctx.err("expected a float addend")),
+    }
+}
+
 /// `activation(y + bias)` with the bias broadcast over the last axis.
-fn bias_activation(y: T, bias: T, activation: engine_graph::ops::Activation) -> T {
+fn bias_activation(y: T, bias: T, act: engine_graph::ops::Activation) -> T {
     let rank = y.shape().num_dims();
-    let z = B::float_add(y, align_float(bias, rank));
-    match activation {
+    activation(B::float_add(y, align_float(bias, rank)), act)
+}
+
+fn activation(z: T, act: engine_graph::ops::Activation) -> T {
+    match act {
         engine_graph::ops::Activation::Linear => z,
         engine_graph::ops::Activation::Relu => B::relu(z),
     }

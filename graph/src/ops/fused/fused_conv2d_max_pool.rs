@@ -11,7 +11,8 @@ use crate::{
     },
 };
 
-/// Inputs: `(x NHWC, filter HWIO, bias)`; outputs: `(pooled values, argmax positions)`,
+/// Inputs: `(x NHWC, filter HWIO, bias)`, then with `residual` an addend of the
+/// convolution's output shape (see `FusedConv2d`); outputs: `(pooled values, argmax positions)`,
 /// exactly as `MaxPool2d` on the `FusedConv2d` output would give them (positions count
 /// cells of the convolution's output plane), so the backward ops read them unchanged.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -20,11 +21,18 @@ pub struct FusedConv2dMaxPool {
     pub padding: Padding,
     pub activation: Activation,
     pub pool: Window,
+    #[serde(default)]
+    pub residual: bool,
 }
 
 impl FusedConv2dMaxPool {
     pub fn conv(&self) -> FusedConv2d {
-        FusedConv2d { strides: self.strides, padding: self.padding, activation: self.activation }
+        FusedConv2d {
+            strides: self.strides,
+            padding: self.padding,
+            activation: self.activation,
+            residual: self.residual,
+        }
     }
 }
 
@@ -33,7 +41,7 @@ impl OpDef for FusedConv2dMaxPool {
         "_FusedConv2DMaxPool"
     }
     fn arity(&self) -> Arity {
-        Arity::Exact(3)
+        self.conv().arity()
     }
     fn infer(&self, inputs: &[Fact]) -> Result<Vec<Fact>, String> {
         let conv = self.conv().infer(inputs)?;

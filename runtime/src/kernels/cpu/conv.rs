@@ -148,18 +148,30 @@ fn inner_threads(g: &Geometry) -> usize {
 
 pub(super) fn forward<E: Elem>(c: &Conv2d, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Result<T> {
     let [x, w] = ctx.floats(inputs)?;
-    convolve::<E>(c, x, w, None, ctx)
+    convolve::<E>(c, x, w, None, None, ctx)
 }
 
-/// `activation(conv(x, w) + bias)`: the bias and activation are applied to each image's
-/// output right after its product, while it is still in cache.
+/// `activation(conv(x, w) + bias [+ skip])`: the bias, the skip and the activation are
+/// applied to each image's output right after its product, while it is still in cache.
 pub(super) fn fused<E: Elem>(c: &FusedConv2d, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Result<T> {
+    if c.residual {
+        let [x, w, b, skip] = ctx.floats(inputs)?;
+        let (bias, skip) = (view::<E>(&b), view::<E>(&skip));
+        return convolve::<E>(&c.conv(), x, w, Some((&bias, c.activation)), Some(&skip), ctx);
+    }
     let [x, w, b] = ctx.floats(inputs)?;
     let bias = view::<E>(&b);
-    convolve::<E>(&c.conv(), x, w, Some((&bias, c.activation)), ctx)
+    convolve::<E>(&c.conv(), x, w, Some((&bias, c.activation)), None, ctx)
 }
 
-fn convolve<E: Elem>(c: &Conv2d, x: T, w: T, post: Option<(&[E], Activation)>, ctx: &KernelCtx<'_>) -> Result<T> {
+fn convolve<E: Elem>(
+    c: &Conv2d,
+    x: T,
+    w: T,
+    post: Option<(&[E], Activation)>,
+    skip: Option<&[E]>,
+    ctx: &KernelCtx<'_>,
+) -> Result<T> {
     let [n, h, wd, ch] = shape4(&super::super::dims(&x), "input", ctx)?;
     let [kh, kw, _, f] = shape4(&super::super::dims(&w), "filter", ctx)?;
     let g = Geometry::new(n, [h, wd], ch, [kh, kw], c.strides, c.padding, ctx)?;
@@ -168,6 +180,9 @@ fn convolve<E: Elem>(c: &Conv2d, x: T, w: T, post: Option<(&[E], Activation)>, c
     if post.is_some_and(|(b, _)| b.len() != f) {
         return Err(ctx.err("bias length differs from the output channels"));
     }
+    if skip.is_some_and(|s| s.len() != n * p * f) {
+        return Err(ctx.err("the addend's size differs from the output's"));
+    }
     let mut out = vec![E::zero(); n * p * f];
     let threads = inner_threads(&g);
     let method = Method::of(&g, f);
@@ -175,7 +190,11 @@ fn convolve<E: Elem>(c: &Conv2d, x: T, w: T, post: Option<(&[E], Activation)>, c
     let ok = out
         .par_chunks_mut(p * f)
         .zip(xs.par_chunks(g.image()))
-        .map_init(Vec::new, |cols, (y, x)| conv_image(x, &g, &method, &ws, f, post, y, cols, threads))
+        .enumerate()
+        .map_init(Vec::new, |cols, (i, (y, x))| match skip {
+            None => conv_image(x, &g, &method, &ws, f, post, y, cols, threads),
+            Some(s) => conv_image_plus(x, &g, &method, &ws, f, post, &s[i * p * f..][..p * f], y, cols, threads),
+        })
         .all(|ok| ok);
     if !ok {
         return Err(ctx.err("matrix sizes do not fit the buffers"));
@@ -255,7 +274,9 @@ pub(super) fn conv_image<E: Elem>(
             super::direct_conv::forward_image(x, g, index, ws, f, bias, act, y, scratch);
             return true;
         }
-        Method::Winograd(tile) => return super::winograd::forward_image(*tile, x, g, ws, f, post, y, scratch, threads),
+        Method::Winograd(tile) => {
+            return super::winograd::forward_image(*tile, x, g, ws, f, post, None, y, scratch, threads);
+        }
         Method::Gemm => {
             let (p, k) = (g.pixels(), g.patch());
             scratch.resize(p * k, E::zero());
@@ -267,6 +288,35 @@ pub(super) fn conv_image<E: Elem>(
         super::elementwise::bias_activation(y, bias, act);
     }
     ok
+}
+
+/// `conv_image` with one image's `skip` added before the activation: inside Winograd's
+/// output transform where it runs, else in a pass over the image while it is in cache.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn conv_image_plus<E: Elem>(
+    x: &[E],
+    g: &Geometry,
+    method: &Method,
+    ws: &[E],
+    f: usize,
+    post: Option<(&[E], Activation)>,
+    skip: &[E],
+    y: &mut [E],
+    scratch: &mut Vec<E>,
+    threads: usize,
+) -> bool {
+    if let Method::Winograd(tile) = method {
+        return super::winograd::forward_image(*tile, x, g, ws, f, post, Some(skip), y, scratch, threads);
+    }
+    let (linear, act) = match post {
+        Some((b, a)) => (Some((b, Activation::Linear)), a),
+        None => (None, Activation::Linear),
+    };
+    if !conv_image(x, g, method, ws, f, linear, y, scratch, threads) || skip.len() != y.len() {
+        return false;
+    }
+    super::elementwise::add_activation(y, skip, act);
+    true
 }
 
 /// One image's filter gradient added to `acc` (`k x f`, or 16 `c x f` for Winograd: see

@@ -7,7 +7,7 @@ use super::{
     buffer::{Elem, chunks, int_tensor, ints, tensor, view},
     buffer::{as_f32, as_f32_mut},
     conv::Method,
-    conv::{Geometry, conv_image, filter_grad_image},
+    conv::{Geometry, conv_image, conv_image_plus, filter_grad_image},
     direct_conv::taps_f32,
     microkernel::{MAX_POOLED_TAPS, pooled_filter_grad_f32},
     patches::PatchIndex,
@@ -26,9 +26,15 @@ fn shape4(t: &T, what: &str, ctx: &KernelCtx<'_>) -> Result<[usize; 4]> {
     dims(t).try_into().map_err(|_| ctx.err(format!("{what} must have rank 4")))
 }
 
-/// `(pooled, argmax)` of `activation(conv(x, w) + bias)`.
+/// `(pooled, argmax)` of `activation(conv(x, w) + bias [+ skip])`.
 pub(super) fn forward<E: Elem>(op: &FusedConv2dMaxPool, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Result<Vec<Value>> {
-    let [x, w, b] = ctx.floats(inputs)?;
+    let (x, w, b, skip) = if op.residual {
+        let [x, w, b, s] = ctx.floats(inputs)?;
+        (x, w, b, Some(s))
+    } else {
+        let [x, w, b] = ctx.floats(inputs)?;
+        (x, w, b, None)
+    };
     let [n, h, wd, ch] = shape4(&x, "input", ctx)?;
     let [kh, kw, _, f] = shape4(&w, "filter", ctx)?;
     let g = Geometry::new(n, [h, wd], ch, [kh, kw], op.strides, op.padding, ctx)?;
@@ -36,6 +42,11 @@ pub(super) fn forward<E: Elem>(op: &FusedConv2dMaxPool, inputs: Vec<Value>, ctx:
     let (xs, ws, bias) = (view::<E>(&x), view::<E>(&w), view::<E>(&b));
     if bias.len() != f {
         return Err(ctx.err("bias length differs from the output channels"));
+    }
+    let skip = skip.as_ref().map(view::<E>);
+    let image = g.pixels() * f;
+    if skip.as_ref().is_some_and(|s| s.len() != n * image) {
+        return Err(ctx.err("the addend's size differs from the convolution's output"));
     }
     let mut pooled = vec![E::zero(); n * pl.pooled()];
     let mut argmax = vec![0i64; n * pl.pooled()];
@@ -46,17 +57,24 @@ pub(super) fn forward<E: Elem>(op: &FusedConv2dMaxPool, inputs: Vec<Value>, ctx:
         .par_chunks_mut(pl.pooled())
         .zip(argmax.par_chunks_mut(pl.pooled()))
         .zip(xs.par_chunks(g.image()))
+        .enumerate()
         .map_init(
             || (Vec::new(), Vec::new(), vec![0i32; f]),
-            |(y, cols, pos), ((out, arg), x)| {
-                if let Method::Direct(index) = &method
+            |(y, cols, pos), (i, ((out, arg), x))| {
+                if let (Method::Direct(index), None) = (&method, &skip)
                     && pooled_in_registers(x, &g, index, &ws, &bias, op.activation, &pl, out, arg, cols)
                 {
                     return true;
                 }
                 // The convolution's plane, made only where it is not kept in registers.
-                y.resize(g.pixels() * f, E::zero());
-                let ok = conv_image(x, &g, &method, &ws, f, Some((&bias, op.activation)), y, cols, threads);
+                y.resize(image, E::zero());
+                let post = Some((&bias[..], op.activation));
+                let ok = match &skip {
+                    None => conv_image(x, &g, &method, &ws, f, post, y, cols, threads),
+                    Some(s) => {
+                        conv_image_plus(x, &g, &method, &ws, f, post, &s[i * image..][..image], y, cols, threads)
+                    }
+                };
                 pool_image(y, out, arg, pos, &pl);
                 ok
             },

@@ -198,6 +198,19 @@ multiversion! {
 }
 
 multiversion! {
+    /// `y = activation(y + skip)`, element by element (a residual convolution's epilogue).
+    pub(super) fn add_activation<E: Elem>(y: &mut [E], skip: &[E], act: Activation) {
+        match act {
+            Activation::Linear => y.iter_mut().zip(skip).for_each(|(v, s)| *v = *v + *s),
+            Activation::Relu => y.iter_mut().zip(skip).for_each(|(v, s)| {
+                let t = *v + *s;
+                *v = if t > E::zero() { t } else { E::zero() };
+            }),
+        }
+    }
+}
+
+multiversion! {
     /// `y = activation(y + bias)` over rows of `bias.len()` (fused ops' epilogue).
     pub(super) fn bias_activation<E: Elem>(y: &mut [E], bias: &[E], act: Activation) {
         for row in y.chunks_exact_mut(bias.len().max(1)) {

@@ -189,8 +189,9 @@ pub(super) fn untransform_filter_grad<E: Elem>(acc: &[E], c: usize, f: usize) ->
     w
 }
 
-/// One image: `y (pixels x f) = act(conv(x, w) + bias)` (`post`), with `u` from
-/// `Tile::transform_filter`. False if a buffer does not fit (the caller's error).
+/// One image: `y (pixels x f) = act(conv(x, w) + bias + skip)` (`post`, `skip` the
+/// image's addend if any), with `u` from `Tile::transform_filter`. False if a buffer does
+/// not fit (the caller's error).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn forward_image<E: Elem>(
     kind: Tile,
@@ -199,12 +200,17 @@ pub(super) fn forward_image<E: Elem>(
     u: &[E],
     f: usize,
     post: Option<(&[E], Activation)>,
+    skip: Option<&[E]>,
     y: &mut [E],
     scratch: &mut Vec<E>,
     threads: usize,
 ) -> bool {
     let c = g.c;
-    if u.len() != kind.positions() * c * f || y.len() < g.pixels() * f || x.len() < g.image() {
+    let pixels = g.pixels() * f;
+    if u.len() != kind.positions() * c * f || y.len() < pixels || x.len() < g.image() {
+        return false;
+    }
+    if skip.is_some_and(|s| s.len() < pixels) {
         return false;
     }
     let Some((t, v, m)) = transformed_image(kind, x, g, f, scratch) else { return false };
@@ -217,8 +223,30 @@ pub(super) fn forward_image<E: Elem>(
     };
     let relu = act == Activation::Relu;
     if kind == Tile::F4 {
-        return winograd4::transform_output(m, &t.layout(g), f, bias, relu, y);
+        return winograd4::transform_output(m, &t.layout(g), f, bias, skip, relu, y);
     }
+    // F(2×2, 3×3) adds the skip in a pass of its own, after the bias, before the activation.
+    if let Some(s) = skip {
+        forward_output_f2(m, g, &t, f, bias, Activation::Linear, y);
+        super::elementwise::add_activation(&mut y[..pixels], &s[..pixels], act);
+        return true;
+    }
+    forward_output_f2(m, g, &t, f, bias, act, y);
+    true
+}
+
+/// F(2×2, 3×3)'s output transform with the bias and activation: on AVX-512 where it runs,
+/// else the portable loops and `bias_activation`.
+fn forward_output_f2<E: Elem>(
+    m: &[E],
+    g: &Geometry,
+    t: &Tiles,
+    f: usize,
+    bias: Option<&[E]>,
+    act: Activation,
+    y: &mut [E],
+) {
+    let relu = act == Activation::Relu;
     // The bias as f32: `None` only where there is one and `E` is not f32.
     let bias_f32 = match bias {
         None => Some(None),
@@ -227,13 +255,12 @@ pub(super) fn forward_image<E: Elem>(
     if let (Some(mf), Some(yf), Some(bf)) = (as_f32(m), as_f32_mut(y), bias_f32)
         && winograd512::transform_output(mf, &t.layout(g), f, bf, relu, yf)
     {
-        return true;
+        return;
     }
     transform_output(m, g.oh, g.ow, f, t.th, t.tw, y);
     if let Some(b) = bias {
         super::elementwise::bias_activation(y, b, act);
     }
-    true
 }
 
 /// `m[ξ] (tiles x f) = v[ξ] (tiles x c) · u[ξ] (c x f)` for the 16 positions, all
@@ -557,7 +584,7 @@ mod tests {
             assert!(conv_image(&x, &g, &Method::Gemm, &wt, f, None, &mut want, &mut scratch, 1));
             let mut got = vec![E::zero(); g.pixels() * f];
             let u = kind.transform_filter(&wt, c, f);
-            assert!(forward_image(kind, &x, &g, &u, f, None, &mut got, &mut scratch, 1));
+            assert!(forward_image(kind, &x, &g, &u, f, None, None, &mut got, &mut scratch, 1));
             let e = worst(&got, &want);
             assert!(e < tol, "{kind:?} forward {h}x{w}x{c}->{f} same={same}: relative error {e}");
 
@@ -717,8 +744,10 @@ mod tests {
         let mut y = vec![0f32; g.pixels() * 3];
         for kind in [Tile::F2, Tile::F4] {
             let u = vec![0f32; kind.positions() * 6];
-            assert!(!forward_image(kind, &[0f32; 5], &g, &u, 3, None, &mut y, &mut scratch, 1));
-            assert!(!forward_image(kind, &vec![0f32; g.image()], &g, &[0f32; 7], 3, None, &mut y, &mut scratch, 1));
+            assert!(!forward_image(kind, &[0f32; 5], &g, &u, 3, None, None, &mut y, &mut scratch, 1));
+            let x = vec![0f32; g.image()];
+            assert!(!forward_image(kind, &x, &g, &[0f32; 7], 3, None, None, &mut y, &mut scratch, 1));
+            assert!(!forward_image(kind, &x, &g, &u, 3, None, Some(&[0f32; 7]), &mut y, &mut scratch, 1));
         }
     }
 }

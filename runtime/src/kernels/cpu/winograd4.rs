@@ -171,22 +171,24 @@ fn input_1d<E: Elem>(d: [E; IN]) -> [E; IN] {
     ]
 }
 
-/// `y` = `Aᵀ m A` of every tile (`m`: 36 `tiles x f` matrices), plus `bias`, then ReLU if
-/// `relu`; pixels past the output's edge are dropped. False if a buffer does not fit.
+/// `y` = `Aᵀ m A` of every tile (`m`: 36 `tiles x f` matrices), plus `bias`, plus `skip`
+/// (an addend of `y`'s layout), then ReLU if `relu`; pixels past the output's edge are
+/// dropped. False if a buffer does not fit.
 pub(super) fn transform_output<E: Elem>(
     m: &[E],
     l: &Layout,
     f: usize,
     bias: Option<&[E]>,
+    skip: Option<&[E]>,
     relu: bool,
     y: &mut [E],
 ) -> bool {
-    if !output_fits(l, f, y.len(), m.len(), bias.map(<[E]>::len)) {
+    if !output_fits(l, f, y.len(), m.len(), bias.map(<[E]>::len)) || skip.is_some_and(|s| s.len() < l.oh * l.ow * f) {
         return false;
     }
-    if let (Some(mf), Some(yf)) = (super::buffer::as_f32(m), super::buffer::as_f32_mut(y))
-        && let Some(bf) = bias.map_or(Some(None), |b| super::buffer::as_f32(b).map(Some))
-        && winograd4_512::transform_output(mf, l, f, bf, relu, yf)
+    if let (Some(mf), Some(yf), Some(bf), Some(sf)) =
+        (super::buffer::as_f32(m), super::buffer::as_f32_mut(y), optional_f32(bias), optional_f32(skip))
+        && winograd4_512::transform_output(mf, l, f, bf, sf, relu, yf)
     {
         return true;
     }
@@ -206,17 +208,24 @@ pub(super) fn transform_output<E: Elem>(
                 let px = output_1d(*row);
                 for (s, v) in px.into_iter().enumerate() {
                     if oy + r < l.oh && ox + s < l.ow {
+                        let at = ((oy + r) * l.ow + ox + s) * f + k;
                         let mut v = bias.map_or(v, |b| v + b[k]);
+                        v = skip.map_or(v, |sk| v + sk[at]);
                         if relu {
                             v = v.max(E::zero());
                         }
-                        y[((oy + r) * l.ow + ox + s) * f + k] = v;
+                        y[at] = v;
                     }
                 }
             }
         }
     }
     true
+}
+
+/// An optional buffer as f32: `None` only where there is one and `E` is not f32.
+fn optional_f32<E: Elem>(v: Option<&[E]>) -> Option<Option<&[f32]>> {
+    v.map_or(Some(None), |b| super::buffer::as_f32(b).map(Some))
 }
 
 /// `Aᵀ m` for a 6-vector.

@@ -27,23 +27,28 @@ pub(super) fn transform_input(x: &[f32], l: &Layout, c: usize, v: &mut [f32]) ->
     true
 }
 
-/// `y` = `Aᵀ m A` of every tile, plus `bias`, then ReLU if `relu`, as
+/// `y` = `Aᵀ m A` of every tile, plus `bias` and `skip`, then ReLU if `relu`, as
 /// `winograd4::transform_output`.
 pub(super) fn transform_output(
     m: &[f32],
     l: &Layout,
     f: usize,
     bias: Option<&[f32]>,
+    skip: Option<&[f32]>,
     relu: bool,
     y: &mut [f32],
 ) -> bool {
-    if !applies(f) || !output_fits(l, f, y.len(), m.len(), bias.map(<[f32]>::len)) {
+    let image = l.oh * l.ow * f;
+    if !applies(f)
+        || !output_fits(l, f, y.len(), m.len(), bias.map(<[f32]>::len))
+        || skip.is_some_and(|s| s.len() < image)
+    {
         return false;
     }
     #[cfg(target_arch = "x86_64")]
-    // SAFETY: as above; pixels are stored only inside `oh x ow`.
+    // SAFETY: as above; pixels are stored only inside `oh x ow`, and `skip` is read there.
     unsafe {
-        avx512::transform_output(m, l, f, bias, relu, y)
+        avx512::transform_output(m, l, f, bias, skip, relu, y)
     };
     true
 }
@@ -149,6 +154,7 @@ mod avx512 {
         l: &Layout,
         f: usize,
         bias: Option<&[f32]>,
+        skip: Option<&[f32]>,
         relu: bool,
         y: &mut [f32],
     ) {
@@ -178,14 +184,18 @@ mod avx512 {
                             if ox + s >= l.ow {
                                 continue;
                             }
+                            let at = ((oy + r) * l.ow + ox + s) * f + f0;
                             let mut v = px[s];
                             if let Some(b) = b {
                                 v = _mm512_add_ps(v, b);
                             }
+                            if let Some(sk) = skip {
+                                v = _mm512_add_ps(v, _mm512_loadu_ps(sk.as_ptr().add(at)));
+                            }
                             if relu {
                                 v = _mm512_max_ps(v, _mm512_setzero_ps());
                             }
-                            _mm512_storeu_ps(dst.add(((oy + r) * l.ow + ox + s) * f + f0), v);
+                            _mm512_storeu_ps(dst.add(at), v);
                         }
                     }
                 }
