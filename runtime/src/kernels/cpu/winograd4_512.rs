@@ -80,33 +80,29 @@ mod avx512 {
     #[target_feature(enable = "avx512f")]
     pub(super) unsafe fn transform_input(x: &[f32], l: &Layout, c: usize, v: &mut [f32]) {
         // SAFETY (whole function): the caller's checks; a pixel is read only where its row
-        // and column lie inside the image.
+        // and column lie inside the image (elsewhere its load is masked off entirely, which
+        // suppresses any access).
         unsafe {
             let (src, dst) = (x.as_ptr(), v.as_mut_ptr());
-            let inside = |at: usize, pad: usize, size: usize| at >= pad && at - pad < size;
             let count = l.count();
+            // Consecutive positions of one tile lie `stride` floats apart in `v`.
+            let stride = count * c;
+            let inside = |at: usize, pad: usize, size: usize| at >= pad && at - pad < size;
+            let (w, c_) = (l.w as isize, c as isize);
             for t in 0..count {
                 let (y0, x0) = (OUT * (t / l.tw), OUT * (t % l.tw));
-                let rows: [bool; IN] = std::array::from_fn(|i| inside(y0 + i, l.top, l.h));
-                let cols: [bool; IN] = std::array::from_fn(|j| inside(x0 + j, l.left, l.w));
-                let interior = rows.iter().chain(&cols).all(|&v| v);
+                // Lane masks: all sixteen where the pixel lies inside the image, none outside.
+                // A masked-off load touches no memory, so the tile needs no padded copy and
+                // no branch per pixel, and `d` stays in registers.
+                let rows: [__mmask16; IN] = std::array::from_fn(|i| if inside(y0 + i, l.top, l.h) { !0 } else { 0 });
+                let cols: [__mmask16; IN] = std::array::from_fn(|j| if inside(x0 + j, l.left, l.w) { !0 } else { 0 });
+                let corner = ((y0 as isize - l.top as isize) * w + x0 as isize - l.left as isize) * c_;
                 for c0 in (0..c).step_by(16) {
                     let mut d = [[_mm512_setzero_ps(); IN]; IN];
-                    if interior {
-                        let corner = src.add(((y0 - l.top) * l.w + x0 - l.left) * c + c0);
-                        for i in 0..IN {
-                            for j in 0..IN {
-                                d[i][j] = _mm512_loadu_ps(corner.add((i * l.w + j) * c));
-                            }
-                        }
-                    } else {
-                        for i in 0..IN {
-                            for j in 0..IN {
-                                if rows[i] && cols[j] {
-                                    let at = ((y0 + i - l.top) * l.w + x0 + j - l.left) * c + c0;
-                                    d[i][j] = _mm512_loadu_ps(src.add(at));
-                                }
-                            }
+                    for i in 0..IN {
+                        for j in 0..IN {
+                            let at = src.wrapping_offset(corner + (i as isize * w + j as isize) * c_ + c0 as isize);
+                            d[i][j] = _mm512_maskz_loadu_ps(rows[i] & cols[j], at);
                         }
                     }
                     // Columns first, then rows.
@@ -117,10 +113,14 @@ mod avx512 {
                             tmp[i][j] = col[i];
                         }
                     }
+                    // One pointer stepping through the positions: 36 precomputed addresses
+                    // spilled to the stack and were reloaded for every store.
+                    let mut out = dst.add(t * c + c0);
                     for i in 0..IN {
                         let row = input_1d(tmp[i]);
                         for j in 0..IN {
-                            _mm512_storeu_ps(dst.add(((i * IN + j) * count + t) * c + c0), row[j]);
+                            _mm512_storeu_ps(out, row[j]);
+                            out = out.add(stride);
                         }
                     }
                 }
@@ -165,11 +165,17 @@ mod avx512 {
             for t in 0..count {
                 let (oy, ox) = (OUT * (t / l.tw), OUT * (t % l.tw));
                 for f0 in (0..f).step_by(16) {
-                    let at = |xi: usize| _mm512_loadu_ps(src.add((xi * count + t) * f + f0));
+                    // The 36 positions through one stepping pointer (see `transform_input`).
+                    let mut tile = [_mm512_setzero_ps(); IN * IN];
+                    let mut from = src.add(t * f + f0);
+                    for v in tile.iter_mut() {
+                        *v = _mm512_loadu_ps(from);
+                        from = from.add(count * f);
+                    }
                     // `Aᵀ` down each column, then across each of the four rows.
                     let mut rows = [[_mm512_setzero_ps(); IN]; OUT];
                     for j in 0..IN {
-                        let col = output_1d(std::array::from_fn(|i| at(i * IN + j)));
+                        let col = output_1d(std::array::from_fn(|i| tile[i * IN + j]));
                         for r in 0..OUT {
                             rows[r][j] = col[r];
                         }
@@ -257,10 +263,12 @@ mod avx512 {
                             cols[i][s] = col[i];
                         }
                     }
+                    let mut out = dst.add(t * f + f0);
                     for i in 0..IN {
                         let row = grad_1d(cols[i]);
                         for j in 0..IN {
-                            _mm512_storeu_ps(dst.add(((i * IN + j) * count + t) * f + f0), row[j]);
+                            _mm512_storeu_ps(out, row[j]);
+                            out = out.add(count * f);
                         }
                     }
                 }
