@@ -112,6 +112,7 @@ fn the_training_plan_differentiates_every_variable_but_not_the_input() -> TestRe
             "placement",
             "common-subexpression-elimination",
             "fuse-bias-activation",
+            "fuse-residual-add",
             "fuse-relu-into-pool-grad",
             "fuse-bias-into-filter-grad",
             "fuse-conv-pool",

@@ -113,16 +113,31 @@ mod avx512 {
                             tmp[i][j] = col[i];
                         }
                     }
-                    // One pointer stepping through the positions: 36 precomputed addresses
-                    // spilled to the stack and were reloaded for every store.
-                    let mut out = dst.add(t * c + c0);
+                    let mut rows = [[_mm512_setzero_ps(); IN]; IN];
                     for i in 0..IN {
-                        let row = input_1d(tmp[i]);
-                        for j in 0..IN {
-                            _mm512_storeu_ps(out, row[j]);
-                            out = out.add(stride);
-                        }
+                        rows[i] = input_1d(tmp[i]);
                     }
+                    store_positions(dst.add(t * c + c0), stride, &rows);
+                }
+            }
+        }
+    }
+
+    /// A transformed tile's 36 positions, row-major, `stride` floats apart from `out` on,
+    /// through one stepping pointer: 36 precomputed addresses spilled to the stack and were
+    /// reloaded for every store.
+    ///
+    /// # Safety
+    /// The 36 stores from `out` must lie inside one writable buffer.
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    unsafe fn store_positions(mut out: *mut f32, stride: usize, rows: &[[__m512; IN]; IN]) {
+        for row in rows {
+            for &v in row {
+                // SAFETY: the caller's.
+                unsafe {
+                    _mm512_storeu_ps(out, v);
+                    out = out.add(stride);
                 }
             }
         }
@@ -263,14 +278,11 @@ mod avx512 {
                             cols[i][s] = col[i];
                         }
                     }
-                    let mut out = dst.add(t * f + f0);
+                    let mut rows = [[_mm512_setzero_ps(); IN]; IN];
                     for i in 0..IN {
-                        let row = grad_1d(cols[i]);
-                        for j in 0..IN {
-                            _mm512_storeu_ps(out, row[j]);
-                            out = out.add(count * f);
-                        }
+                        rows[i] = grad_1d(cols[i]);
                     }
+                    store_positions(dst.add(t * f + f0), count * f, &rows);
                 }
                 if let Some(b) = bias {
                     _mm512_storeu_ps(b.add(f0), _mm512_add_ps(_mm512_loadu_ps(b.add(f0)), sum));
