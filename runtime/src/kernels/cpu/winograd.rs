@@ -11,6 +11,10 @@
 //! convolution is itself a convolution (`conv::input_grad_as_convolution`) and so takes
 //! this path too. F(2,3)'s transform constants are 0, ±1 and ½, so its rounding stays
 //! within a few ulps of the direct sum (tested against `im2col` + `gemm` below).
+//!
+//! F(4×4, 3×3) (`winograd4`: 36 products for a 4×4 block) runs through the same driver,
+//! the tiles, products and filter-gradient sums here, with its own transforms; `applies`
+//! picks one of the two per convolution (`Tile`).
 
 use super::{
     buffer::{Elem, as_f32, as_f32_mut},
