@@ -109,6 +109,12 @@ pub(super) fn as_f32<E: Elem>(s: &[E]) -> Option<&[f32]> {
     bytemuck::try_cast_slice(s).ok()
 }
 
+/// An optional operand as f32: `Some(None)` where there is none, `None` only where there
+/// is one and `E` is not f32 (so the caller's f32 kernel cannot run).
+pub(super) fn optional_f32<E: Elem>(v: Option<&[E]>) -> Option<Option<&[f32]>> {
+    v.map_or(Some(None), |b| as_f32(b).map(Some))
+}
+
 pub(super) fn as_f32_mut<E: Elem>(s: &mut [E]) -> Option<&mut [f32]> {
     if std::any::TypeId::of::<E>() != std::any::TypeId::of::<f32>() {
         return None;

@@ -17,7 +17,7 @@
 //! picks one of the two per convolution (`Tile`).
 
 use super::{
-    buffer::{Elem, as_f32, as_f32_mut},
+    buffer::{Elem, as_f32, as_f32_mut, optional_f32},
     conv::Geometry,
     gemm::{Mat, gemm},
     microkernel::{TapIndex, conv_f32, filter_grad_f32},
@@ -258,12 +258,7 @@ fn forward_output_f2<E: Elem>(
     y: &mut [E],
 ) {
     let relu = act == Activation::Relu;
-    // The bias as f32: `None` only where there is one and `E` is not f32.
-    let bias_f32 = match bias {
-        None => Some(None),
-        Some(b) => as_f32(b).map(Some),
-    };
-    if let (Some(mf), Some(yf), Some(bf)) = (as_f32(m), as_f32_mut(y), bias_f32)
+    if let (Some(mf), Some(yf), Some(bf)) = (as_f32(m), as_f32_mut(y), optional_f32(bias))
         && winograd512::transform_output(mf, &t.layout(g), f, bf, relu, yf)
     {
         return;

@@ -43,8 +43,14 @@ const G: [[f64; 3]; IN] = [
     [0.0, 0.0, 1.0],
 ];
 
+/// A transform constant in `E` (every one is exact in f32 and f64; the fallback is never
+/// taken).
+fn constant<E: Elem>(v: f64) -> E {
+    E::from(v).unwrap_or_else(E::zero)
+}
+
 fn g<E: Elem>() -> [[E; 3]; IN] {
-    G.map(|row| row.map(|v| E::from(v).unwrap_or_else(E::zero)))
+    G.map(|row| row.map(constant))
 }
 
 /// The filter for the forward products: `u[ξ]` (36 row-major `c x f` matrices) = `G w Gᵀ`
@@ -157,8 +163,7 @@ fn input_2d<E: Elem>(d: &[E]) -> [E; POSITIONS] {
 
 /// `Bᵀ d` for a 6-vector.
 fn input_1d<E: Elem>(d: [E; IN]) -> [E; IN] {
-    let (two, four, five) =
-        (E::from(2).unwrap_or_else(E::one), E::from(4).unwrap_or_else(E::one), E::from(5).unwrap_or_else(E::one));
+    let (two, four, five): (E, E, E) = (constant(2.0), constant(4.0), constant(5.0));
     let (t0, t1) = (d[4] - four * d[2], d[3] - four * d[1]);
     let (t2, t3) = (d[4] - d[2], d[3] - d[1]);
     [
@@ -186,9 +191,12 @@ pub(super) fn transform_output<E: Elem>(
     if !output_fits(l, f, y.len(), m.len(), bias.map(<[E]>::len)) || skip.is_some_and(|s| s.len() < l.oh * l.ow * f) {
         return false;
     }
-    if let (Some(mf), Some(yf), Some(bf), Some(sf)) =
-        (super::buffer::as_f32(m), super::buffer::as_f32_mut(y), optional_f32(bias), optional_f32(skip))
-        && winograd4_512::transform_output(mf, l, f, bf, sf, relu, yf)
+    if let (Some(mf), Some(yf), Some(bf), Some(sf)) = (
+        super::buffer::as_f32(m),
+        super::buffer::as_f32_mut(y),
+        super::buffer::optional_f32(bias),
+        super::buffer::optional_f32(skip),
+    ) && winograd4_512::transform_output(mf, l, f, bf, sf, relu, yf)
     {
         return true;
     }
@@ -223,15 +231,9 @@ pub(super) fn transform_output<E: Elem>(
     true
 }
 
-/// An optional buffer as f32: `None` only where there is one and `E` is not f32.
-fn optional_f32<E: Elem>(v: Option<&[E]>) -> Option<Option<&[f32]>> {
-    v.map_or(Some(None), |b| super::buffer::as_f32(b).map(Some))
-}
-
 /// `Aᵀ m` for a 6-vector.
 fn output_1d<E: Elem>(m: [E; IN]) -> [E; OUT] {
-    let (two, four, eight) =
-        (E::from(2).unwrap_or_else(E::one), E::from(4).unwrap_or_else(E::one), E::from(8).unwrap_or_else(E::one));
+    let (two, four, eight): (E, E, E) = (constant(2.0), constant(4.0), constant(8.0));
     let (a, b, c, d) = (m[1] + m[2], m[1] - m[2], m[3] + m[4], m[3] - m[4]);
     [m[0] + a + c, b + two * d, a + four * c, b + eight * d + m[5]]
 }
@@ -289,8 +291,7 @@ pub(super) fn transform_output_grad<E: Elem>(
 
 /// `A g` for a 4-vector: the columns of `Aᵀ`.
 fn grad_1d<E: Elem>(g: [E; OUT]) -> [E; IN] {
-    let (two, four, eight) =
-        (E::from(2).unwrap_or_else(E::one), E::from(4).unwrap_or_else(E::one), E::from(8).unwrap_or_else(E::one));
+    let (two, four, eight): (E, E, E) = (constant(2.0), constant(4.0), constant(8.0));
     let (p, q) = (g[0] + g[2], g[1] + g[3]);
     let (p4, q4) = (g[0] + four * g[2], two * g[1] + eight * g[3]);
     [g[0], p + q, p - q, p4 + q4, p4 - q4, g[3]]
