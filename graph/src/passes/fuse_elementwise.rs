@@ -99,6 +99,7 @@ impl Tree {
                     None => return Ok(None),
                 }
             } else {
+                let input = unbroadcast(g, input)?;
                 let fact = g.fact(input)?;
                 if fact.dtype != self.root_fact.dtype || (*fact != self.root_fact && !is_single(fact)) {
                     return Ok(None);
@@ -117,6 +118,20 @@ impl Tree {
         self.nodes.push(id);
         Ok(Some(Operand::Temp(self.program.len() - 1)))
     }
+}
+
+/// The single element that `input` broadcasts, where it is a `BroadcastTo` of one (an L2
+/// penalty's gradient, `BroadcastTo(c)` added to `2w`): the kernel repeats a single input
+/// itself, where reading the broadcast value materialized it element by element first.
+fn unbroadcast(g: &Graph, input: Outlet) -> Result<Outlet> {
+    let node = g.node(input.node);
+    if let (Op::BroadcastTo(_), Some(&source)) = (&node.op, node.inputs.first())
+        && node.device == g.node(source.node).device
+        && is_single(g.fact(source)?)
+    {
+        return Ok(source);
+    }
+    Ok(input)
 }
 
 fn fuse_tree(g: &mut Graph, root: NodeId) -> Result<bool> {
@@ -194,6 +209,29 @@ mod tests {
         assert!(ops.contains(&"Square"), "{ops:?}");
         assert_eq!(ops.iter().filter(|o| **o == "Add").count(), 2, "s + s and the bias add stay: {ops:?}");
         assert!(ops.contains(&"Sub"), "the bias add's reader stays too: {ops:?}");
+        Ok(())
+    }
+
+    /// An L2 penalty's gradient `BroadcastTo(reshape(c)) + 2 w` reads the one-element
+    /// `reshape(c)`, not the broadcast; a broadcast of a full-size row stays an input.
+    #[test]
+    fn a_broadcast_single_element_is_read_as_a_single() -> Result<()> {
+        let mut g = Graph::new();
+        let mut b = GraphBuilder::new(&mut g);
+        let w = b.variable("w", &[4, 3], Initializer::Ones, true)?;
+        let c = b.scalar(0.5)?;
+        let one = b.reshape(c, Shape::known(&[1, 1]))?;
+        let spread = b.broadcast_to(one, Shape::known(&[4, 3]))?;
+        let two = b.scalar(2.0)?;
+        let twice = b.mul(two, w)?;
+        let penalty = b.add(spread, twice)?;
+        g.roles.fetches.insert("penalty".into(), penalty);
+        assert!(FuseElementwise.run(&mut g)?);
+        g.check()?;
+        let (_, fused) = g.nodes().find(|(_, n)| matches!(n.op, Op::FusedElementwise(_))).expect("fused");
+        assert_eq!(fused.inputs.len(), 3);
+        assert!(fused.inputs.contains(&one), "reads the single element: {:?}", fused.inputs);
+        assert!(!fused.inputs.contains(&spread));
         Ok(())
     }
 }
