@@ -102,6 +102,19 @@ pub(super) fn int_tensor(data: Vec<i64>, shape: &[usize], device: &DispatchDevic
 }
 
 /// `s` as f32, when `E` is f32: the hand-written SIMD kernels are f32 only.
+/// `part` zeroed, as initialized elements. A kernel writing a fresh output (taken with
+/// `Vec::with_capacity`) zeroes each part in the task that writes it next, while it is in
+/// cache: `vec![0; n]` zeroed a whole activation first (3 MB on the residual model), which
+/// was out of cache again by the time the kernel wrote it, so each line was fetched twice.
+pub(super) fn zeroed<E: Elem>(part: &mut [std::mem::MaybeUninit<E>]) -> &mut [E] {
+    // SAFETY: `E` is `Pod`, so all-zero bytes are a valid `E` (0.0 for both floats); once
+    // written, the elements are initialized, and `MaybeUninit<E>` has `E`'s layout.
+    unsafe {
+        std::ptr::write_bytes(part.as_mut_ptr(), 0, part.len());
+        &mut *(part as *mut [std::mem::MaybeUninit<E>] as *mut [E])
+    }
+}
+
 pub(super) fn as_f32<E: Elem>(s: &[E]) -> Option<&[f32]> {
     if std::any::TypeId::of::<E>() != std::any::TypeId::of::<f32>() {
         return None;

@@ -5,7 +5,7 @@
 //! gradients are summed in a fixed order so results do not depend on timing.
 
 use super::{
-    buffer::{Elem, chunks, tensor, view},
+    buffer::{Elem, chunks, tensor, view, zeroed},
     gemm::{Mat, gemm},
     patches::PatchIndex,
     simd::multiversion,
@@ -183,22 +183,28 @@ fn convolve<E: Elem>(
     if skip.is_some_and(|s| s.len() != n * p * f) {
         return Err(ctx.err("the addend's size differs from the output's"));
     }
-    let mut out = vec![E::zero(); n * p * f];
+    let mut out = Vec::with_capacity(n * p * f);
     let threads = inner_threads(&g);
     let method = Method::of(&g, f);
     let ws = method.filter(&ws, ch, f);
-    let ok = out
+    let ok = out.spare_capacity_mut()[..n * p * f]
         .par_chunks_mut(p * f)
         .zip(xs.par_chunks(g.image()))
         .enumerate()
-        .map_init(Vec::new, |cols, (i, (y, x))| match skip {
-            None => conv_image(x, &g, &method, &ws, f, post, y, cols, threads),
-            Some(s) => conv_image_plus(x, &g, &method, &ws, f, post, &s[i * p * f..][..p * f], y, cols, threads),
+        .map_init(Vec::new, |cols, (i, (y, x))| {
+            let y = zeroed(y);
+            match skip {
+                None => conv_image(x, &g, &method, &ws, f, post, y, cols, threads),
+                Some(s) => conv_image_plus(x, &g, &method, &ws, f, post, &s[i * p * f..][..p * f], y, cols, threads),
+            }
         })
         .all(|ok| ok);
     if !ok {
         return Err(ctx.err("matrix sizes do not fit the buffers"));
     }
+    // SAFETY: `all` saw `true` from every image's task, each of which zeroed its part
+    // first, and the parts cover the `n * p * f` elements.
+    unsafe { out.set_len(n * p * f) };
     Ok(tensor(out, &[n, g.oh, g.ow, f], ctx.device))
 }
 
@@ -433,16 +439,19 @@ pub(super) fn backprop_input<E: Elem>(c: &Conv2dBackpropInput, inputs: Vec<Value
     if gys.len() != n * p * f || ws.len() != k * f {
         return Err(ctx.err("output gradient does not match the convolution"));
     }
-    let mut out = vec![E::zero(); n * g.image()];
+    let mut out = Vec::with_capacity(n * g.image());
+    let parts = &mut out.spare_capacity_mut()[..n * g.image()];
     let ok = if g.sh == 1 && g.sw == 1 {
-        input_grad_as_convolution(&g, &ws, f, &gys, &mut out)
+        input_grad_as_convolution(&g, &ws, f, &gys, parts)
     } else {
         let threads = inner_threads(&g);
-        out.par_chunks_mut(g.image())
+        parts
+            .par_chunks_mut(g.image())
             .zip(gys.par_chunks(p * f))
             .map_init(
                 || vec![E::zero(); p * k],
                 |cols, (dx, dy)| {
+                    let dx = zeroed(dx);
                     let ok = gemm(p, k, f, cols, false, Mat::row_major(dy, f), Mat::transposed(&ws, f), threads);
                     col2im(cols, &g, dx);
                     ok
@@ -453,6 +462,9 @@ pub(super) fn backprop_input<E: Elem>(c: &Conv2dBackpropInput, inputs: Vec<Value
     if !ok {
         return Err(ctx.err("matrix sizes do not fit the buffers"));
     }
+    // SAFETY: `all` saw `true` from every image's task, each of which zeroed its part
+    // first, and the parts cover the `n * g.image()` elements.
+    unsafe { out.set_len(n * g.image()) };
     Ok(tensor(out, &[n, g.h, g.w, ch], ctx.device))
 }
 
@@ -460,7 +472,13 @@ pub(super) fn backprop_input<E: Elem>(c: &Conv2dBackpropInput, inputs: Vec<Value
 /// gradient, padded by `k - 1 - pad` on each side, with the filter turned 180° and its
 /// channel axes swapped. So it runs on the forward kernels (direct for small patches,
 /// `im2col` + `gemm` otherwise), with no `col2im` scatter-add.
-fn input_grad_as_convolution<E: Elem>(g: &Geometry, w: &[E], f: usize, dy: &[E], dx: &mut [E]) -> bool {
+fn input_grad_as_convolution<E: Elem>(
+    g: &Geometry,
+    w: &[E],
+    f: usize,
+    dy: &[E],
+    dx: &mut [std::mem::MaybeUninit<E>],
+) -> bool {
     let (kh, kw, c) = (g.kh, g.kw, g.c);
     // `rotated[ky][kx][j][i] = w[kh-1-ky][kw-1-kx][i][j]`: HWIO with I = f, O = c.
     let mut rotated = vec![E::zero(); w.len()];
@@ -495,7 +513,7 @@ fn input_grad_as_convolution<E: Elem>(g: &Geometry, w: &[E], f: usize, dy: &[E],
     dx.par_chunks_mut(g.image())
         .zip(dy.par_chunks(gradient.image()))
         .map_init(Vec::new, |scratch, (dx, dy)| {
-            conv_image(dy, &gradient, &method, &rotated, c, None, dx, scratch, threads)
+            conv_image(dy, &gradient, &method, &rotated, c, None, zeroed(dx), scratch, threads)
         })
         .all(|ok| ok)
 }
