@@ -46,8 +46,10 @@ pub(super) unsafe fn conv(
     unsafe {
         if n > 16 {
             conv_rows::<8, 2>(taps, w, init, relu, out, m, k, n)
-        } else if k <= STATIONARY_TAPS && contiguous(taps.offset, k) {
-            conv_stationary(taps, w, init, relu, out, m, k, n)
+        } else if k == STATIONARY_TAPS && contiguous(taps.offset, k) {
+            conv_stationary::<true>(taps, w, init, relu, out, m, k, n)
+        } else if k < STATIONARY_TAPS && contiguous(taps.offset, k) {
+            conv_stationary::<false>(taps, w, init, relu, out, m, k, n)
         } else {
             conv_rows::<16, 1>(taps, w, init, relu, out, m, k, n)
         }
@@ -69,8 +71,12 @@ fn contiguous(offset: &[usize], k: usize) -> bool {
 /// general loop instead reloads a filter row per tap and keeps a pointer per pixel of
 /// sixteen, more than the CPU has registers for: profiled on Winograd's 16-channel
 /// products, a third of its loads were those pointers coming back from the stack.
+///
+/// `FULL`: `k` is `STATIONARY_TAPS`. The tap loop then has a constant trip count, and
+/// unrolled, the filter rows stay in registers; with `t < k` tested per tap, the compiler
+/// kept them on the stack and reloaded one per tap.
 #[target_feature(enable = "avx512f")]
-unsafe fn conv_stationary(
+unsafe fn conv_stationary<const FULL: bool>(
     taps: Taps<'_>,
     w: &[f32],
     init: Option<&[f32]>,
@@ -100,13 +106,18 @@ unsafe fn conv_stationary(
         while p0 + R <= m {
             let rows: [*const f32; R] = std::array::from_fn(|r| image.add(*taps.base.get_unchecked(p0 + r)));
             let mut acc = [start; R];
-            for t in 0..STATIONARY_TAPS {
-                if t < k {
-                    for r in 0..R {
-                        acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(*rows[r].add(t)), wv[t], acc[r]);
+            // One tap's multiply-adds for the R pixels; every index a constant where the
+            // taps are spelled out, so `wv` can live in registers.
+            macro_rules! tap {
+                ($($t:literal)*) => {$(
+                    if FULL || $t < k {
+                        for r in 0..R {
+                            acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(*rows[r].add($t)), wv[$t], acc[r]);
+                        }
                     }
-                }
+                )*};
             }
+            tap!(0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15);
             for r in 0..R {
                 _mm512_mask_storeu_ps(out.as_mut_ptr().add((p0 + r) * n), lanes, finish(acc[r]));
             }
@@ -328,7 +339,17 @@ mod tests {
         if !crate::kernels::cpu::simd::has_avx512() {
             return;
         }
-        for (m, k, n) in [(1, 1, 1), (13, 9, 16), (25, 5, 17), (12, 16, 32), (37, 27, 40), (7, 14, 3), (24, 13, 48)] {
+        for (m, k, n) in [
+            (1, 1, 1),
+            (13, 9, 16),
+            (25, 5, 17),
+            (12, 16, 32),
+            (37, 27, 40),
+            (7, 14, 3),
+            (24, 13, 48),
+            (49, 16, 16),
+            (19, 16, 5),
+        ] {
             // Pixels read the image at scattered bases and offsets, as patches do.
             let base: Vec<usize> = (0..m).map(|p| (p * 7) % (m + 3)).collect();
             for contiguous in [false, true] {

@@ -744,6 +744,42 @@ mod tests {
     }
 
     #[test]
+    #[ignore = "a timing probe"]
+    fn winograd_breakdown_probe() {
+        let time = |mut f: Box<dyn FnMut() + '_>| {
+            let mut best = f64::MAX;
+            for _ in 0..5 {
+                let t = std::time::Instant::now();
+                for _ in 0..200 {
+                    f();
+                }
+                best = best.min(t.elapsed().as_secs_f64() / 200.0 * 1e6);
+            }
+            best
+        };
+        for (h, c, f) in [(28, 16, 16), (28, 32, 32)] {
+            let g = geometry(1, h, h, c, true);
+            let x = data::<f32>(g.image(), 1);
+            let u = Tile::F4.transform_filter(&data::<f32>(9 * c * f, 2), c, f);
+            let mut y = vec![0f32; g.pixels() * f];
+            let mut scratch = Vec::new();
+            let t = Tiles::of(&g, Tile::F4);
+            let input = time(Box::new(|| {
+                transformed_image(Tile::F4, &x, &g, f, &mut scratch);
+            }));
+            let (_, v, m) = transformed_image(Tile::F4, &x, &g, f, &mut scratch).expect("the buffers fit");
+            let (v, mut m) = (v.to_vec(), m.to_vec());
+            let prod = time(Box::new(|| {
+                products(&v, &u, &mut m, t.count(), c, f, 1);
+            }));
+            let out = time(Box::new(|| {
+                winograd4::transform_output(&m, &t.layout(&g), f, None, None, true, &mut y);
+            }));
+            println!("{h}x{h} {c}->{f}: input {input:.2} us, products {prod:.2} us, output {out:.2} us");
+        }
+    }
+
+    #[test]
     fn a_buffer_that_does_not_fit_is_refused() {
         let g = geometry(1, 4, 4, 2, true);
         let mut scratch = Vec::new();
