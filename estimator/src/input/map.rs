@@ -169,24 +169,50 @@ impl Map {
     }
 }
 
+/// Column `c`'s f32 values from `starts[c]` on.
+fn tail<'a>(batch: &'a mut [HostData], starts: &[usize], c: usize) -> Option<&'a mut [f32]> {
+    match (batch.get_mut(c), starts.get(c)) {
+        (Some(HostData::F32(v)), Some(&start)) => v.get_mut(start..),
+        _ => None,
+    }
+}
+
 impl CompiledMap {
-    pub(crate) fn apply(&self, row: &mut Row, id: u64) -> Result<()> {
-        let missing = || InputError::invalid(format!("example {id} has fewer columns than its schema"));
+    /// Whether the map only changes values in place: then it can run on an example's part
+    /// of a batch's columns (`apply_from`) instead of on a row of its own.
+    pub(crate) fn in_place(&self) -> bool {
+        matches!(self, CompiledMap::Scale { .. } | CompiledMap::Normalize { .. } | CompiledMap::Reshape)
+    }
+
+    /// Applies an in-place map to the values of `batch`'s columns from `starts` on (one start per
+    /// column): one example's part of a batch being assembled. Other maps do nothing here.
+    pub(crate) fn apply_from(&self, batch: &mut [HostData], starts: &[usize]) {
         match self {
             CompiledMap::Scale { columns, divisor } => {
                 for &c in columns {
-                    if let Some(HostData::F32(v)) = row.values.get_mut(c) {
-                        v.iter_mut().for_each(|x| *x /= divisor);
+                    if let Some(v) = tail(batch, starts, c) {
+                        super::wide::divide(v, *divisor);
                     }
                 }
             }
             CompiledMap::Normalize { column, mean, std } => {
-                if let Some(HostData::F32(v)) = row.values.get_mut(*column) {
+                if let Some(v) = tail(batch, starts, *column) {
                     let n = mean.len();
                     for (i, x) in v.iter_mut().enumerate() {
                         *x = (*x - mean[i % n]) / std[i % n];
                     }
                 }
+            }
+            _ => {}
+        }
+    }
+
+    pub(crate) fn apply(&self, row: &mut Row, id: u64) -> Result<()> {
+        let missing = || InputError::invalid(format!("example {id} has fewer columns than its schema"));
+        match self {
+            CompiledMap::Scale { .. } | CompiledMap::Normalize { .. } => {
+                let starts = vec![0; row.values.len()];
+                self.apply_from(&mut row.values, &starts);
             }
             CompiledMap::OneHot { column, depth, name } => {
                 let value = row.values.get_mut(*column).ok_or_else(missing)?;
@@ -268,6 +294,36 @@ mod tests {
         let mut r = row();
         compiled.apply(&mut r, 0)?;
         Ok((r, schema))
+    }
+
+    /// The in-place maps, run on one example's tail of a batch's columns, change exactly
+    /// what they change on a row of its own, and leave the earlier examples alone.
+    #[test]
+    fn in_place_maps_on_a_batch_tail_equal_the_row_maps() {
+        let maps = [
+            Map::Scale(3.0),
+            Map::Normalize { feature: "x".into(), mean: vec![2.0, 4.0], std: vec![1.0, 2.0] },
+            Map::Reshape { feature: "x".into(), shape: vec![4] },
+        ];
+        for map in maps {
+            let (compiled, _) = map.compile(&schema()).unwrap();
+            assert!(compiled.in_place(), "{map:?}");
+            let (expected, _) = run(map.clone()).unwrap();
+            let earlier = row();
+            let mut batch = earlier.values.clone();
+            let starts: Vec<usize> = batch.iter().map(HostData::len).collect();
+            for (column, value) in batch.iter_mut().zip(&row().values) {
+                assert!(crate::input::schema::append_host_data(column, value));
+            }
+            compiled.apply_from(&mut batch, &starts);
+            for ((column, before), after) in batch.iter().zip(&earlier.values).zip(&expected.values) {
+                let mut both = before.clone();
+                assert!(crate::input::schema::append_host_data(&mut both, after));
+                assert_eq!(column, &both, "{map:?}");
+            }
+        }
+        let (one_hot, _) = Map::OneHot { feature: "y".into(), depth: 3 }.compile(&schema()).unwrap();
+        assert!(!one_hot.in_place());
     }
 
     #[test]

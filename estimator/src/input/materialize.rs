@@ -7,7 +7,7 @@ use super::error::{InputError, Result};
 use super::example::{Batch, ExampleRef};
 use super::filter::Filter;
 use super::map::CompiledMap;
-use super::schema::{Row, Schema, append_host_data, append_zeros, host_data_with_capacity};
+use super::schema::{Row, Schema, append_row, append_zeros, host_data_with_capacity};
 use super::source::Source;
 use super::state::IdBatch;
 use super::stream::FilterOracle;
@@ -98,26 +98,23 @@ impl Materializer {
                 self.source.prefetch(id);
             }
         }
+        // Where every step changes values in place (scaling, normalizing, reshaping), the
+        // source decodes each example straight into the batch and the steps run on its
+        // part of each column while it is in L1; otherwise each example is a `Row` first.
+        let in_place = self.steps.iter().all(|s| matches!(s, ElementStep::Map(m) if m.in_place()));
+        let mut starts = Vec::with_capacity(columns.len());
         for &id in &ids.ids {
-            let row = self.row(id, self.steps.len())?;
-            if row.values.len() != columns.len() {
-                return Err(InputError::invalid(format!(
-                    "example {id} has {} columns, expected {}",
-                    row.values.len(),
-                    columns.len()
-                )));
-            }
-            for ((column, value), info) in columns.iter_mut().zip(&row.values).zip(self.schema.columns()) {
-                if value.len() != info.size() || !append_host_data(column, value) {
-                    return Err(InputError::invalid(format!(
-                        "example {id}: `{}` is {} values of {}, the schema says {:?} of {}",
-                        info.name,
-                        value.len(),
-                        value.dtype(),
-                        info.shape,
-                        info.dtype
-                    )));
+            if in_place {
+                starts.clear();
+                starts.extend(columns.iter().map(HostData::len));
+                self.source.read_into(id, &mut columns)?;
+                for step in &self.steps {
+                    if let ElementStep::Map(map) = step {
+                        map.apply_from(&mut columns, &starts);
+                    }
                 }
+            } else {
+                append_row(&mut columns, &self.schema, id, &self.row(id, self.steps.len())?)?;
             }
         }
         let padding = rows - ids.ids.len();

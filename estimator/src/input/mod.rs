@@ -77,6 +77,7 @@ mod spec;
 mod state;
 mod steps;
 mod stream;
+mod wide;
 
 pub use context::{AutoShardPolicy, InputContext};
 pub use dataset::Dataset;

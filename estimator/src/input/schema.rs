@@ -104,6 +104,32 @@ pub(crate) fn append_host_data(dst: &mut HostData, src: &HostData) -> bool {
     true
 }
 
+/// Appends one example's values to a batch's columns, after checking that they are the
+/// schema's: as many columns, each of its dtype and per-example size.
+pub(crate) fn append_row(columns: &mut [HostData], schema: &Schema, id: u64, row: &Row) -> Result<()> {
+    if row.values.len() != columns.len() {
+        return Err(InputError::invalid(format!(
+            "example {id} has {} columns, expected {}",
+            row.values.len(),
+            columns.len()
+        )));
+    }
+    for ((column, value), info) in columns.iter_mut().zip(&row.values).zip(schema.columns()) {
+        if value.len() != info.size() || !append_host_data(column, value) {
+            return Err(mismatch(id, info, value.len(), value.dtype()));
+        }
+    }
+    Ok(())
+}
+
+/// The error for a value that is not what its column's schema says.
+pub(crate) fn mismatch(id: u64, info: &FeatureInfo, len: usize, dtype: DType) -> InputError {
+    InputError::invalid(format!(
+        "example {id}: `{}` is {len} values of {dtype}, the schema says {:?} of {}",
+        info.name, info.shape, info.dtype
+    ))
+}
+
 /// Appends `n` zeros (padding rows of evaluation batches).
 pub(crate) fn append_zeros(dst: &mut HostData, n: usize) {
     match dst {

@@ -2,7 +2,7 @@
 
 use super::{FileSpan, Source};
 use crate::input::error::{InputError, Result};
-use crate::input::schema::{FeatureInfo, Row, Schema};
+use crate::input::schema::{FeatureInfo, Row, Schema, mismatch};
 use engine_graph::{HostData, HostTensor};
 use std::collections::BTreeMap;
 
@@ -91,6 +91,28 @@ impl Source for TensorSource {
         Ok(Row { values })
     }
 
+    fn read_into(&self, index: u64, columns: &mut [HostData]) -> Result<()> {
+        if columns.len() != self.columns.len() {
+            return Err(InputError::invalid(format!(
+                "example {index} has {} columns, expected {}",
+                self.columns.len(),
+                columns.len()
+            )));
+        }
+        let i = index as usize;
+        for ((column, tensor), info) in columns.iter_mut().zip(&self.columns).zip(self.schema.columns()) {
+            let range = example_range(i, info.size());
+            let out = || InputError::invalid(format!("example {index} out of range"));
+            match (column, &tensor.data) {
+                (HostData::F32(d), HostData::F32(v)) => d.extend_from_slice(v.get(range).ok_or_else(out)?),
+                (HostData::I64(d), HostData::I64(v)) => d.extend_from_slice(v.get(range).ok_or_else(out)?),
+                (HostData::Bool(d), HostData::Bool(v)) => d.extend_from_slice(v.get(range).ok_or_else(out)?),
+                (column, _) => return Err(mismatch(index, info, info.size(), column.dtype())),
+            }
+        }
+        Ok(())
+    }
+
     fn prefetch(&self, index: u64) {
         let i = index as usize;
         for (tensor, info) in self.columns.iter().zip(self.schema.columns()) {
@@ -121,6 +143,19 @@ mod tests {
         assert_eq!(src.len(), 3);
         let row = src.read(2).unwrap();
         assert_eq!(row.values, vec![HostData::F32(vec![4., 5.]), HostData::I64(vec![9])]);
+    }
+
+    #[test]
+    fn read_into_appends_what_read_returns() {
+        let mut features = BTreeMap::new();
+        features.insert("x".to_string(), HostTensor::f32(vec![3, 2], vec![0., 1., 2., 3., 4., 5.]).unwrap());
+        let src = TensorSource::new(features, Some(HostTensor::i64(vec![3], vec![7, 8, 9]).unwrap())).unwrap();
+        let mut columns = vec![HostData::F32(vec![]), HostData::I64(vec![])];
+        src.read_into(2, &mut columns).unwrap();
+        src.read_into(0, &mut columns).unwrap();
+        assert_eq!(columns, vec![HostData::F32(vec![4., 5., 0., 1.]), HostData::I64(vec![9, 7])]);
+        assert!(src.read_into(3, &mut columns).is_err());
+        assert!(src.read_into(0, &mut [HostData::F32(vec![]), HostData::F32(vec![])]).is_err());
     }
 
     #[test]
