@@ -83,7 +83,9 @@ pub enum InputSpec {
         skip: u64,
         #[serde(default, deserialize_with = "lenient::option")]
         take: Option<u64>,
-        /// Batches read ahead on a background thread (0: none).
+        /// Batches read ahead on a background thread (0: none). Where the process may use
+        /// one CPU only, batches are decoded inline whatever this says: a background thread
+        /// could only take turns with training there.
         #[serde(default = "two")]
         prefetch: usize,
         /// Threads decoding batches.
