@@ -187,19 +187,7 @@ impl Source for IdxSource {
     }
 
     fn read(&self, index: u64) -> Result<Row> {
-        let i = index as usize;
-        let range = self.example_range(i);
-        let out_of_range = || InputError::invalid(format!("IDX example {index} out of range"));
-        let x = match &self.images.values {
-            Values::U8(v) => v.get(range).ok_or_else(out_of_range)?.iter().map(|&b| f32::from(b)).collect(),
-            Values::F32(v) => v.get(range).ok_or_else(out_of_range)?.to_vec(),
-        };
-        let mut values = Vec::with_capacity(2);
-        values.push(HostData::F32(x));
-        if let Some(labels) = &self.labels {
-            values.push(HostData::I64(vec![labels.get(i).ok_or_else(out_of_range)?]));
-        }
-        Ok(Row { values })
+        super::row_from_read_into(self, index)
     }
 
     fn read_into(&self, index: u64, columns: &mut [HostData]) -> Result<()> {
@@ -282,8 +270,9 @@ pub(crate) mod tests {
         assert_eq!(row.values[1], HostData::I64(vec![9]));
     }
 
-    /// Decoding straight into a batch's columns appends exactly what `read` returns, u8
-    /// labels included, and an index past the end is an error, not a panic.
+    /// Decoding straight into a batch's columns appends each example's pixels and label
+    /// (u8 labels included) after what is there, and an index past the end or a column of
+    /// the wrong type is an error, not a panic.
     #[test]
     fn read_into_appends_what_read_returns() {
         let dir = tempfile::tempdir().unwrap();
@@ -292,15 +281,12 @@ pub(crate) mod tests {
         std::fs::write(&labels, idx_bytes(&[3], &[3, 9, 200])).unwrap();
         let src = IdxSource::open(&images, Some(&labels)).unwrap();
         let mut columns = vec![HostData::F32(vec![]), HostData::I64(vec![])];
-        let mut expected = columns.clone();
         for i in [2, 0, 2] {
             src.read_into(i, &mut columns).unwrap();
-            for (e, v) in expected.iter_mut().zip(src.read(i).unwrap().values) {
-                assert!(crate::input::schema::append_host_data(e, &v));
-            }
         }
-        assert_eq!(columns, expected);
+        assert_eq!(columns[0], HostData::F32(vec![254.0, 255.0, 0.0, 1.0, 254.0, 255.0]));
         assert_eq!(columns[1], HostData::I64(vec![200, 3, 200]));
+        assert_eq!(src.read(0).unwrap().values, vec![HostData::F32(vec![0.0, 1.0]), HostData::I64(vec![3])]);
         assert!(src.read_into(3, &mut columns).is_err());
         assert!(src.read_into(0, &mut [HostData::I64(vec![])]).is_err());
     }

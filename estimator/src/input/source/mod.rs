@@ -16,7 +16,7 @@ pub(crate) mod tensors;
 pub(crate) mod tfrecord;
 
 use super::error::Result;
-use super::schema::{Row, Schema, append_row};
+use super::schema::{Row, Schema, append_row, host_data_with_capacity};
 use engine_graph::HostData;
 use std::path::PathBuf;
 
@@ -65,6 +65,15 @@ pub(crate) trait Source: Send + Sync + std::fmt::Debug {
             None => format!("example {} of {}", index + 1, self.describe()),
         }
     }
+}
+
+/// `read` for a source that decodes straight into columns (`read_into`): one example into
+/// empty ones, so that both paths share one decoder.
+pub(crate) fn row_from_read_into<S: Source + ?Sized>(source: &S, index: u64) -> Result<Row> {
+    let mut values: Vec<HostData> =
+        source.schema().columns().map(|c| host_data_with_capacity(c.dtype, c.size())).collect();
+    source.read_into(index, &mut values)?;
+    Ok(Row { values })
 }
 
 /// Spans for files holding `counts[k]` examples each, in order.

@@ -73,22 +73,7 @@ impl Source for TensorSource {
     }
 
     fn read(&self, index: u64) -> Result<Row> {
-        let i = index as usize;
-        let values = self
-            .columns
-            .iter()
-            .zip(self.schema.columns())
-            .map(|(tensor, info)| {
-                let range = example_range(i, info.size());
-                let out = || InputError::invalid(format!("example {index} out of range"));
-                Ok(match &tensor.data {
-                    HostData::F32(v) => HostData::F32(v.get(range).ok_or_else(out)?.to_vec()),
-                    HostData::I64(v) => HostData::I64(v.get(range).ok_or_else(out)?.to_vec()),
-                    HostData::Bool(v) => HostData::Bool(v.get(range).ok_or_else(out)?.to_vec()),
-                })
-            })
-            .collect::<Result<_>>()?;
-        Ok(Row { values })
+        super::row_from_read_into(self, index)
     }
 
     fn read_into(&self, index: u64, columns: &mut [HostData]) -> Result<()> {
