@@ -169,10 +169,10 @@ impl Map {
     }
 }
 
-/// Column `c`'s f32 values from `starts[c]` on.
+/// Column `c`'s f32 values from `starts[c]` on (from the first where `starts` has none).
 fn tail<'a>(batch: &'a mut [HostData], starts: &[usize], c: usize) -> Option<&'a mut [f32]> {
-    match (batch.get_mut(c), starts.get(c)) {
-        (Some(HostData::F32(v)), Some(&start)) => v.get_mut(start..),
+    match batch.get_mut(c) {
+        Some(HostData::F32(v)) => v.get_mut(starts.get(c).copied().unwrap_or(0)..),
         _ => None,
     }
 }
@@ -185,7 +185,8 @@ impl CompiledMap {
     }
 
     /// Applies an in-place map to the values of `batch`'s columns from `starts` on (one start per
-    /// column): one example's part of a batch being assembled. Other maps do nothing here.
+    /// column; none: a row's whole columns): one example's part of a batch being assembled.
+    /// Other maps do nothing here.
     pub(crate) fn apply_from(&self, batch: &mut [HostData], starts: &[usize]) {
         match self {
             CompiledMap::Scale { columns, divisor } => {
@@ -210,10 +211,7 @@ impl CompiledMap {
     pub(crate) fn apply(&self, row: &mut Row, id: u64) -> Result<()> {
         let missing = || InputError::invalid(format!("example {id} has fewer columns than its schema"));
         match self {
-            CompiledMap::Scale { .. } | CompiledMap::Normalize { .. } => {
-                let starts = vec![0; row.values.len()];
-                self.apply_from(&mut row.values, &starts);
-            }
+            CompiledMap::Scale { .. } | CompiledMap::Normalize { .. } => self.apply_from(&mut row.values, &[]),
             CompiledMap::OneHot { column, depth, name } => {
                 let value = row.values.get_mut(*column).ok_or_else(missing)?;
                 if let HostData::I64(ids) = value {
