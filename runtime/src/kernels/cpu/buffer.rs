@@ -9,6 +9,7 @@ use burn::backend::ops::FloatTensorOps;
 use burn::backend::{BackendTensor, DispatchDevice, DispatchTensorKind, read_sync};
 use burn::tensor::{DType, Element, TensorData};
 use std::borrow::Cow;
+use std::mem::MaybeUninit;
 
 /// f32 for training, f64 for gradient checks: the same kernel code serves both.
 pub(crate) trait Elem:
@@ -106,8 +107,8 @@ pub(super) fn int_tensor(data: Vec<i64>, shape: &[usize], device: &DispatchDevic
 /// `Vec::with_capacity`) zeroes each part in the task that writes it next, while it is in
 /// cache: `vec![0; n]` zeroed a whole activation first (3 MB on the residual model), which
 /// was out of cache again by the time the kernel wrote it, so each line was fetched twice.
-pub(super) fn zeroed<E: Elem>(part: &mut [std::mem::MaybeUninit<E>]) -> &mut [E] {
-    // SAFETY: `E` is `Pod`, so all-zero bytes are a valid `E` (0.0 for both floats); once
+pub(super) fn zeroed<E: bytemuck::Zeroable>(part: &mut [std::mem::MaybeUninit<E>]) -> &mut [E] {
+    // SAFETY: `E` is `Zeroable`, so all-zero bytes are a valid `E` (0.0 for floats); once
     // written, the elements are initialized, and `MaybeUninit<E>` has `E`'s layout.
     unsafe {
         std::ptr::write_bytes(part.as_mut_ptr(), 0, part.len());
@@ -126,6 +127,15 @@ pub(super) fn as_f32<E: Elem>(s: &[E]) -> Option<&[f32]> {
 /// is one and `E` is not f32 (so the caller's f32 kernel cannot run).
 pub(super) fn optional_f32<E: Elem>(v: Option<&[E]>) -> Option<Option<&[f32]>> {
     v.map_or(Some(None), |b| as_f32(b).map(Some))
+}
+
+/// `s` as f32 slots, when `E` is f32 (an output the SIMD kernels write in full).
+pub(super) fn as_f32_uninit<E: Elem>(s: &mut [MaybeUninit<E>]) -> Option<&mut [MaybeUninit<f32>]> {
+    if std::any::TypeId::of::<E>() != std::any::TypeId::of::<f32>() {
+        return None;
+    }
+    // SAFETY: `E` is f32 (checked above), so the two slices have one layout.
+    Some(unsafe { &mut *(s as *mut [MaybeUninit<E>] as *mut [MaybeUninit<f32>]) })
 }
 
 pub(super) fn as_f32_mut<E: Elem>(s: &mut [E]) -> Option<&mut [f32]> {

@@ -4,8 +4,8 @@
 //! tensor between convolution and pooling is never written to memory.
 
 use super::{
-    buffer::{Elem, chunks, int_tensor, ints, tensor, view},
-    buffer::{as_f32, as_f32_mut},
+    buffer::{Elem, chunks, int_tensor, ints, tensor, view, zeroed},
+    buffer::{as_f32, as_f32_mut, as_f32_uninit},
     conv::Method,
     conv::{Geometry, conv_image, conv_image_plus, filter_grad_image},
     direct_conv::taps_f32,
@@ -21,6 +21,7 @@ use crate::{
 };
 use engine_graph::ops::{Activation, FusedConv2dMaxPool, FusedMaxPoolConv2dBackpropFilter};
 use rayon::prelude::*;
+use std::mem::MaybeUninit;
 
 fn shape4(t: &T, what: &str, ctx: &KernelCtx<'_>) -> Result<[usize; 4]> {
     dims(t).try_into().map_err(|_| ctx.err(format!("{what} must have rank 4")))
@@ -48,14 +49,17 @@ pub(super) fn forward<E: Elem>(op: &FusedConv2dMaxPool, inputs: Vec<Value>, ctx:
     if skip.as_ref().is_some_and(|s| s.len() != n * image) {
         return Err(ctx.err("the addend's size differs from the convolution's output"));
     }
-    let mut pooled = vec![E::zero(); n * pl.pooled()];
-    let mut argmax = vec![0i64; n * pl.pooled()];
+    // Left uninitialized: each image's part is written in full by the kernel in registers,
+    // or zeroed in cache right before the general path writes it.
+    let total = n * pl.pooled();
+    let mut pooled: Vec<E> = Vec::with_capacity(total);
+    let mut argmax: Vec<i64> = Vec::with_capacity(total);
     let threads = if n == 1 { rayon::current_num_threads() } else { 1 };
     let method = Method::of(&g, f);
     let ws = method.filter(&ws, ch, f);
-    let ok = pooled
+    let ok = pooled.spare_capacity_mut()[..total]
         .par_chunks_mut(pl.pooled())
-        .zip(argmax.par_chunks_mut(pl.pooled()))
+        .zip(argmax.spare_capacity_mut()[..total].par_chunks_mut(pl.pooled()))
         .zip(xs.par_chunks(g.image()))
         .enumerate()
         .map_init(
@@ -66,6 +70,7 @@ pub(super) fn forward<E: Elem>(op: &FusedConv2dMaxPool, inputs: Vec<Value>, ctx:
                 {
                     return true;
                 }
+                let (out, arg) = (zeroed(out), zeroed(arg));
                 // The convolution's plane, made only where it is not kept in registers.
                 y.resize(image, E::zero());
                 let post = Some((&bias[..], op.activation));
@@ -82,6 +87,12 @@ pub(super) fn forward<E: Elem>(op: &FusedConv2dMaxPool, inputs: Vec<Value>, ctx:
         .all(|ok| ok);
     if !ok {
         return Err(ctx.err("matrix sizes do not fit the buffers"));
+    }
+    // SAFETY: every image's part of both was written (the kernel in registers writes all of
+    // it when it returns true; otherwise it was zeroed), and `ok` says every image ran.
+    unsafe {
+        pooled.set_len(total);
+        argmax.set_len(total);
     }
     let shape = [n, pl.oh, pl.ow, f];
     Ok(vec![Value::Float(tensor(pooled, &shape, ctx.device)), Value::Int(int_tensor(argmax, &shape, ctx.device))])
@@ -169,8 +180,8 @@ fn pooled_in_registers<E: Elem>(
     bias: &[E],
     act: Activation,
     pl: &Plane,
-    pooled: &mut [E],
-    argmax: &mut [i64],
+    pooled: &mut [MaybeUninit<E>],
+    argmax: &mut [MaybeUninit<i64>],
     padded: &mut Vec<E>,
 ) -> bool {
     let k = g.patch();
@@ -179,7 +190,7 @@ fn pooled_in_registers<E: Elem>(
     }
     let image = index.image(x, g, padded);
     let (Some(taps), Some(w), Some(bias), Some(out)) =
-        (taps_f32(image, index), as_f32(w), as_f32(bias), as_f32_mut(pooled))
+        (taps_f32(image, index), as_f32(w), as_f32(bias), as_f32_uninit(pooled))
     else {
         return false;
     };
@@ -257,7 +268,14 @@ mod probe {
             if let Method::Direct(index) = &method {
                 for _ in 0..64 {
                     let w = &w[..];
-                    pooled_in_registers(&x, &g, index, w, &bias, Activation::Relu, &pl, &mut out, &mut arg, &mut cols);
+                    // SAFETY: initialized elements as slots, written with initialized values.
+                    let (o, a) = unsafe {
+                        (
+                            &mut *(out.as_mut_slice() as *mut [f32] as *mut [MaybeUninit<f32>]),
+                            &mut *(arg.as_mut_slice() as *mut [i64] as *mut [MaybeUninit<i64>]),
+                        )
+                    };
+                    pooled_in_registers(&x, &g, index, w, &bias, Activation::Relu, &pl, o, a, &mut cols);
                 }
             }
             let fused = t.elapsed();

@@ -16,6 +16,7 @@
 #[cfg(target_arch = "x86_64")]
 use super::simd::has_avx512;
 use super::{microkernel::Taps, pool::Plane};
+use std::mem::MaybeUninit;
 
 /// Most taps (`kh * kw * channels`): beyond, im2col and GEMM serve better.
 const MAX_TAPS: usize = 32;
@@ -35,7 +36,10 @@ pub(super) fn forward_applies(k: usize, pl: &Plane) -> bool {
 
 /// `pooled` and `argmax` (the cell `y * w + x` of the plane, first maximal cell winning)
 /// of `act(conv + bias)`, where the convolution's output plane is the pooling's input
-/// (`pl.h x pl.w`) and `w` is the `k x pl.c` filter matrix.
+/// (`pl.h x pl.w`) and `w` is the `k x pl.c` filter matrix. Every element of the first
+/// `pl.pooled()` of `pooled` and `argmax` is written when it returns true, so they may
+/// start uninitialized: zeroing a batch's outputs first was a pass over 4 MB (the tutorial
+/// CNN's) that the kernel then wrote again.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn conv_max_pool_f32(
     taps: Taps<'_>,
@@ -44,8 +48,8 @@ pub(super) fn conv_max_pool_f32(
     bias: &[f32],
     relu: bool,
     pl: &Plane,
-    pooled: &mut [f32],
-    argmax: &mut [i64],
+    pooled: &mut [MaybeUninit<f32>],
+    argmax: &mut [MaybeUninit<i64>],
 ) -> bool {
     let c = pl.c;
     let fits = taps.fits(pl.h * pl.w, k)
@@ -59,7 +63,9 @@ pub(super) fn conv_max_pool_f32(
     #[cfg(target_arch = "x86_64")]
     if has_avx512() {
         // SAFETY: AVX-512F is present; the slices were checked above.
-        unsafe { avx512::conv_max_pool(taps, k, w, bias, relu, pl, pooled, argmax) };
+        unsafe {
+            avx512::conv_max_pool(taps, k, w, bias, relu, pl, pooled.as_mut_ptr().cast(), argmax.as_mut_ptr().cast())
+        };
         return true;
     }
     false
@@ -109,6 +115,7 @@ mod avx512 {
     use super::{MAX_CELLS, Plane, Taps};
     use std::arch::x86_64::*;
 
+    /// `pooled` and `argmax` point at `pl.pooled()` writable elements each.
     #[target_feature(enable = "avx512f")]
     pub(super) unsafe fn conv_max_pool(
         taps: Taps<'_>,
@@ -117,8 +124,8 @@ mod avx512 {
         bias: &[f32],
         relu: bool,
         pl: &Plane,
-        pooled: &mut [f32],
-        argmax: &mut [i64],
+        pooled: *mut f32,
+        argmax: *mut i64,
     ) {
         // SAFETY: as for `blocks`, which the caller's checks cover.
         unsafe {
@@ -144,8 +151,8 @@ mod avx512 {
         bias: &[f32],
         relu: bool,
         pl: &Plane,
-        pooled: &mut [f32],
-        argmax: &mut [i64],
+        pooled: *mut f32,
+        argmax: *mut i64,
     ) {
         let c = pl.c;
         // SAFETY (whole function): the caller checked that the k taps of every cell of the
@@ -208,8 +215,8 @@ mod avx512 {
                                 at = _mm512_mask_blend_epi32(greater, at, _mm512_set1_epi32(cells[j] as i32));
                             }
                             let o = o + 16 * r;
-                            _mm512_storeu_ps(pooled.as_mut_ptr().add(o), best);
-                            let dst = argmax.as_mut_ptr().add(o) as *mut __m512i;
+                            _mm512_storeu_ps(pooled.add(o), best);
+                            let dst = argmax.add(o) as *mut __m512i;
                             _mm512_storeu_si512(dst, _mm512_cvtepi32_epi64(_mm512_castsi512_si256(at)));
                             _mm512_storeu_si512(dst.add(1), _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64::<1>(at)));
                         }
@@ -321,6 +328,12 @@ mod tests {
     use super::*;
     use engine_graph::ops::{Activation, Padding, Window};
 
+    /// Initialized elements as slots the kernel writes.
+    fn uninit<T>(s: &mut [T]) -> &mut [MaybeUninit<T>] {
+        // SAFETY: the same layout; only initialized values are written through it.
+        unsafe { &mut *(s as *mut [T] as *mut [MaybeUninit<T>]) }
+    }
+
     #[test]
     fn convolution_and_pooling_in_registers_equal_the_two_passes_bit_for_bit() -> crate::Result<()> {
         // (input channels, kernel, convolution padding, filters, pool window, pool stride,
@@ -354,7 +367,7 @@ mod tests {
             let image = index.image(&x, &g, &mut padded);
             let taps = taps_f32(image, &index).ok_or_else(|| crate::RuntimeError::Read("not f32".into()))?;
             let (mut got, mut got_at) = (vec![0.0f32; pl.pooled()], vec![0i64; pl.pooled()]);
-            let ran = conv_max_pool_f32(taps, g.patch(), &w, &bias, relu, &pl, &mut got, &mut got_at);
+            let ran = conv_max_pool_f32(taps, g.patch(), &w, &bias, relu, &pl, uninit(&mut got), uninit(&mut got_at));
             #[cfg(target_arch = "x86_64")]
             assert_eq!(ran, has_avx512(), "case {c} {k} {pad} {f}");
             if ran {
