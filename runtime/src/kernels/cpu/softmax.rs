@@ -42,12 +42,17 @@ pub(super) fn softmax<E: Elem>(
     let xs = view::<E>(&x);
     let mut out = Vec::with_capacity(xs.len());
     for row in xs.chunks_exact(classes) {
-        let (max, lse) = shift_and_log_sum(row);
         if log {
+            let (max, lse) = shift_and_log_sum(row);
             out.extend(row.iter().map(|&v| v - max - lse));
         } else {
-            let total = lse.exp();
-            out.extend(row.iter().map(|&v| (v - max).exp() / total));
+            // Each exponential once (they are most of the time: libm's, one at a time),
+            // then divided by their sum.
+            let max = row.iter().copied().fold(E::neg_infinity(), E::max);
+            let start = out.len();
+            out.extend(row.iter().map(|&v| (v - max).exp()));
+            let total: E = out[start..].iter().copied().sum();
+            out[start..].iter_mut().for_each(|e| *e = *e / total);
         }
     }
     Ok(Ok(tensor(out, &dims(&x), ctx.device)))
