@@ -24,5 +24,8 @@ pub use device::{Device, DeviceKind};
 pub use error::{Result, RuntimeError};
 pub use exchange::Exchange;
 pub use executor::{CollectiveTiming, Executor, NonFinite, OpTiming, RunOptions, StepOutput};
+#[cfg(target_arch = "x86_64")]
+#[doc(hidden)]
+pub use kernels::has_avx2;
 pub use value::{Precision, Value};
 pub use variables::{VariableStore, whole_variables};

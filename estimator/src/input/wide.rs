@@ -1,53 +1,23 @@
 //! The decoding threads' per-value loops, compiled twice, for baseline x86-64 and for
-//! AVX2, with the pick made at run time as the runtime's kernels do. Rust builds for SSE2
-//! unless told otherwise, and there `Scale(255.0)`'s division over a batch of images ran
-//! four lanes at a time: on the MLP at one thread it was a fifth of the decoding thread's
-//! time.
+//! AVX2, with the pick made at run time by the runtime's own dispatcher. Rust builds for
+//! SSE2 unless told otherwise, and there `Scale(255.0)`'s division over a batch of images
+//! ran four lanes at a time: on the MLP at one thread it was a fifth of the decoding
+//! thread's time.
 
-/// Divides every value by `divisor`: the same quotients whichever build runs (IEEE
-/// division is exact to the rounding, at any width).
-pub(crate) fn divide(values: &mut [f32], divisor: f32) {
-    #[cfg(target_arch = "x86_64")]
-    if std::is_x86_feature_detected!("avx2") {
-        // SAFETY: `divide_avx2` needs AVX2, which the CPU was just checked to have.
-        unsafe { divide_avx2(values, divisor) };
-        return;
+engine_runtime::multiversion! {
+    /// Divides every value by `divisor`: the same quotients whichever build runs (IEEE
+    /// division is exact to the rounding, at any width).
+    pub(crate) fn divide(values: &mut [f32], divisor: f32) {
+        values.iter_mut().for_each(|x| *x /= divisor);
     }
-    divide_body(values, divisor);
 }
 
-#[inline(always)]
-fn divide_body(values: &mut [f32], divisor: f32) {
-    values.iter_mut().for_each(|x| *x /= divisor);
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-fn divide_avx2(values: &mut [f32], divisor: f32) {
-    divide_body(values, divisor);
-}
-
-/// Appends `bytes` as f32 values (the pixels of an IDX image).
-pub(crate) fn extend_from_u8(out: &mut Vec<f32>, bytes: &[u8]) {
-    out.reserve(bytes.len());
-    #[cfg(target_arch = "x86_64")]
-    if std::is_x86_feature_detected!("avx2") {
-        // SAFETY: as in `divide`.
-        unsafe { extend_from_u8_avx2(out, bytes) };
-        return;
+engine_runtime::multiversion! {
+    /// Appends `bytes` as f32 values (the pixels of an IDX image).
+    pub(crate) fn extend_from_u8(out: &mut Vec<f32>, bytes: &[u8]) {
+        out.reserve(bytes.len());
+        out.extend(bytes.iter().map(|&b| f32::from(b)));
     }
-    extend_from_u8_body(out, bytes);
-}
-
-#[inline(always)]
-fn extend_from_u8_body(out: &mut Vec<f32>, bytes: &[u8]) {
-    out.extend(bytes.iter().map(|&b| f32::from(b)));
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-fn extend_from_u8_avx2(out: &mut Vec<f32>, bytes: &[u8]) {
-    extend_from_u8_body(out, bytes);
 }
 
 #[cfg(test)]

@@ -7,6 +7,8 @@
 mod activation;
 mod collective;
 pub(crate) use collective::all_reduce;
+#[cfg(target_arch = "x86_64")]
+pub use cpu::has_avx2;
 pub(crate) use row_sparse::all_gather_rows;
 mod conv;
 mod cpu;

@@ -32,6 +32,9 @@ mod winograd4;
 mod winograd4_512;
 mod winograd512;
 
+#[cfg(target_arch = "x86_64")]
+pub use simd::has_avx2;
+
 use super::KernelCtx;
 use crate::{Precision, Result, Value};
 use burn::backend::DispatchDevice;

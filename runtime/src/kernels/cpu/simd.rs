@@ -5,7 +5,12 @@
 //! width. `multiversion!` compiles a function body twice, once with AVX2 and FMA enabled,
 //! and picks at run time, so one portable binary uses the wide instructions where the CPU
 //! has them. Bodies must not spawn rayon tasks: the features apply to the body itself.
+//!
+//! The macro is exported (`engine_runtime::multiversion!`) for the other crates' hot
+//! loops, the input pipeline's decoding among them, so there is one dispatcher.
 
+/// Compiles a function body for baseline x86-64 and for AVX2 + FMA, picking at run time.
+#[macro_export]
 macro_rules! multiversion {
     (
         $(#[$meta:meta])*
@@ -23,7 +28,7 @@ macro_rules! multiversion {
             }
 
             #[cfg(target_arch = "x86_64")]
-            if $crate::kernels::cpu::simd::has_avx2() {
+            if $crate::has_avx2() {
                 // SAFETY: `wide` was compiled for AVX2 and FMA, which the CPU was just
                 // checked to support.
                 return unsafe { wide($($arg),*) };
@@ -33,11 +38,11 @@ macro_rules! multiversion {
     };
 }
 
-pub(crate) use multiversion;
+pub(crate) use crate::multiversion;
 
 /// Whether the CPU has AVX2 and FMA (checked once).
 #[cfg(target_arch = "x86_64")]
-pub(crate) fn has_avx2() -> bool {
+pub fn has_avx2() -> bool {
     use std::sync::OnceLock;
     static HAS: OnceLock<bool> = OnceLock::new();
     *HAS.get_or_init(|| std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma"))
