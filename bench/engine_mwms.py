@@ -38,6 +38,8 @@ def parse_args():
     p.add_argument("--threads-per-worker", type=int, default=None,
                    help="RAYON_NUM_THREADS of each task (default: rayon's, all CPUs)")
     p.add_argument("--communication", choices=["auto", "ring", "shared_memory"], default="auto")
+    p.add_argument("--cpu-bind", choices=["auto", "none"], default="auto",
+                   help="engine launch's --cpu-bind: a disjoint share of the CPUs per worker (auto) or none")
     p.add_argument("--steps", type=int, default=1000, help="timed steps (a multiple of --log-every)")
     p.add_argument("--warmup", type=int, default=100, help="untimed steps first (a multiple of --log-every)")
     p.add_argument("--log-every", type=int, default=100)
@@ -60,7 +62,8 @@ def main():
            "--set", "eval_input=None",
            "--set", f"train_input.batch_size={a.batch_size}",
            "--set", f"run_config.log_step_count_steps={a.log_every}",
-           "--set", f"run_config.communication={communication}"]
+           "--set", f"run_config.communication={communication}",
+           "--cpu-bind", a.cpu_bind]
     env = dict(os.environ, ENGINE_LOG="info")
     if a.threads_per_worker is not None:
         env["RAYON_NUM_THREADS"] = str(a.threads_per_worker)
@@ -98,6 +101,7 @@ def main():
         "workers": a.workers,
         "threads_per_worker": a.threads_per_worker,
         "communication": a.communication,
+        "cpu_bind": a.cpu_bind,
         "all_reduce_path": path,
         "batch_per_worker": a.batch_size,
         "global_batch": global_batch,

@@ -17,9 +17,13 @@
 //! exits with the signal's status. A second signal ends the launcher at once; whatever ends
 //! it, its tasks see their lifeline pipe close and stop the same way: no task is left
 //! training on its own.
+//!
+//! The training tasks share this machine's CPUs: by default each is bound to a disjoint
+//! share of them, with as many compute threads (`--cpu-bind`, `cpu_bind`).
 
 use super::{
     CliError, SpecArgs,
+    cpu_bind::{self, CpuBind},
     run::{LAUNCHER_FD_ENV, TOKEN_ENV},
 };
 use engine_estimator::{
@@ -60,6 +64,11 @@ pub struct LaunchArgs {
     /// share it.
     #[arg(long, default_value = "cpu")]
     pub device: super::Device,
+    /// `auto`: each training task runs on a disjoint share of the CPUs (as many compute
+    /// threads, unless RAYON_NUM_THREADS is set) when there are at least as many CPUs as
+    /// training tasks; `none`: the OS places every task.
+    #[arg(long, value_enum, default_value_t = CpuBind::Auto)]
+    pub cpu_bind: CpuBind,
 }
 
 pub fn launch(args: &LaunchArgs) -> Result<(), CliError> {
@@ -151,6 +160,7 @@ fn run_cluster(
 ) -> Result<Ending, CliError> {
     let lifeline =
         Lifeline::new().map_err(|e| CliError::Launch { message: format!("cannot create a pipe: {e}"), code: None })?;
+    let bindings = bindings(args.cpu_bind, spec);
     let start = |id: TaskId, restarts: u32| -> Result<Child, CliError> {
         let cluster = Cluster::new(spec.clone(), id, ClusterSource::Flags, None)?;
         let mut cmd = Command::new(exe);
@@ -165,6 +175,9 @@ fn run_cluster(
             cmd.arg("--model-dir").arg(dir);
         }
         cmd.arg("--device").arg(args.device.to_string());
+        if let Some((_, cpus)) = bindings.iter().find(|(task, _)| *task == id) {
+            cpu_bind::bind(&mut cmd, cpus);
+        }
         cmd.env("TF_CONFIG", cluster.to_tf_config())
             .env(TOKEN_ENV, token)
             .env(RESTART_COUNT_ENV, restarts.to_string())
@@ -254,6 +267,31 @@ fn run_cluster(
         let _ = child.wait();
     }
     Ok(ending)
+}
+
+/// The CPUs of each training task (chief and workers), in task order; empty when the
+/// tasks are not bound (logged either way).
+fn bindings(bind: CpuBind, spec: &ClusterSpec) -> Vec<(TaskId, Vec<usize>)> {
+    if bind == CpuBind::None {
+        return Vec::new();
+    }
+    let training: Vec<TaskId> =
+        spec.task_ids().filter(|t| matches!(t.task_type, TaskType::Chief | TaskType::Worker)).collect();
+    let allowed = cpu_bind::allowed_cpus();
+    let Some(sets) = cpu_bind::split(&allowed, training.len()) else {
+        log::info!(
+            "{} training tasks on {} CPUs: not binding them to CPUs (--cpu-bind none to silence this)",
+            training.len(),
+            allowed.len()
+        );
+        return Vec::new();
+    };
+    let bound: Vec<(TaskId, Vec<usize>)> = training.into_iter().zip(sets).collect();
+    let threads = std::env::var("RAYON_NUM_THREADS")
+        .map_or_else(|_| "one compute thread per CPU".into(), |n| format!("RAYON_NUM_THREADS={n}"));
+    let list: Vec<String> = bound.iter().map(|(t, cpus)| format!("{t} on CPU {}", cpu_bind::describe(cpus))).collect();
+    log::info!("Binding training tasks: {} ({threads}; --cpu-bind none to let the OS place them)", list.join(", "));
+    bound
 }
 
 /// The read end of a pipe whose write end only the launcher holds. The kernel closes the

@@ -2,6 +2,7 @@
 //! `export` and `serve`.
 
 mod checkpoints;
+mod cpu_bind;
 mod device;
 mod error;
 mod eval;
