@@ -145,6 +145,17 @@ pub(super) fn as_f32_mut<E: Elem>(s: &mut [E]) -> Option<&mut [f32]> {
     bytemuck::try_cast_slice_mut(s).ok()
 }
 
+/// The fewest items a rayon task takes, for `with_min_len` on a loop over images: all of
+/// them when the pool has one thread, so the loop runs on the calling thread. Otherwise
+/// rayon splits it at least once, and the executor's thread (not one of the pool's) hands
+/// the work to the pool's only thread and sleeps until it is done: two context switches
+/// per op, and the pool's thread spinning on the caller's CPU before it sleeps (22 context
+/// switches per step of the residual model at one thread). With more threads, 1: rayon
+/// splits as it steals.
+pub(super) fn min_len() -> usize {
+    if rayon::current_num_threads() <= 1 { usize::MAX } else { 1 }
+}
+
 /// Rayon chunking that depends only on the problem size and the pool size, so results
 /// (float sums in particular) are the same from run to run.
 pub(super) fn chunks(n: usize) -> usize {

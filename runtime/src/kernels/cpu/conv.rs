@@ -5,7 +5,7 @@
 //! gradients are summed in a fixed order so results do not depend on timing.
 
 use super::{
-    buffer::{Elem, chunks, tensor, view, zeroed},
+    buffer::{Elem, chunks, min_len, tensor, view, zeroed},
     gemm::{Mat, gemm},
     patches::PatchIndex,
     simd::multiversion,
@@ -191,6 +191,7 @@ fn convolve<E: Elem>(
         .par_chunks_mut(p * f)
         .zip(xs.par_chunks(g.image()))
         .enumerate()
+        .with_min_len(min_len())
         .map_init(Vec::new, |cols, (i, (y, x))| {
             let y = zeroed(y);
             match skip {
@@ -448,6 +449,7 @@ pub(super) fn backprop_input<E: Elem>(c: &Conv2dBackpropInput, inputs: Vec<Value
         parts
             .par_chunks_mut(g.image())
             .zip(gys.par_chunks(p * f))
+            .with_min_len(min_len())
             .map_init(
                 || vec![E::zero(); p * k],
                 |cols, (dx, dy)| {
@@ -512,6 +514,7 @@ fn input_grad_as_convolution<E: Elem>(
     let rotated = method.filter(&rotated, f, c);
     dx.par_chunks_mut(g.image())
         .zip(dy.par_chunks(gradient.image()))
+        .with_min_len(min_len())
         .map_init(Vec::new, |scratch, (dx, dy)| {
             conv_image(dy, &gradient, &method, &rotated, c, None, zeroed(dx), scratch, threads)
         })

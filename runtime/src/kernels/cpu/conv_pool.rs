@@ -4,7 +4,7 @@
 //! tensor between convolution and pooling is never written to memory.
 
 use super::{
-    buffer::{Elem, chunks, int_tensor, ints, tensor, view, zeroed},
+    buffer::{Elem, chunks, int_tensor, ints, min_len, tensor, view, zeroed},
     buffer::{as_f32, as_f32_mut, as_f32_uninit},
     conv::Method,
     conv::{Geometry, conv_image, conv_image_plus, filter_grad_image},
@@ -62,6 +62,7 @@ pub(super) fn forward<E: Elem>(op: &FusedConv2dMaxPool, inputs: Vec<Value>, ctx:
         .zip(argmax.spare_capacity_mut()[..total].par_chunks_mut(pl.pooled()))
         .zip(xs.par_chunks(g.image()))
         .enumerate()
+        .with_min_len(min_len())
         .map_init(
             || (Vec::new(), Vec::new(), vec![0i32; f]),
             |(y, cols, pos), (i, ((out, arg), x))| {

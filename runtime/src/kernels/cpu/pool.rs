@@ -3,7 +3,7 @@
 //! semantics: max over real cells, average over real cells).
 
 use super::{
-    buffer::{Elem, as_f32, as_f32_mut, int_tensor, ints, tensor, view, zeroed},
+    buffer::{Elem, as_f32, as_f32_mut, int_tensor, ints, min_len, tensor, view, zeroed},
     simd::multiversion,
     unpool512::{Relu, unpool_f32},
 };
@@ -76,6 +76,7 @@ pub(super) fn max_forward<E: Elem>(win: &Window, inputs: Vec<Value>, ctx: &Kerne
     out.par_chunks_mut(pl.pooled())
         .zip(arg.par_chunks_mut(pl.pooled()))
         .zip(xs.par_chunks(pl.image()))
+        .with_min_len(min_len())
         .for_each_init(|| vec![0i32; c], |pos, ((y, a), x)| pool_image(x, y, a, pos, &pl));
     let shape = [n, pl.oh, pl.ow, c];
     Ok(vec![Value::Float(tensor(out, &shape, ctx.device)), Value::Int(int_tensor(arg, &shape, ctx.device))])
@@ -150,6 +151,7 @@ pub(super) fn max_backward<E: Elem>(
         .zip(idx.par_chunks(pl.pooled()))
         .zip(gys.par_chunks(pl.pooled()))
         .zip(xs.par_chunks(pl.image()))
+        .with_min_len(min_len())
         .for_each(|(((dx, a), dy), x)| {
             let dx = zeroed(dx);
             let wide = match (as_f32_mut(dx), as_f32(dy), as_f32(x)) {
@@ -243,6 +245,7 @@ pub(super) fn max_backward_with_argmax<E: Elem>(
         .zip(idx.par_chunks(pl.pooled()))
         .zip(gys.par_chunks(pl.pooled()))
         .zip(ps.par_chunks(pl.pooled()))
+        .with_min_len(min_len())
         .for_each(|(((dx, a), dy), p)| unpool_plane(zeroed(dx), a, dy, &pl, m.relu_mask.then_some(p)));
     // SAFETY: every image's part was zeroed (the chunks cover `0..total`, and the scatter
     // only adds to them).
@@ -256,7 +259,7 @@ pub(super) fn avg_forward<E: Elem>(win: &Window, inputs: Vec<Value>, ctx: &Kerne
     let pl = Plane::new(win, [h, w], c, ctx)?;
     let xs = view::<E>(&x);
     let mut out = vec![E::zero(); n * pl.pooled()];
-    out.par_chunks_mut(pl.pooled()).zip(xs.par_chunks(pl.image())).for_each(|(y, x)| {
+    out.par_chunks_mut(pl.pooled()).zip(xs.par_chunks(pl.image())).with_min_len(min_len()).for_each(|(y, x)| {
         for oy in 0..pl.oh {
             for ox in 0..pl.ow {
                 let acc = &mut y[(oy * pl.ow + ox) * c..][..c];
@@ -281,7 +284,7 @@ pub(super) fn avg_backward<E: Elem>(a: &AvgPool2dGrad, inputs: Vec<Value>, ctx: 
     let gys = view::<E>(&gy);
     let w = pl.w;
     let mut out = vec![E::zero(); n * pl.image()];
-    out.par_chunks_mut(pl.image()).zip(gys.par_chunks(pl.pooled())).for_each(|(dx, dy)| {
+    out.par_chunks_mut(pl.image()).zip(gys.par_chunks(pl.pooled())).with_min_len(min_len()).for_each(|(dx, dy)| {
         for oy in 0..pl.oh {
             for ox in 0..pl.ow {
                 let g = &dy[(oy * pl.ow + ox) * c..][..c];
