@@ -192,19 +192,19 @@ fn convolve<E: Elem>(
         .zip(xs.par_chunks(g.image()))
         .enumerate()
         .with_min_len(min_len())
-        .map_init(Vec::new, |cols, (i, (y, x))| {
-            let y = zeroed(y);
-            match skip {
-                None => conv_image(x, &g, &method, &ws, f, post, y, cols, threads),
-                Some(s) => conv_image_plus(x, &g, &method, &ws, f, post, &s[i * p * f..][..p * f], y, cols, threads),
+        .map_init(Vec::new, |cols, (i, (y, x))| match skip {
+            None => conv_image_uninit(x, &g, &method, &ws, f, post, y, cols, threads),
+            Some(s) => {
+                conv_image_plus(x, &g, &method, &ws, f, post, &s[i * p * f..][..p * f], zeroed(y), cols, threads)
             }
         })
         .all(|ok| ok);
     if !ok {
         return Err(ctx.err("matrix sizes do not fit the buffers"));
     }
-    // SAFETY: `all` saw `true` from every image's task, each of which zeroed its part
-    // first, and the parts cover the `n * p * f` elements.
+    // SAFETY: `all` saw `true` from every image's task, each of which wrote every element
+    // of its part (`conv_image_uninit`) or zeroed it first, and the parts cover the
+    // `n * p * f` elements.
     unsafe { out.set_len(n * p * f) };
     Ok(tensor(out, &[n, g.oh, g.ow, f], ctx.device))
 }
@@ -295,6 +295,29 @@ pub(super) fn conv_image<E: Elem>(
         super::elementwise::bias_activation(y, bias, act);
     }
     ok
+}
+
+/// [`conv_image`] into an output that may be uninitialized: Winograd writes every element
+/// of it, the other methods get it zeroed first. True when every element was written.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn conv_image_uninit<E: Elem>(
+    x: &[E],
+    g: &Geometry,
+    method: &Method,
+    ws: &[E],
+    f: usize,
+    post: Option<(&[E], Activation)>,
+    y: &mut [std::mem::MaybeUninit<E>],
+    scratch: &mut Vec<E>,
+    threads: usize,
+) -> bool {
+    match method {
+        Method::Winograd(tile) => {
+            y.len() == g.pixels() * f
+                && super::winograd::forward_image_uninit(*tile, x, g, ws, f, post, None, y, scratch, threads)
+        }
+        _ => conv_image(x, g, method, ws, f, post, zeroed(y), scratch, threads),
+    }
 }
 
 /// `conv_image` with one image's `skip` added before the activation: inside Winograd's
@@ -464,8 +487,9 @@ pub(super) fn backprop_input<E: Elem>(c: &Conv2dBackpropInput, inputs: Vec<Value
     if !ok {
         return Err(ctx.err("matrix sizes do not fit the buffers"));
     }
-    // SAFETY: `all` saw `true` from every image's task, each of which zeroed its part
-    // first, and the parts cover the `n * g.image()` elements.
+    // SAFETY: `all` saw `true` from every image's task, each of which wrote every element
+    // of its part (`conv_image_uninit`) or zeroed it first, and the parts cover the
+    // `n * g.image()` elements.
     unsafe { out.set_len(n * g.image()) };
     Ok(tensor(out, &[n, g.h, g.w, ch], ctx.device))
 }
@@ -516,7 +540,7 @@ fn input_grad_as_convolution<E: Elem>(
         .zip(dy.par_chunks(gradient.image()))
         .with_min_len(min_len())
         .map_init(Vec::new, |scratch, (dx, dy)| {
-            conv_image(dy, &gradient, &method, &rotated, c, None, zeroed(dx), scratch, threads)
+            conv_image_uninit(dy, &gradient, &method, &rotated, c, None, dx, scratch, threads)
         })
         .all(|ok| ok)
 }

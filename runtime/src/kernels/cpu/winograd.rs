@@ -216,6 +216,27 @@ pub(super) fn forward_image<E: Elem>(
     scratch: &mut Vec<E>,
     threads: usize,
 ) -> bool {
+    // SAFETY: the same layout; only initialized values are written through it.
+    let y = unsafe { &mut *(y as *mut [E] as *mut [std::mem::MaybeUninit<E>]) };
+    forward_image_uninit(kind, x, g, u, f, post, skip, y, scratch, threads)
+}
+
+/// [`forward_image`] into an output that may be uninitialized: F(4×4)'s output transform
+/// writes every pixel; F(2×2)'s output is zeroed first. True when every element of the
+/// image's output was written.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn forward_image_uninit<E: Elem>(
+    kind: Tile,
+    x: &[E],
+    g: &Geometry,
+    u: &[E],
+    f: usize,
+    post: Option<(&[E], Activation)>,
+    skip: Option<&[E]>,
+    y: &mut [std::mem::MaybeUninit<E>],
+    scratch: &mut Vec<E>,
+    threads: usize,
+) -> bool {
     let c = g.c;
     let pixels = g.pixels() * f;
     if u.len() != kind.positions() * c * f || y.len() < pixels || x.len() < g.image() {
@@ -234,8 +255,9 @@ pub(super) fn forward_image<E: Elem>(
     };
     let relu = act == Activation::Relu;
     if kind == Tile::F4 {
-        return winograd4::transform_output(m, &t.layout(g), f, bias, skip, relu, y);
+        return winograd4::transform_output(m, &t.layout(g), f, bias, skip, relu, &mut y[..pixels]);
     }
+    let y = super::buffer::zeroed(&mut y[..pixels]);
     // F(2×2, 3×3) adds the skip in a pass of its own, after the bias, before the activation.
     if let Some(s) = skip {
         forward_output_f2(m, g, &t, f, bias, Activation::Linear, y);
@@ -561,7 +583,12 @@ mod tests {
     }
 
     /// The largest difference relative to the largest magnitude of `b`.
+    /// The largest relative difference; NaN where `a` holds a NaN (`f64::max` would
+    /// drop it, and a NaN is an element left unwritten).
     fn worst<E: Elem>(a: &[E], b: &[E]) -> f64 {
+        if a.iter().any(|x| x.is_nan()) {
+            return f64::NAN;
+        }
         let scale = b.iter().map(|v| f64_of(v.abs())).fold(1e-30, f64::max);
         a.iter().zip(b).map(|(x, y)| f64_of((*x - *y).abs()) / scale).fold(0.0, f64::max)
     }
@@ -588,7 +615,9 @@ mod tests {
             let mut want = vec![E::zero(); g.pixels() * f];
             let mut scratch = Vec::new();
             assert!(conv_image(&x, &g, &Method::Gemm, &wt, f, None, &mut want, &mut scratch, 1));
-            let mut got = vec![E::zero(); g.pixels() * f];
+            // NaN first: the output may start uninitialized, so every element must be
+            // written (a NaN left over fails the comparison).
+            let mut got = vec![E::nan(); g.pixels() * f];
             let u = kind.transform_filter(&wt, c, f);
             assert!(forward_image(kind, &x, &g, &u, f, None, None, &mut got, &mut scratch, 1));
             let e = worst(&got, &want);
@@ -761,7 +790,7 @@ mod tests {
             let g = geometry(1, h, h, c, true);
             let x = data::<f32>(g.image(), 1);
             let u = Tile::F4.transform_filter(&data::<f32>(9 * c * f, 2), c, f);
-            let mut y = vec![0f32; g.pixels() * f];
+            let mut y = vec![std::mem::MaybeUninit::<f32>::uninit(); g.pixels() * f];
             let mut scratch = Vec::new();
             let t = Tiles::of(&g, Tile::F4);
             let input = time(Box::new(|| {

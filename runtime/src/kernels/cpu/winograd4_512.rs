@@ -28,7 +28,7 @@ pub(super) fn transform_input(x: &[f32], l: &Layout, c: usize, v: &mut [f32]) ->
 }
 
 /// `y` = `Aᵀ m A` of every tile, plus `bias` and `skip`, then ReLU if `relu`, as
-/// `winograd4::transform_output`.
+/// `winograd4::transform_output`: every pixel of the `oh x ow` plane stored, none read.
 pub(super) fn transform_output(
     m: &[f32],
     l: &Layout,
@@ -36,7 +36,7 @@ pub(super) fn transform_output(
     bias: Option<&[f32]>,
     skip: Option<&[f32]>,
     relu: bool,
-    y: &mut [f32],
+    y: &mut [std::mem::MaybeUninit<f32>],
 ) -> bool {
     let image = l.oh * l.ow * f;
     if !applies(f)
@@ -171,12 +171,12 @@ mod avx512 {
         bias: Option<&[f32]>,
         skip: Option<&[f32]>,
         relu: bool,
-        y: &mut [f32],
+        y: &mut [std::mem::MaybeUninit<f32>],
     ) {
         let count = l.count();
         // SAFETY (whole function): the caller's checks.
         unsafe {
-            let (src, dst) = (m.as_ptr(), y.as_mut_ptr());
+            let (src, dst) = (m.as_ptr(), y.as_mut_ptr().cast::<f32>());
             for t in 0..count {
                 let (oy, ox) = (OUT * (t / l.tw), OUT * (t % l.tw));
                 for f0 in (0..f).step_by(16) {
