@@ -129,6 +129,17 @@ pub(super) fn optional_f32<E: Elem>(v: Option<&[E]>) -> Option<Option<&[f32]>> {
     v.map_or(Some(None), |b| as_f32(b).map(Some))
 }
 
+/// Initialized elements as slots a kernel that writes every element may take (one that also
+/// accepts a buffer left uninitialized).
+///
+/// # Safety
+/// Only initialized values may be written through the result: the caller's slice stays
+/// readable as `T` afterwards.
+pub(super) unsafe fn as_uninit<T>(s: &mut [T]) -> &mut [MaybeUninit<T>] {
+    // SAFETY: `MaybeUninit<T>` has `T`'s layout; the caller keeps every element initialized.
+    unsafe { &mut *(s as *mut [T] as *mut [MaybeUninit<T>]) }
+}
+
 /// `s` as f32 slots, when `E` is f32 (an output the SIMD kernels write in full).
 pub(super) fn as_f32_uninit<E: Elem>(s: &mut [MaybeUninit<E>]) -> Option<&mut [MaybeUninit<f32>]> {
     if std::any::TypeId::of::<E>() != std::any::TypeId::of::<f32>() {

@@ -235,6 +235,7 @@ fn in_registers<E: Elem>(
 
 #[cfg(test)]
 mod probe {
+    use super::super::buffer::as_uninit;
     use super::*;
     use engine_graph::ops::{Padding, Window};
 
@@ -269,13 +270,8 @@ mod probe {
             if let Method::Direct(index) = &method {
                 for _ in 0..64 {
                     let w = &w[..];
-                    // SAFETY: initialized elements as slots, written with initialized values.
-                    let (o, a) = unsafe {
-                        (
-                            &mut *(out.as_mut_slice() as *mut [f32] as *mut [MaybeUninit<f32>]),
-                            &mut *(arg.as_mut_slice() as *mut [i64] as *mut [MaybeUninit<i64>]),
-                        )
-                    };
+                    // SAFETY: the kernel writes only initialized values.
+                    let (o, a) = unsafe { (as_uninit(&mut out), as_uninit(&mut arg)) };
                     pooled_in_registers(&x, &g, index, w, &bias, Activation::Relu, &pl, o, a, &mut cols);
                 }
             }

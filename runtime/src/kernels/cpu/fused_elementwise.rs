@@ -5,7 +5,7 @@
 
 use super::{
     Outcome,
-    buffer::{Elem, into_vec, is_whole_and_unique, tensor, view},
+    buffer::{Elem, as_uninit, into_vec, is_whole_and_unique, tensor, view},
     simd::multiversion,
 };
 use crate::{
@@ -82,7 +82,7 @@ pub(super) fn fused<E: Elem>(f: &FusedElementwise, inputs: Vec<Value>, ctx: &Ker
     let out: &mut [MaybeUninit<E>] = if reads_out {
         // SAFETY: the same memory, initialized; `region` writes only initialized values
         // through it, so `buf` stays initialized.
-        unsafe { &mut *(buf.as_mut_slice() as *mut [E] as *mut [MaybeUninit<E>]) }
+        unsafe { as_uninit(&mut buf) }
     } else {
         &mut buf.spare_capacity_mut()[..n]
     };
@@ -338,7 +338,7 @@ mod tests {
                 Src::Single(0.1),
             ];
             // SAFETY: initialized floats, written back as initialized floats.
-            let out = unsafe { &mut *(grad.as_mut_slice() as *mut [f32] as *mut [MaybeUninit<f32>]) };
+            let out = unsafe { as_uninit(grad) };
             region(&program, &srcs, 0, out);
         }
         let fused = t.elapsed().as_secs_f64() / reps as f64;

@@ -330,8 +330,8 @@ mod tests {
 
     /// Initialized elements as slots the kernel writes.
     fn uninit<T>(s: &mut [T]) -> &mut [MaybeUninit<T>] {
-        // SAFETY: the same layout; only initialized values are written through it.
-        unsafe { &mut *(s as *mut [T] as *mut [MaybeUninit<T>]) }
+        // SAFETY: the kernels under test write only initialized values.
+        unsafe { super::super::buffer::as_uninit(s) }
     }
 
     #[test]

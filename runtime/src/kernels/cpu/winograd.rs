@@ -216,8 +216,8 @@ pub(super) fn forward_image<E: Elem>(
     scratch: &mut Vec<E>,
     threads: usize,
 ) -> bool {
-    // SAFETY: the same layout; only initialized values are written through it.
-    let y = unsafe { &mut *(y as *mut [E] as *mut [std::mem::MaybeUninit<E>]) };
+    // SAFETY: `forward_image_uninit` writes only initialized values.
+    let y = unsafe { super::buffer::as_uninit(y) };
     forward_image_uninit(kind, x, g, u, f, post, skip, y, scratch, threads)
 }
 
@@ -582,9 +582,8 @@ mod tests {
         num_traits::ToPrimitive::to_f64(&v).unwrap_or(f64::NAN)
     }
 
-    /// The largest difference relative to the largest magnitude of `b`.
-    /// The largest relative difference; NaN where `a` holds a NaN (`f64::max` would
-    /// drop it, and a NaN is an element left unwritten).
+    /// The largest difference relative to the largest magnitude of `b`; NaN where `a`
+    /// holds a NaN (`f64::max` would drop it, and a NaN is an element left unwritten).
     fn worst<E: Elem>(a: &[E], b: &[E]) -> f64 {
         if a.iter().any(|x| x.is_nan()) {
             return f64::NAN;
