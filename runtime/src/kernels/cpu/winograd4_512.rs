@@ -92,50 +92,94 @@ mod avx512 {
             for t in 0..count {
                 let (y0, x0) = (OUT * (t / l.tw), OUT * (t % l.tw));
                 // Lane masks: all sixteen where the pixel lies inside the image, none outside.
-                // A masked-off load touches no memory, so the tile needs no padded copy and
-                // no branch per pixel, and `d` stays in registers.
+                // A masked-off load touches no memory, so an edge tile needs no padded copy
+                // and no branch per pixel, and `d` stays in registers.
                 let rows: [__mmask16; IN] = std::array::from_fn(|i| if inside(y0 + i, l.top, l.h) { !0 } else { 0 });
                 let cols: [__mmask16; IN] = std::array::from_fn(|j| if inside(x0 + j, l.left, l.w) { !0 } else { 0 });
+                let interior = rows.iter().chain(&cols).all(|&m| m == !0);
                 let corner = ((y0 as isize - l.top as isize) * w + x0 as isize - l.left as isize) * c_;
                 for c0 in (0..c).step_by(16) {
-                    let mut d = [[_mm512_setzero_ps(); IN]; IN];
-                    for i in 0..IN {
-                        for j in 0..IN {
-                            let at = src.wrapping_offset(corner + (i as isize * w + j as isize) * c_ + c0 as isize);
-                            d[i][j] = _mm512_maskz_loadu_ps(rows[i] & cols[j], at);
-                        }
+                    let at = src.wrapping_offset(corner + c0 as isize);
+                    let out = dst.add(t * c + c0);
+                    // Most tiles of an image lie inside it: their loads need no mask.
+                    if interior {
+                        tile::<false>(at, w * c_, c_, &rows, &cols, out, stride);
+                    } else {
+                        tile::<true>(at, w * c_, c_, &rows, &cols, out, stride);
                     }
-                    // Columns first, then rows.
-                    let mut tmp = [[_mm512_setzero_ps(); IN]; IN];
-                    for j in 0..IN {
-                        let col = input_1d(std::array::from_fn(|i| d[i][j]));
-                        for i in 0..IN {
-                            tmp[i][j] = col[i];
-                        }
-                    }
-                    let mut rows = [[_mm512_setzero_ps(); IN]; IN];
-                    for i in 0..IN {
-                        rows[i] = input_1d(tmp[i]);
-                    }
-                    store_positions(dst.add(t * c + c0), stride, &rows);
                 }
             }
         }
     }
 
-    /// A transformed tile's 36 positions, row-major, `stride` floats apart from `out` on,
-    /// through one stepping pointer: 36 precomputed addresses spilled to the stack and were
-    /// reloaded for every store.
+    /// `Bᵀ d B` of the 6×6 tile at `at` (rows `row` floats apart, pixels `px`), its 36
+    /// positions stored `stride` floats apart from `out` on.
+    ///
+    /// In two halves of three rows of `Bᵀ d` each: the first needs `d`'s rows 0 to 4, the
+    /// second rows 1 to 5. Each half has 18 values live, plus a column of `d`, so nothing
+    /// spills; the whole tile at once had 36 live values and more registers' worth of
+    /// spills than loads. The rows a half shares with the other are loaded again, from L1.
     ///
     /// # Safety
-    /// The 36 stores from `out` must lie inside one writable buffer.
+    /// Every pixel whose row and column masks are set (all of them without `MASKED`) must
+    /// be readable, and the 36 stores must lie inside one writable buffer.
     #[target_feature(enable = "avx512f")]
     #[inline]
-    unsafe fn store_positions(mut out: *mut f32, stride: usize, rows: &[[__m512; IN]; IN]) {
-        for row in rows {
-            for &v in row {
-                // SAFETY: the caller's.
-                unsafe {
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn tile<const MASKED: bool>(
+        at: *const f32,
+        row: isize,
+        px: isize,
+        rows: &[__mmask16; IN],
+        cols: &[__mmask16; IN],
+        out: *mut f32,
+        stride: usize,
+    ) {
+        let (two, four, five) = (_mm512_set1_ps(2.0), _mm512_set1_ps(4.0), _mm512_set1_ps(5.0));
+        // SAFETY: the caller's; a masked-off load touches no memory.
+        let load = |i: usize, j: usize| unsafe {
+            let p = at.wrapping_offset(i as isize * row + j as isize * px);
+            if MASKED { _mm512_maskz_loadu_ps(rows[i] & cols[j], p) } else { _mm512_loadu_ps(p) }
+        };
+        let zero = _mm512_setzero_ps();
+        // `Bᵀ d`'s rows 0 to 2: `4 d0 - 5 d2 + d4` and `(d4 - 4 d2) ± (d3 - 4 d1)`.
+        let mut half = [[zero; IN]; 3];
+        for j in 0..IN {
+            let d: [__m512; 5] = std::array::from_fn(|i| load(i, j));
+            let t0 = _mm512_fnmadd_ps(four, d[2], d[4]);
+            let t1 = _mm512_fnmadd_ps(four, d[1], d[3]);
+            half[0][j] = _mm512_fmadd_ps(four, d[0], _mm512_fnmadd_ps(five, d[2], d[4]));
+            half[1][j] = _mm512_add_ps(t0, t1);
+            half[2][j] = _mm512_sub_ps(t0, t1);
+        }
+        // SAFETY: the caller's.
+        unsafe { store_rows(out, stride, 0, &half) };
+        // Rows 3 to 5: `(d4 - d2) ± 2 (d3 - d1)` and `4 d1 - 5 d3 + d5`.
+        for j in 0..IN {
+            let d: [__m512; 5] = std::array::from_fn(|i| load(i + 1, j));
+            let t2 = _mm512_sub_ps(d[3], d[1]);
+            let t3 = _mm512_sub_ps(d[2], d[0]);
+            half[0][j] = _mm512_fmadd_ps(two, t3, t2);
+            half[1][j] = _mm512_fnmadd_ps(two, t3, t2);
+            half[2][j] = _mm512_fmadd_ps(four, d[0], _mm512_fnmadd_ps(five, d[2], d[4]));
+        }
+        // SAFETY: the caller's.
+        unsafe { store_rows(out, stride, 3, &half) };
+    }
+
+    /// Rows `first..first + 3` of a transformed tile: `rows[r] B`, position `(first + r,
+    /// k)` stored `stride` floats apart from `out` on, in position order.
+    ///
+    /// # Safety
+    /// The stores must lie inside one writable buffer.
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    unsafe fn store_rows(out: *mut f32, stride: usize, first: usize, rows: &[[__m512; IN]; 3]) {
+        // SAFETY: the caller's.
+        unsafe {
+            let mut out = out.add(first * IN * stride);
+            for r in rows {
+                for v in input_1d(*r) {
                     _mm512_storeu_ps(out, v);
                     out = out.add(stride);
                 }
@@ -180,17 +224,13 @@ mod avx512 {
             for t in 0..count {
                 let (oy, ox) = (OUT * (t / l.tw), OUT * (t % l.tw));
                 for f0 in (0..f).step_by(16) {
-                    // The 36 positions through one stepping pointer (see `transform_input`).
-                    let mut tile = [_mm512_setzero_ps(); IN * IN];
-                    let mut from = src.add(t * f + f0);
-                    for v in tile.iter_mut() {
-                        *v = _mm512_loadu_ps(from);
-                        from = from.add(count * f);
-                    }
-                    // `Aᵀ` down each column, then across each of the four rows.
+                    // `Aᵀ` down each column as it is loaded, then across each of the four
+                    // rows: 24 values live, where loading the 36 positions first spilled.
+                    let from = src.add(t * f + f0);
                     let mut rows = [[_mm512_setzero_ps(); IN]; OUT];
                     for j in 0..IN {
-                        let col = output_1d(std::array::from_fn(|i| tile[i * IN + j]));
+                        let col =
+                            output_1d(std::array::from_fn(|i| _mm512_loadu_ps(from.add((i * IN + j) * count * f))));
                         for r in 0..OUT {
                             rows[r][j] = col[r];
                         }
@@ -278,11 +318,14 @@ mod avx512 {
                             cols[i][s] = col[i];
                         }
                     }
-                    let mut rows = [[_mm512_setzero_ps(); IN]; IN];
+                    // Each row stored as it is transformed: 24 values live instead of 36.
+                    let mut out = dst.add(t * f + f0);
                     for i in 0..IN {
-                        rows[i] = grad_1d(cols[i]);
+                        for v in grad_1d(cols[i]) {
+                            _mm512_storeu_ps(out, v);
+                            out = out.add(count * f);
+                        }
                     }
-                    store_positions(dst.add(t * f + f0), count * f, &rows);
                 }
                 if let Some(b) = bias {
                     _mm512_storeu_ps(b.add(f0), _mm512_add_ps(_mm512_loadu_ps(b.add(f0)), sum));
