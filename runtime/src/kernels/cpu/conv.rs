@@ -8,7 +8,7 @@ use super::{
     buffer::{Elem, chunks, min_len, tensor, view, zeroed},
     gemm::{Mat, gemm},
     patches::PatchIndex,
-    simd::multiversion,
+    simd::{multiversion, prefetch_next_image},
 };
 use crate::{Result, Value, kernels::KernelCtx, value::T};
 use engine_graph::ops::{Activation, Conv2d, Conv2dBackpropFilter, Conv2dBackpropInput, FusedConv2d, Padding, Window};
@@ -192,10 +192,14 @@ fn convolve<E: Elem>(
         .zip(xs.par_chunks(g.image()))
         .enumerate()
         .with_min_len(min_len())
-        .map_init(Vec::new, |cols, (i, (y, x))| match skip {
-            None => conv_image_uninit(x, &g, &method, &ws, f, post, y, cols, threads),
-            Some(s) => {
-                conv_image_plus(x, &g, &method, &ws, f, post, &s[i * p * f..][..p * f], zeroed(y), cols, threads)
+        .map_init(Vec::new, |cols, (i, (y, x))| {
+            prefetch_next_image(&xs, i, g.image());
+            match skip {
+                None => conv_image_uninit(x, &g, &method, &ws, f, post, y, cols, threads),
+                Some(s) => {
+                    prefetch_next_image(s, i, p * f);
+                    conv_image_plus(x, &g, &method, &ws, f, post, &s[i * p * f..][..p * f], zeroed(y), cols, threads)
+                }
             }
         })
         .all(|ok| ok);
@@ -407,6 +411,8 @@ pub(super) fn backprop_filter<E: Elem>(
             let mut bias = vec![E::zero(); if c.with_bias { f } else { 0 }];
             let mut cols = Vec::new();
             for i in t * per_task..((t + 1) * per_task).min(n) {
+                prefetch_next_image(&xs, i, g.image());
+                prefetch_next_image(&gys, i, p * f);
                 let dy = &gys[i * p * f..][..p * f];
                 if !filter_grad_image(
                     &xs[i * g.image()..][..g.image()],
@@ -539,8 +545,10 @@ fn input_grad_as_convolution<E: Elem>(
     dx.par_chunks_mut(g.image())
         .zip(dy.par_chunks(gradient.image()))
         .with_min_len(min_len())
-        .map_init(Vec::new, |scratch, (dx, dy)| {
-            conv_image_uninit(dy, &gradient, &method, &rotated, c, None, dx, scratch, threads)
+        .enumerate()
+        .map_init(Vec::new, |scratch, (i, (dx, dy_image))| {
+            prefetch_next_image(dy, i, gradient.image());
+            conv_image_uninit(dy_image, &gradient, &method, &rotated, c, None, dx, scratch, threads)
         })
         .all(|ok| ok)
 }

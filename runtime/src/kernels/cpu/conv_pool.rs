@@ -13,6 +13,7 @@ use super::{
     patches::PatchIndex,
     pool::{Plane, pool_image, unpool_plane},
     pooled_conv::{conv_max_pool_f32, forward_applies},
+    simd::prefetch_next_image,
 };
 use crate::{
     Result, Value,
@@ -66,6 +67,10 @@ pub(super) fn forward<E: Elem>(op: &FusedConv2dMaxPool, inputs: Vec<Value>, ctx:
         .map_init(
             || (Vec::new(), Vec::new(), vec![0i32; f]),
             |(y, cols, pos), (i, ((out, arg), x))| {
+                prefetch_next_image(&xs, i, g.image());
+                if let Some(s) = &skip {
+                    prefetch_next_image(s, i, image);
+                }
                 if let (Method::Direct(index), None) = (&method, &skip)
                     && pooled_in_registers(x, &g, index, &ws, &bias, op.activation, &pl, out, arg, cols)
                 {

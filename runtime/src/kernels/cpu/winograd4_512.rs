@@ -96,17 +96,10 @@ mod avx512 {
                 // and no branch per pixel, and `d` stays in registers.
                 let rows: [__mmask16; IN] = std::array::from_fn(|i| if inside(y0 + i, l.top, l.h) { !0 } else { 0 });
                 let cols: [__mmask16; IN] = std::array::from_fn(|j| if inside(x0 + j, l.left, l.w) { !0 } else { 0 });
-                let interior = rows.iter().chain(&cols).all(|&m| m == !0);
                 let corner = ((y0 as isize - l.top as isize) * w + x0 as isize - l.left as isize) * c_;
                 for c0 in (0..c).step_by(16) {
                     let at = src.wrapping_offset(corner + c0 as isize);
-                    let out = dst.add(t * c + c0);
-                    // Most tiles of an image lie inside it: their loads need no mask.
-                    if interior {
-                        tile::<false>(at, w * c_, c_, &rows, &cols, out, stride);
-                    } else {
-                        tile::<true>(at, w * c_, c_, &rows, &cols, out, stride);
-                    }
+                    tile(at, w * c_, c_, &rows, &cols, dst.add(t * c + c0), stride);
                 }
             }
         }
@@ -119,14 +112,15 @@ mod avx512 {
     /// second rows 1 to 5. Each half has 18 values live, plus a column of `d`, so nothing
     /// spills; the whole tile at once had 36 live values and more registers' worth of
     /// spills than loads. The rows a half shares with the other are loaded again, from L1.
+    /// (Unmasked loads for the tiles inside the image were no faster.)
     ///
     /// # Safety
-    /// Every pixel whose row and column masks are set (all of them without `MASKED`) must
-    /// be readable, and the 36 stores must lie inside one writable buffer.
+    /// Every pixel whose row and column masks are set must be readable, and the 36 stores
+    /// must lie inside one writable buffer.
     #[target_feature(enable = "avx512f")]
     #[inline]
     #[allow(clippy::too_many_arguments)]
-    unsafe fn tile<const MASKED: bool>(
+    unsafe fn tile(
         at: *const f32,
         row: isize,
         px: isize,
@@ -139,7 +133,7 @@ mod avx512 {
         // SAFETY: the caller's; a masked-off load touches no memory.
         let load = |i: usize, j: usize| unsafe {
             let p = at.wrapping_offset(i as isize * row + j as isize * px);
-            if MASKED { _mm512_maskz_loadu_ps(rows[i] & cols[j], p) } else { _mm512_loadu_ps(p) }
+            _mm512_maskz_loadu_ps(rows[i] & cols[j], p)
         };
         let zero = _mm512_setzero_ps();
         // `Bᵀ d`'s rows 0 to 2: `4 d0 - 5 d2 + d4` and `(d4 - 4 d2) ± (d3 - 4 d1)`.
