@@ -8,7 +8,7 @@ use super::{
     buffer::{Elem, chunks, min_len, tensor, view, zeroed},
     gemm::{Mat, gemm},
     patches::PatchIndex,
-    simd::{multiversion, prefetch_next_image},
+    simd::{OutputLines, multiversion, prefetch_next_image},
 };
 use crate::{Result, Value, kernels::KernelCtx, value::T};
 use engine_graph::ops::{Activation, Conv2d, Conv2dBackpropFilter, Conv2dBackpropInput, FusedConv2d, Padding, Window};
@@ -187,6 +187,7 @@ fn convolve<E: Elem>(
     let threads = inner_threads(&g);
     let method = Method::of(&g, f);
     let ws = method.filter(&ws, ch, f);
+    let lines = OutputLines::of(&out.spare_capacity_mut()[..n * p * f]);
     let ok = out.spare_capacity_mut()[..n * p * f]
         .par_chunks_mut(p * f)
         .zip(xs.par_chunks(g.image()))
@@ -194,6 +195,7 @@ fn convolve<E: Elem>(
         .with_min_len(min_len())
         .map_init(Vec::new, |cols, (i, (y, x))| {
             prefetch_next_image(&xs, i, g.image());
+            lines.prefetch_next::<E>(i, p * f);
             match skip {
                 None => conv_image_uninit(x, &g, &method, &ws, f, post, y, cols, threads),
                 Some(s) => {
@@ -542,12 +544,14 @@ fn input_grad_as_convolution<E: Elem>(
     let threads = inner_threads(&gradient);
     let method = Method::of(&gradient, c);
     let rotated = method.filter(&rotated, f, c);
+    let lines = OutputLines::of(dx);
     dx.par_chunks_mut(g.image())
         .zip(dy.par_chunks(gradient.image()))
         .with_min_len(min_len())
         .enumerate()
         .map_init(Vec::new, |scratch, (i, (dx, dy_image))| {
             prefetch_next_image(dy, i, gradient.image());
+            lines.prefetch_next::<E>(i, g.image());
             conv_image_uninit(dy_image, &gradient, &method, &rotated, c, None, dx, scratch, threads)
         })
         .all(|ok| ok)

@@ -4,7 +4,7 @@
 
 use super::{
     buffer::{Elem, as_f32, as_f32_mut, int_tensor, ints, min_len, tensor, view, zeroed},
-    simd::multiversion,
+    simd::{OutputLines, multiversion},
     unpool512::{Relu, unpool_f32},
 };
 use crate::{
@@ -240,13 +240,18 @@ pub(super) fn max_backward_with_argmax<E: Elem>(
     // Zeroed per image in cache, as in `max_backward`.
     let total = n * pl.image();
     let mut out: Vec<E> = Vec::with_capacity(total);
+    let lines = OutputLines::of(&out.spare_capacity_mut()[..total]);
     out.spare_capacity_mut()[..total]
         .par_chunks_mut(pl.image())
         .zip(idx.par_chunks(pl.pooled()))
         .zip(gys.par_chunks(pl.pooled()))
         .zip(ps.par_chunks(pl.pooled()))
+        .enumerate()
         .with_min_len(min_len())
-        .for_each(|(((dx, a), dy), p)| unpool_plane(zeroed(dx), a, dy, &pl, m.relu_mask.then_some(p)));
+        .for_each(|(i, (((dx, a), dy), p))| {
+            lines.prefetch_next::<E>(i, pl.image());
+            unpool_plane(zeroed(dx), a, dy, &pl, m.relu_mask.then_some(p))
+        });
     // SAFETY: every image's part was zeroed (the chunks cover `0..total`, and the scatter
     // only adds to them).
     unsafe { out.set_len(total) };

@@ -82,3 +82,37 @@ pub(crate) fn prefetch_next_image<E>(batch: &[E], i: usize, len: usize) {
         prefetch_l2(next);
     }
 }
+
+/// A batch's output buffer, to bring the next image's part of it into L2 as each image
+/// starts: a line of a buffer last written a step ago is read from memory before a store
+/// can own it, and one image's stores waited on those reads one after another. Held as an
+/// address, since the buffer itself is split among the tasks that write it.
+#[derive(Clone, Copy)]
+pub(crate) struct OutputLines {
+    base: usize,
+    bytes: usize,
+}
+
+impl OutputLines {
+    pub(crate) fn of<T>(buffer: &[T]) -> Self {
+        OutputLines { base: buffer.as_ptr() as usize, bytes: std::mem::size_of_val(buffer) }
+    }
+
+    /// Image `i + 1` of images of `len` elements of `T` (nothing past the buffer's end).
+    pub(crate) fn prefetch_next<T>(&self, i: usize, len: usize) {
+        let image = len * std::mem::size_of::<T>();
+        let (start, end) = ((i + 1) * image, (i + 2) * image);
+        if end > self.bytes {
+            return;
+        }
+        #[cfg(target_arch = "x86_64")]
+        {
+            use std::arch::x86_64::{_MM_HINT_T1, _mm_prefetch};
+            for offset in (start..end).step_by(64) {
+                // SAFETY: a prefetch is a hint that never faults; the address lies inside
+                // the buffer, which outlives the tasks that write it.
+                unsafe { _mm_prefetch::<_MM_HINT_T1>((self.base + offset) as *const i8) };
+            }
+        }
+    }
+}
