@@ -547,8 +547,8 @@ fn input_grad_as_convolution<E: Elem>(
     let lines = OutputLines::of(dx);
     dx.par_chunks_mut(g.image())
         .zip(dy.par_chunks(gradient.image()))
-        .with_min_len(min_len())
         .enumerate()
+        .with_min_len(min_len())
         .map_init(Vec::new, |scratch, (i, (dx, dy_image))| {
             prefetch_next_image(dy, i, gradient.image());
             lines.prefetch_next::<E>(i, g.image());

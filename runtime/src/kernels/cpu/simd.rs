@@ -56,20 +56,18 @@ pub(crate) fn has_avx512() -> bool {
     *HAS.get_or_init(|| std::is_x86_feature_detected!("avx512f"))
 }
 
-/// Hints the CPU to bring every cache line of `data` into L2, without waiting for it.
-pub(crate) fn prefetch_l2<E>(data: &[E]) {
+/// One `prefetcht1` per 64-byte line of the `bytes` bytes from `start`: the lines come into
+/// L2 while the caller works on something else. A prefetch is a hint that never faults,
+/// so the addresses need not be readable (or initialized).
+fn prefetch_lines(start: *const u8, bytes: usize) {
     #[cfg(target_arch = "x86_64")]
-    {
+    for offset in (0..bytes).step_by(64) {
         use std::arch::x86_64::{_MM_HINT_T1, _mm_prefetch};
-        let start = data.as_ptr().cast::<i8>();
-        for offset in (0..std::mem::size_of_val(data)).step_by(64) {
-            // SAFETY: a prefetch is a hint that never faults, and the address lies inside
-            // `data`.
-            unsafe { _mm_prefetch::<_MM_HINT_T1>(start.add(offset)) };
-        }
+        // SAFETY: a prefetch never faults and reads nothing the program can see.
+        unsafe { _mm_prefetch::<_MM_HINT_T1>(start.wrapping_add(offset).cast()) };
     }
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = data;
+    let _ = (start, bytes);
 }
 
 /// Brings image `i + 1` of a batch of `len`-element images into L2 (nothing past the
@@ -79,7 +77,7 @@ pub(crate) fn prefetch_l2<E>(data: &[E]) {
 /// ran at a fraction of a long stream's rate.
 pub(crate) fn prefetch_next_image<E>(batch: &[E], i: usize, len: usize) {
     if let Some(next) = batch.get((i + 1) * len..(i + 2) * len) {
-        prefetch_l2(next);
+        prefetch_lines(next.as_ptr().cast(), std::mem::size_of_val(next));
     }
 }
 
@@ -101,18 +99,8 @@ impl OutputLines {
     /// Image `i + 1` of images of `len` elements of `T` (nothing past the buffer's end).
     pub(crate) fn prefetch_next<T>(&self, i: usize, len: usize) {
         let image = len * std::mem::size_of::<T>();
-        let (start, end) = ((i + 1) * image, (i + 2) * image);
-        if end > self.bytes {
-            return;
-        }
-        #[cfg(target_arch = "x86_64")]
-        {
-            use std::arch::x86_64::{_MM_HINT_T1, _mm_prefetch};
-            for offset in (start..end).step_by(64) {
-                // SAFETY: a prefetch is a hint that never faults; the address lies inside
-                // the buffer, which outlives the tasks that write it.
-                unsafe { _mm_prefetch::<_MM_HINT_T1>((self.base + offset) as *const i8) };
-            }
+        if (i + 2) * image <= self.bytes {
+            prefetch_lines((self.base + (i + 1) * image) as *const u8, image);
         }
     }
 }
