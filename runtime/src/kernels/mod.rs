@@ -52,9 +52,13 @@ impl KernelCtx<'_> {
     }
 
     /// The concrete shape of output `i`.
+    /// The shape output `i` must have. A scalar is `[1]` on cubecl devices, as the inputs
+    /// are (see [`run`]): a kernel that allocates its output in this shape (a comparison's
+    /// mask, an expansion) would otherwise ask cubecl for a rank-0 buffer, which panics.
     pub fn out_shape(&self, i: usize) -> Result<Vec<usize>> {
-        resolve(&self.node.outputs[i].shape, self.batch)
-            .ok_or_else(|| self.err("the output shape depends on the batch size, but nothing fed one"))
+        let dims = resolve(&self.node.outputs[i].shape, self.batch)
+            .ok_or_else(|| self.err("the output shape depends on the batch size, but nothing fed one"))?;
+        Ok(if dims.is_empty() && !matches!(self.device, DispatchDevice::Flex(_)) { vec![1] } else { dims })
     }
 
     pub fn float(&self, v: Value) -> Result<T> {
