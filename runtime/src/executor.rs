@@ -365,6 +365,7 @@ impl Executor {
         let g = &self.plan.graph;
         let batch = self.bind_batch(feeds)?;
         self.check_labels(feeds)?;
+        self.check_buffer_sizes(batch)?;
         if let Some(missing) = fetches.iter().find(|o| !self.slot_of.contains_key(o)) {
             return Err(RuntimeError::Graph(engine_graph::GraphError::UnknownNode(format!("fetch {missing}"))));
         }
@@ -570,6 +571,48 @@ impl Executor {
             bytes,
         });
         self.store(index, outputs, slots, batch)
+    }
+
+    /// A tensor larger than the device's largest buffer fails inside cubecl with a bare IO
+    /// error, once the step is under way; this names the first such node, its size and the
+    /// limit before anything runs. Booleans are left out: no device stores them wider than
+    /// a float of the same shape. Integers count 4 bytes, as cubecl devices store them.
+    fn check_buffer_sizes(&self, batch: Option<usize>) -> Result<()> {
+        let Some(max) = self.device.max_buffer_bytes() else { return Ok(()) };
+        let float_bytes = match self.precision {
+            Precision::F32 => 4,
+            Precision::F64 => 8,
+        };
+        for step in &self.steps {
+            let node = self.plan.graph.node(step.node);
+            for fact in &node.outputs {
+                let width = match fact.dtype {
+                    engine_graph::DType::Bool => continue,
+                    d if d.is_float() => float_bytes,
+                    _ => 4,
+                };
+                let Some(dims) = resolve(&fact.shape, batch) else { continue };
+                let bytes = dims.iter().product::<usize>() as u64 * width;
+                if bytes > max {
+                    let mb = |b: u64| b as f64 / 1e6;
+                    let device = match self.device.hardware() {
+                        Some(hw) => format!("{} ({hw})", self.device),
+                        None => self.device.to_string(),
+                    };
+                    return Err(RuntimeError::Kernel {
+                        node: node.name.clone(),
+                        op: node.op.name(),
+                        reason: format!(
+                            "its output {dims:?} takes {:.1} MB, more than {device} holds in one buffer \
+                             ({:.1} MB): lower the batch size of the input this step reads (`train_input` or `eval_input`)",
+                            mb(bytes),
+                            mb(max)
+                        ),
+                    });
+                }
+            }
+        }
+        Ok(())
     }
 
     /// The batch size the feeds imply; every batch-sized dimension must agree.

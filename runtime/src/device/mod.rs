@@ -23,11 +23,21 @@ pub struct Device {
     inner: DispatchDevice,
     /// What the backend calls the hardware (the adapter's name), for logs and plans.
     name: Option<String>,
+    /// The largest buffer the device allocates, where it has a limit below its memory
+    /// (wgpu's storage-buffer binding size): a tensor past it fails inside cubecl with an
+    /// IO error, so the executor names the node and the limit before the step instead.
+    max_buffer: Option<u64>,
 }
 
 impl Device {
     pub fn cpu() -> Self {
-        Device { kind: DeviceKind::Cpu, index: 0, inner: DispatchDevice::Flex(FlexDevice), name: None }
+        Device {
+            kind: DeviceKind::Cpu,
+            index: 0,
+            inner: DispatchDevice::Flex(FlexDevice),
+            name: None,
+            max_buffer: None,
+        }
     }
 
     /// Parses `cpu`, `cpu:N`, `wgpu[:N]`, `cuda[:N]`. CPU indices name logical devices
@@ -56,6 +66,19 @@ impl Device {
     pub fn hardware(&self) -> Option<&str> {
         self.name.as_deref()
     }
+
+    /// The largest tensor, in bytes, that the device holds in one buffer, where it has
+    /// such a limit.
+    pub fn max_buffer_bytes(&self) -> Option<u64> {
+        self.max_buffer
+    }
+}
+
+/// What a cubecl device allocates at most in one go (its page size), read from the
+/// runtime the device was opened on.
+#[cfg(feature = "wgpu")]
+fn max_buffer(dev: &burn::backend::CubeDevice) -> u64 {
+    dev.client().properties().memory.max_page_size
 }
 
 #[cfg(feature = "wgpu")]
@@ -64,7 +87,8 @@ mod wgpu;
 #[cfg(feature = "wgpu")]
 fn wgpu_device(index: usize) -> std::result::Result<Device, String> {
     let (dev, name) = wgpu::open(index)?;
-    Ok(Device { kind: DeviceKind::Wgpu, index, inner: DispatchDevice::Cube(dev), name: Some(name) })
+    let max_buffer = Some(max_buffer(&dev));
+    Ok(Device { kind: DeviceKind::Wgpu, index, inner: DispatchDevice::Cube(dev), name: Some(name), max_buffer })
 }
 
 #[cfg(not(feature = "wgpu"))]
