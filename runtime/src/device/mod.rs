@@ -51,9 +51,7 @@ impl Device {
         match name {
             "cpu" => Ok(Device { index, ..Device::cpu() }),
             "wgpu" => wgpu_device(index).map_err(|reason| err(&reason)),
-            "cuda" => {
-                cuda_device(index).ok_or_else(|| err("this build has no cuda backend (rebuild with `--features cuda`)"))
-            }
+            "cuda" => cuda_device(index).map_err(|reason| err(&reason)),
             _ => Err(err("unknown device kind; valid kinds: cpu, wgpu, cuda")),
         }
     }
@@ -97,19 +95,18 @@ fn wgpu_device(_: usize) -> std::result::Result<Device, String> {
 }
 
 #[cfg(feature = "cuda")]
-fn cuda_device(index: usize) -> Option<Device> {
-    use burn::backend::{CubeDevice, CudaDevice};
-    Some(Device {
-        kind: DeviceKind::Cuda,
-        index,
-        inner: DispatchDevice::Cube(CubeDevice::Cuda(CudaDevice::new(index))),
-        name: None,
-    })
+mod cuda;
+
+#[cfg(feature = "cuda")]
+fn cuda_device(index: usize) -> std::result::Result<Device, String> {
+    let (dev, name) = cuda::open(index)?;
+    let max_buffer = Some(cuda::initialize(&dev, index)?);
+    Ok(Device { kind: DeviceKind::Cuda, index, inner: DispatchDevice::Cube(dev), name: Some(name), max_buffer })
 }
 
 #[cfg(not(feature = "cuda"))]
-fn cuda_device(_: usize) -> Option<Device> {
-    None
+fn cuda_device(_: usize) -> std::result::Result<Device, String> {
+    Err("this build has no cuda backend (rebuild with `--features cuda`)".into())
 }
 
 impl fmt::Display for Device {
@@ -147,5 +144,27 @@ mod tests {
     fn a_build_without_wgpu_says_how_to_get_it() {
         let e = Device::parse("wgpu:0").err().map(|e| e.to_string()).unwrap_or_default();
         assert!(e.contains("rebuild with `--features wgpu`"), "{e}");
+    }
+
+    #[cfg(not(feature = "cuda"))]
+    #[test]
+    fn a_build_without_cuda_says_how_to_get_it() {
+        let e = Device::parse("cuda:0").err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(e.contains("rebuild with `--features cuda`"), "{e}");
+    }
+
+    /// With the feature, on a machine without the NVIDIA driver (CI's), `cuda:0` is an
+    /// error that says what is missing, not cubecl's panic at the first kernel.
+    #[cfg(feature = "cuda")]
+    #[test]
+    fn cuda_without_a_driver_says_what_is_missing() {
+        let loaded = std::path::Path::new("/proc/driver/nvidia").exists();
+        match Device::parse("cuda:0") {
+            Ok(d) => assert!(loaded, "cuda:0 opened as {d} with no NVIDIA driver loaded"),
+            Err(e) => {
+                let e = e.to_string();
+                assert!(loaded || e.contains("libcuda.so cannot be loaded"), "{e}");
+            }
+        }
     }
 }
