@@ -103,10 +103,16 @@ fn strategies_are_validated_against_the_registry() -> Result<()> {
     let out = engine(&["plan", &spec, "--strategy", "mirrored"])?;
     ensure!(out.code == Some(0) && out.stdout.contains("strategy: mirrored"), "{}", out.stderr);
     ensure!(out.stdout.contains("AllReduce"), "the mirrored plan all-reduces gradients:\n{}", out.stdout);
+    // A split plan's partition labels are given their devices.
+    let out = engine(&["plan", &spec, "--strategy", "central_storage", "--devices", "cpu:0,cpu:1"])?;
+    let want = "devices: host = cpu:0 (variables and their updates); replica = cpu:0, cpu:1 (one copy per replica)";
+    ensure!(out.code == Some(0) && out.stdout.contains(want), "missing `{want}`:\n{}{}", out.stdout, out.stderr);
     // Placed for `--ps` ps tasks: each variable's task, and the traffic of a step.
     let out = engine(&["plan", &spec, "--strategy", "parameter_server", "--ps", "2"])?;
     ensure!(out.code == Some(0), "{}", out.stderr);
-    for want in ["@ps:0", "@ps:1", "@worker", "Transfer", "per step, each training task reads"] {
+    for want in
+        ["@ps:0", "@ps:1", "@worker", "Transfer", "per step, each training task reads", "devices: worker = cpu:0"]
+    {
         ensure!(out.stdout.contains(want), "the parameter_server plan lacks {want}:\n{}", out.stdout);
     }
     Ok(())

@@ -8,7 +8,7 @@ use crate::{
 use engine_estimator::strategy::StrategyOptions;
 use engine_graph::{
     Op, Plan,
-    passes::strategy::{WORKER, transfer_bytes},
+    passes::strategy::{HOST, REPLICA, WORKER, transfer_bytes},
 };
 use engine_runtime::cluster::{
     Cluster, ClusterFlags, ClusterSource, ClusterSpec, TaskId, TaskType, resolve_from_process_env,
@@ -41,13 +41,17 @@ pub fn plan(args: &PlanArgs) -> Result<(), CliError> {
         return Ok(());
     }
     let batch = args.batch.unwrap_or_else(|| default_batch(&spec, args.mode));
-    let replicas = engine_estimator::strategy::strategy_by_name(strategy.name(), &options)
-        .map(|s| s.local_devices().len())
-        .unwrap_or(1);
+    let local = engine_estimator::strategy::strategy_by_name(strategy.name(), &options)
+        .map(|s| s.local_devices())
+        .unwrap_or_default();
+    let replicas = local.len().max(1);
     engine_estimator::check_model_memory(&plan, batch, replicas, &engine_estimator::Resources::of_this_machine())?;
     let mut out = String::new();
     let _ = writeln!(out, "spec: {}", spec.file());
     let _ = writeln!(out, "mode: {}  strategy: {strategy}  batch: {batch}", args.mode);
+    if let Some(line) = partition_devices(&plan, &local) {
+        let _ = writeln!(out, "{line}");
+    }
     out.push_str(&variables(&plan));
     out.push_str(&ps_traffic(&plan, batch)?);
     out.push_str(&plan.describe(batch));
@@ -58,6 +62,26 @@ pub fn plan(args: &PlanArgs) -> Result<(), CliError> {
     }
     super::output(&out);
     Ok(())
+}
+
+/// Which devices the plan's partition labels stand for (`@host`, `@replica`, `@worker`):
+/// a strategy that splits the graph names partitions, and the session gives each a device.
+/// `None` where every node already names its device.
+fn partition_devices(plan: &Plan, local: &[engine_runtime::Device]) -> Option<String> {
+    let labels: std::collections::BTreeSet<&str> =
+        plan.graph.nodes().filter_map(|(_, n)| n.device.as_deref()).collect();
+    let replicas = || local.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ");
+    let mut parts = Vec::new();
+    if labels.contains(HOST) {
+        parts.push(format!("{HOST} = cpu:0 (variables and their updates)"));
+    }
+    if labels.contains(REPLICA) {
+        parts.push(format!("{REPLICA} = {} (one copy per replica)", replicas()));
+    }
+    if labels.contains(WORKER) {
+        parts.push(format!("{WORKER} = {} (each worker's own)", replicas()));
+    }
+    (!parts.is_empty()).then(|| format!("devices: {}", parts.join("; ")))
 }
 
 /// The cluster a `parameter_server` plan is placed for: the process's own (TF_CONFIG,
