@@ -66,6 +66,20 @@ pub enum EstimatorError {
     #[error("step {step} was not applied: {value}; {cause}")]
     NonFinite { step: u64, value: String, cause: String },
 
+    /// A training example's class id has no output in the model: the labels hold more
+    /// classes than the output layer has units (or a label is negative).
+    #[error(
+        "label {label} of the example at {example} is outside the model's {classes} classes [0, {classes}): the \
+         output layer gives one logit per class, so it needs at least {} units (or the label is wrong)",
+        label.saturating_add(1).max(1)
+    )]
+    LabelOutOfRange { label: i64, classes: usize, example: String },
+
+    /// Evaluation met a value that is not finite: its metrics would be NaN, or silently
+    /// skewed. `cause` names the example when the input holds it.
+    #[error("evaluation stopped at batch {batch}: {value}; {cause}")]
+    EvalNonFinite { batch: u64, value: String, cause: String },
+
     #[error("hook {hook}: {reason}")]
     Hook { hook: String, reason: String },
 

@@ -22,6 +22,14 @@ pub enum RuntimeError {
     #[error("feed '{name}': {reason}")]
     Feed { name: String, reason: String },
 
+    /// A class id the model has no output for. `position` is the example's row in the
+    /// batch `replica` was fed, so the training loop can say where the example came from.
+    #[error(
+        "feed '{feed}': label {label} at position {position} is outside the {classes} classes [0, {classes}) the \
+         model's output has"
+    )]
+    LabelOutOfRange { feed: String, label: i64, position: usize, classes: usize, replica: u64 },
+
     #[error("placeholder '{0}' was not fed")]
     MissingFeed(String),
 

@@ -11,7 +11,10 @@
 use crate::{
     Collective, Device, Exchange, Precision, Result, RuntimeError, Value, VariableStore,
     kernels::{self, Finiteness, KernelCtx},
+    readback,
+    value::B,
 };
+use burn::backend::{Backend, ProfileDuration, ProfileOptions, read_sync};
 use engine_graph::{Dim, HostTensor, NodeId, Op, Outlet, Plan, Shape};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, mpsc};
@@ -33,8 +36,25 @@ pub struct RunOptions {
 pub struct OpTiming {
     pub node: String,
     pub op: &'static str,
+    /// When the host started the op, from the step's start.
+    pub start: Duration,
+    /// How long the host spent on it: on the CPU the op's whole work; on a queued device
+    /// (a GPU) only the launch, since the kernels run later, on the device.
+    pub duration: Duration,
+    /// On a queued device, when and how long its kernels ran there; `None` on the CPU and
+    /// for ops that launch no kernel (a variable read).
+    pub device: Option<DeviceTime>,
+}
+
+/// An op's kernels on the device, measured by the backend's profiling windows: the
+/// device's own timestamps where it has them (`by_device`), else the wall time between
+/// two waits for the device.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DeviceTime {
+    /// From the start of the step's first measured op.
     pub start: Duration,
     pub duration: Duration,
+    pub by_device: bool,
 }
 
 /// When a collective of a step ran on the communication thread, for overlap measurements.
@@ -364,7 +384,7 @@ impl Executor {
     ) -> Result<StepOutput> {
         let g = &self.plan.graph;
         let batch = self.bind_batch(feeds)?;
-        self.check_labels(feeds)?;
+        self.check_labels(feeds, options.replica)?;
         self.check_buffer_sizes(batch)?;
         if let Some(missing) = fetches.iter().find(|o| !self.slot_of.contains_key(o)) {
             return Err(RuntimeError::Graph(engine_graph::GraphError::UnknownNode(format!("fetch {missing}"))));
@@ -382,6 +402,10 @@ impl Executor {
         let mut launched: HashMap<usize, mpsc::Receiver<CommReply>> = HashMap::new();
         let mut waiting: HashMap<usize, usize> = HashMap::new();
         let t0 = comm.map(|c| c.1).unwrap_or_else(Instant::now);
+        // A profiled step on a queued device opens a window per op on the device's clock:
+        // the host only launches there, so its own timings would show the launch.
+        let profile_device = options.profile && self.device.is_queued();
+        let mut pending: Vec<(usize, ProfileDuration)> = Vec::new();
         for (index, step) in self.steps.iter().enumerate() {
             let node = g.node(step.node);
             let started = t0.elapsed();
@@ -424,7 +448,9 @@ impl Executor {
                 }
                 continue;
             }
-            let outputs = match &node.op {
+            let window = if profile_device { B::profile_start(self.device.dispatch()).ok().flatten() } else { None };
+            let outputs = (|| -> Result<Vec<Value>> {
+                Ok(match &node.op {
                 Op::Placeholder(_) => {
                     let fed = feeds.get(&node.name).ok_or_else(|| RuntimeError::MissingFeed(node.name.clone()))?;
                     vec![Value::from_host(fed, self.device.dispatch(), self.precision)]
@@ -466,7 +492,12 @@ impl Executor {
                         op => kernels::run(op, inputs, &ctx)?,
                     }
                 }
-            };
+            })
+            })();
+            // Closed even when the op failed: an open window costs the backend until then.
+            let device_time =
+                window.and_then(|w| B::profile_end(self.device.dispatch(), w, ProfileOptions::default()).ok());
+            let outputs = outputs?;
             self.store(index, outputs, &mut slots, batch)?;
             for &slot in &step.free {
                 if !keep.contains(&slot) && !waiting.contains_key(&slot) {
@@ -474,11 +505,15 @@ impl Executor {
                 }
             }
             if options.profile {
+                if let Some(d) = device_time {
+                    pending.push((timings.len(), d));
+                }
                 timings.push(OpTiming {
                     node: node.name.clone(),
                     op: node.op.name(),
                     start: started,
                     duration: t0.elapsed() - started,
+                    device: None,
                 });
             }
         }
@@ -489,8 +524,18 @@ impl Executor {
         for index in rest {
             self.land(index, &mut launched, &mut waiting, &mut slots, &mut collectives, batch)?;
         }
-        let flags = kernels::read_probes(probes.iter().map(|p| p.0.clone()).collect())?;
-        for ((_, index, value), flag) in probes.iter().zip(flags) {
+        let fetched: Vec<Value> = fetches
+            .iter()
+            .map(|o| self.slot_of.get(o).and_then(|&s| slots[s].clone()).unwrap_or(Value::Unit))
+            .collect();
+        let end = readback::read_back(
+            probes.iter().map(|p| p.0.clone()).collect(),
+            fetched,
+            self.device.is_queued(),
+            self.precision,
+        )?;
+        device_times(&mut timings, pending, t0);
+        for ((_, index, value), flag) in probes.iter().zip(end.probes.unwrap_or_default()) {
             if flag != 0.0 {
                 let node = g.node(self.steps[*index].node);
                 if let Op::CheckNumerics(check) = &node.op {
@@ -507,11 +552,7 @@ impl Executor {
             }
         }
         non_finite.sort_by_key(|n| n.order);
-        let fetched = fetches
-            .iter()
-            .map(|o| self.slot_of.get(o).and_then(|&s| slots[s].clone()).unwrap_or(Value::Unit))
-            .collect();
-        Ok(StepOutput { fetched, timings, collectives, non_finite })
+        Ok(StepOutput { fetched: end.fetched, timings, collectives, non_finite })
     }
 
     /// Stores a step's outputs (checked against their facts) and sends what other
@@ -653,13 +694,16 @@ impl Executor {
         Ok(batch.map(|b| b.0))
     }
 
-    fn check_labels(&self, feeds: &BTreeMap<String, HostTensor>) -> Result<()> {
+    fn check_labels(&self, feeds: &BTreeMap<String, HostTensor>, replica: u64) -> Result<()> {
         for (name, classes) in &self.label_ranges {
             let Some(labels) = feeds.get(name).and_then(|t| t.as_i64()) else { continue };
             if let Some((i, bad)) = labels.iter().enumerate().find(|(_, l)| **l < 0 || **l as usize >= *classes) {
-                return Err(RuntimeError::Feed {
-                    name: name.clone(),
-                    reason: format!("label {bad} at position {i} is outside the {classes} classes [0, {classes})"),
+                return Err(RuntimeError::LabelOutOfRange {
+                    feed: name.clone(),
+                    label: *bad,
+                    position: i,
+                    classes: *classes,
+                    replica,
                 });
             }
         }
@@ -694,6 +738,31 @@ impl Executor {
             });
         }
         Ok(value.reshaped(&expected))
+    }
+}
+
+/// Resolves the device windows of a profiled step into its timings, each op's start
+/// counted from the first measured op's. Waits for the device's timestamps: a profiled
+/// step is not a steady-state one.
+fn device_times(timings: &mut [OpTiming], pending: Vec<(usize, ProfileDuration)>, anchor: Instant) {
+    // Offsets from an instant before any device tick maps to; only their differences count.
+    let anchor = anchor.checked_sub(Duration::from_secs(3600)).unwrap_or(anchor);
+    let mut resolved = Vec::with_capacity(pending.len());
+    for (at, window) in pending {
+        let by_device = window.timing_method() == burn::backend::TimingMethod::Device;
+        if let Some(ticks) = read_sync(window.resolve()) {
+            resolved.push((at, ticks, by_device));
+        }
+    }
+    let Some(epoch) = resolved.iter().map(|(_, t, _)| t.start_duration_since(anchor)).min() else { return };
+    for (at, ticks, by_device) in resolved {
+        if let Some(t) = timings.get_mut(at) {
+            t.device = Some(DeviceTime {
+                start: ticks.start_duration_since(anchor).saturating_sub(epoch),
+                duration: ticks.duration(),
+                by_device,
+            });
+        }
     }
 }
 

@@ -15,15 +15,16 @@ mod error;
 mod exchange;
 mod executor;
 mod kernels;
+mod readback;
 pub mod transport;
 mod value;
 mod variables;
 
 pub use collective::{Collective, CrossDeviceOps, InProcessGroup};
-pub use device::{Device, DeviceKind};
+pub use device::{Device, DeviceKind, device_reads};
 pub use error::{Result, RuntimeError};
 pub use exchange::Exchange;
-pub use executor::{CollectiveTiming, Executor, NonFinite, OpTiming, RunOptions, StepOutput};
+pub use executor::{CollectiveTiming, DeviceTime, Executor, NonFinite, OpTiming, RunOptions, StepOutput};
 #[cfg(target_arch = "x86_64")]
 #[doc(hidden)]
 pub use kernels::has_avx2;

@@ -98,7 +98,7 @@ impl Value {
     pub(crate) fn to_f32_vec(&self) -> Result<Vec<f32>> {
         match self {
             Value::Float(t) => {
-                read(B::float_into_data(readable_float(t)))?.convert::<f32>().try_into_vec::<f32>().map_err(read_err)
+                read(t, B::float_into_data(readable_float(t)))?.convert::<f32>().try_into_vec::<f32>().map_err(read_err)
             }
             other => Ok(other.to_host()?.to_f64_vec().into_iter().map(|x| x as f32).collect()),
         }
@@ -109,19 +109,19 @@ impl Value {
         let shape = self.shape();
         let data = match self {
             Value::Float(t) => HostData::F32(
-                read(B::float_into_data(readable_float(t)))?
+                read(t, B::float_into_data(readable_float(t)))?
                     .convert::<f32>()
                     .try_into_vec::<f32>()
                     .map_err(read_err)?,
             ),
             Value::Int(t) => HostData::I64(
-                read(B::int_into_data(readable(t, B::int_reshape)))?
+                read(t, B::int_into_data(readable(t, B::int_reshape)))?
                     .convert::<i64>()
                     .try_into_vec::<i64>()
                     .map_err(read_err)?,
             ),
             Value::Bool(t) => HostData::Bool(
-                read(B::bool_into_data(readable(t, B::bool_reshape)))?.try_into_vec::<bool>().map_err(read_err)?,
+                read(t, B::bool_into_data(readable(t, B::bool_reshape)))?.try_into_vec::<bool>().map_err(read_err)?,
             ),
             Value::Unit => HostData::Bool(vec![true]),
         };
@@ -132,7 +132,7 @@ impl Value {
     pub fn to_f64_vec(&self) -> Result<Vec<f64>> {
         match self {
             Value::Float(t) => {
-                read(B::float_into_data(readable_float(t)))?.convert::<f64>().try_into_vec::<f64>().map_err(read_err)
+                read(t, B::float_into_data(readable_float(t)))?.convert::<f64>().try_into_vec::<f64>().map_err(read_err)
             }
             other => Ok(other.to_host()?.to_f64_vec()),
         }
@@ -185,9 +185,13 @@ pub(crate) fn upload_shape(dims: &[usize], device: &DispatchDevice) -> (BurnShap
     (BurnShape::from(if scalar { vec![1] } else { dims.to_vec() }), scalar)
 }
 
+/// Reads `t` back to the host through `data` (its `into_data`), counting the read when
+/// `t` lives on a device.
 fn read(
+    t: &T,
     data: impl std::future::Future<Output = std::result::Result<TensorData, burn::backend::ExecutionError>>,
 ) -> Result<TensorData> {
+    crate::device::count_read(t);
     read_sync(data).map_err(|e| RuntimeError::Read(format!("{e:?}")))
 }
 

@@ -1,5 +1,8 @@
 //! A step whose gradients or updates are not finite commits none of its assignments, with
-//! the native kernels and with the generic ones, in f32 and f64.
+//! the native kernels and with the generic ones, in f32 and f64, on the CPU and on each
+//! device named in `ENGINE_TEST_DEVICES` (`wgpu:0`): there the checks reduce into one
+//! flag that comes back with the step's fetches, and the culprits are found only when it
+//! is set.
 
 use anyhow::{Result, ensure};
 use engine_graph::{
@@ -32,24 +35,41 @@ fn training_plan(optimizer: Optimizer, learning_rate: f32) -> Result<Plan> {
     Ok(Plan::new(g, vec![])?)
 }
 
+/// `(device, native kernels)`: the CPU's own kernels, burn's generic ones on flex, and
+/// the generic ones on every listed device.
+fn backends() -> Result<Vec<(Device, bool)>> {
+    let mut out = vec![(Device::cpu(), true), (Device::cpu(), false)];
+    for name in std::env::var("ENGINE_TEST_DEVICES").unwrap_or_default().split(',').filter(|s| !s.trim().is_empty()) {
+        out.push((Device::parse(name.trim())?, false));
+    }
+    Ok(out)
+}
+
 fn feed(values: [f32; 6]) -> Result<BTreeMap<String, HostTensor>> {
     Ok(BTreeMap::from([("x".to_string(), HostTensor::f32(vec![2, 3], values.to_vec())?)]))
 }
 
 #[test]
 fn a_nan_in_the_input_changes_no_variable_and_names_the_first_gradient() -> Result<()> {
-    for (native, precision) in
-        [(true, Precision::F32), (false, Precision::F32), (true, Precision::F64), (false, Precision::F64)]
+    for (device, native) in backends()? {
+        for precision in [Precision::F32, Precision::F64] {
+            nan_in_the_input(&device, native, precision)?;
+        }
+    }
+    Ok(())
+}
+
+fn nan_in_the_input(device: &Device, native: bool, precision: Precision) -> Result<()> {
     {
         let plan = Arc::new(training_plan(Optimizer::Adam { beta1: 0.9, beta2: 0.999, epsilon: 1e-7 }, 0.1)?);
         let train_op = plan.graph.roles.train_op.ok_or_else(|| anyhow::anyhow!("no train op"))?;
-        let exec = Executor::new(plan, Device::cpu(), precision)?.with_native_kernels(native);
+        let exec = Executor::new(plan, device.clone(), precision)?.with_native_kernels(native);
         let mut vars = VariableStore::new();
         exec.initialize(&mut vars, 1)?;
         let before = vars.export()?;
         let out =
             exec.run(&mut vars, &feed([1.0, f32::NAN, 3.0, 4.0, 5.0, 6.0])?, &[train_op], RunOptions::default())?;
-        ensure!(vars.export()? == before, "native={native} {precision:?}: a variable changed");
+        ensure!(vars.export()? == before, "{device} native={native} {precision:?}: a variable changed");
         let first = out.non_finite.first().ok_or_else(|| anyhow::anyhow!("nothing reported"))?;
         ensure!(first.message == "gradient of w", "{first:?}");
         ensure!((first.nan, first.infinite, first.elements) == (2, 0, 6), "{first:?}");
@@ -69,16 +89,23 @@ fn a_nan_in_the_input_changes_no_variable_and_names_the_first_gradient() -> Resu
 
 #[test]
 fn an_update_that_overflows_is_not_committed_though_the_gradient_is_finite() -> Result<()> {
+    for (device, native) in backends()? {
+        overflowing_update(&device, native)?;
+    }
+    Ok(())
+}
+
+fn overflowing_update(device: &Device, native: bool) -> Result<()> {
     let plan = Arc::new(training_plan(Optimizer::Sgd { momentum: 0.0, nesterov: false }, 1e38)?);
     let train_op = plan.graph.roles.train_op.ok_or_else(|| anyhow::anyhow!("no train op"))?;
-    let exec = Executor::new(plan, Device::cpu(), Precision::F32)?;
+    let exec = Executor::new(plan, device.clone(), Precision::F32)?.with_native_kernels(native);
     let mut vars = VariableStore::new();
     exec.initialize(&mut vars, 1)?;
     let before = vars.export()?;
     let out = exec.run(&mut vars, &feed([-10.0, 20.0, 30.0, 40.0, 50.0, 60.0])?, &[train_op], RunOptions::default())?;
-    ensure!(vars.export()? == before);
+    ensure!(vars.export()? == before, "{device} native={native}: a variable changed");
     let messages: Vec<&str> = out.non_finite.iter().map(|n| n.message.as_str()).collect();
-    ensure!(messages == ["update of w"], "{messages:?}");
+    ensure!(messages == ["update of w"], "{device} native={native}: {messages:?}");
     ensure!(out.non_finite[0].infinite > 0);
     Ok(())
 }

@@ -102,6 +102,10 @@ pub struct RunValues {
     pub input_wait: Duration,
     /// The step's collectives (replica 0's), with how much of each overlapped compute.
     pub collectives: Vec<engine_runtime::CollectiveTiming>,
+    /// On a GPU (any queued device), how many times the step read a device tensor back
+    /// to the host, the fetched results included: each read drains the device's queue.
+    /// `None` on the CPU.
+    pub device_reads: Option<u64>,
 }
 
 pub trait SessionRunHook: Send {

@@ -42,6 +42,18 @@ impl ProfilerHook {
     }
 }
 
+/// The timeline's two rows: what the host did (on a GPU, launching), and when each op's
+/// kernels ran on the device's own clock.
+const HOST_TRACK: u32 = 0;
+const DEVICE_TRACK: u32 = 1;
+
+fn track_names() -> [serde_json::Value; 2] {
+    let name = |tid: u32, name: &str| {
+        json!({ "name": "thread_name", "ph": "M", "pid": 0, "tid": tid, "args": { "name": name } })
+    };
+    [name(HOST_TRACK, "host"), name(DEVICE_TRACK, "device")]
+}
+
 impl SessionRunHook for ProfilerHook {
     fn name(&self) -> &str {
         "ProfilerHook"
@@ -55,6 +67,9 @@ impl SessionRunHook for ProfilerHook {
             return Ok(());
         }
         let step = ctx.global_step.saturating_sub(1);
+        if self.events.is_empty() {
+            self.events.extend(track_names());
+        }
         for t in &values.timings {
             self.events.push(json!({
                 "name": t.op,
@@ -63,9 +78,29 @@ impl SessionRunHook for ProfilerHook {
                 "ts": self.clock_us + t.start.as_secs_f64() * 1e6,
                 "dur": t.duration.as_secs_f64() * 1e6,
                 "pid": 0,
-                "tid": 0,
+                "tid": HOST_TRACK,
                 "args": { "node": t.node, "step": step },
             }));
+            if let Some(d) = t.device {
+                self.events.push(json!({
+                    "name": t.op,
+                    "cat": "device",
+                    "ph": "X",
+                    "ts": self.clock_us + d.start.as_secs_f64() * 1e6,
+                    "dur": d.duration.as_secs_f64() * 1e6,
+                    "pid": 0,
+                    "tid": DEVICE_TRACK,
+                    "args": { "node": t.node, "step": step, "clock": if d.by_device { "device" } else { "system" } },
+                }));
+            }
+        }
+        let device: f64 = values.timings.iter().filter_map(|t| t.device).map(|d| d.duration.as_secs_f64()).sum();
+        if device > 0.0 {
+            log::info!(
+                "Profiled step {step}: its ops ran {:.3} ms on the device, the step took {:.3} ms",
+                device * 1e3,
+                values.step_time.as_secs_f64() * 1e3
+            );
         }
         self.clock_us += values.step_time.as_secs_f64() * 1e6;
         if step >= self.last_step {

@@ -12,6 +12,9 @@ pub struct StepCounterHook {
     step_time: Duration,
     collective_time: Duration,
     collective_wait: Duration,
+    /// Device reads in the window and the steps they were counted over (GPU runs only).
+    device_reads: u64,
+    device_steps: u64,
     /// The last report: `(steps/s, examples/s, fraction of time blocked on input)`.
     pub last: Option<(f64, f64, f64)>,
 }
@@ -25,6 +28,8 @@ impl StepCounterHook {
             step_time: Duration::ZERO,
             collective_time: Duration::ZERO,
             collective_wait: Duration::ZERO,
+            device_reads: 0,
+            device_steps: 0,
             last: None,
         }
     }
@@ -45,6 +50,10 @@ impl SessionRunHook for StepCounterHook {
             self.collective_time += c.duration;
             self.collective_wait += c.waited;
         }
+        if let Some(reads) = values.device_reads {
+            self.device_reads += reads;
+            self.device_steps += 1;
+        }
         let Some((start, first_step)) = self.window_start else { return Ok(()) };
         let steps = ctx.global_step.saturating_sub(first_step);
         if steps < self.every_n_steps {
@@ -56,9 +65,10 @@ impl SessionRunHook for StepCounterHook {
         let busy = (self.input_wait + self.step_time).as_secs_f64().max(1e-9);
         let waiting = self.input_wait.as_secs_f64() / busy;
         log::info!(
-            "global_step/sec: {per_sec:.4}, examples/sec: {examples:.1}, input wait: {:.3} ms/step ({:.1}%)",
+            "global_step/sec: {per_sec:.4}, examples/sec: {examples:.1}, input wait: {:.3} ms/step ({:.1}%){}",
             self.input_wait.as_secs_f64() * 1000.0 / steps as f64,
-            waiting * 100.0
+            waiting * 100.0,
+            reads_per_step(self.device_reads, self.device_steps)
         );
         if let Some(w) = ctx.summary
             && let Ok(mut w) = w.lock()
@@ -83,6 +93,30 @@ impl SessionRunHook for StepCounterHook {
         self.step_time = Duration::ZERO;
         self.collective_time = Duration::ZERO;
         self.collective_wait = Duration::ZERO;
+        self.device_reads = 0;
+        self.device_steps = 0;
         Ok(())
+    }
+}
+
+/// `, device reads: N/step` on a GPU (nothing on the CPU): how often a step waited for
+/// the device, which a steady-state step does once.
+fn reads_per_step(reads: u64, steps: u64) -> String {
+    match steps {
+        0 => String::new(),
+        _ if reads % steps == 0 => format!(", device reads: {}/step", reads / steps),
+        _ => format!(", device reads: {:.2}/step", reads as f64 / steps as f64),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::reads_per_step;
+
+    #[test]
+    fn reads_are_shown_per_step_on_devices_only() {
+        assert_eq!(reads_per_step(0, 0), "");
+        assert_eq!(reads_per_step(100, 100), ", device reads: 1/step");
+        assert_eq!(reads_per_step(101, 100), ", device reads: 1.01/step");
     }
 }

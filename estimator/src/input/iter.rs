@@ -93,23 +93,19 @@ impl DatasetIter {
     /// infinity, and where it comes from: `feature `c` is NaN (value 1 of 1) in
     /// data/train.csv:18`. `None` when every value of those examples is finite.
     pub fn find_non_finite(&self, ids: &[u64]) -> Result<Option<String>> {
-        let materializer = &self.plan.materializer;
-        for &id in ids {
-            if let Some((column, at, value)) = materializer.first_non_finite(id)? {
-                let size = materializer.schema.columns().find(|c| c.name == column).map(|c| c.size()).unwrap_or(1);
-                let what = if materializer.schema.label.as_ref().is_some_and(|l| l.name == column) {
-                    "label"
-                } else {
-                    "feature"
-                };
-                return Ok(Some(format!(
-                    "{what} `{column}` is {value} (value {} of {size}) in {}",
-                    at + 1,
-                    materializer.source.locate(id)
-                )));
-            }
-        }
-        Ok(None)
+        self.non_finite_finder().find(ids)
+    }
+
+    /// Where example `id` (an index in this dataset's source) comes from: `data/train.csv:18`,
+    /// or the example's number in its IDX file.
+    pub fn locate(&self, id: u64) -> String {
+        self.plan.materializer.source.locate(id)
+    }
+
+    /// A handle that answers `find_non_finite` while the iterator is borrowed elsewhere
+    /// (evaluation consumes it as an iterator of batches).
+    pub fn non_finite_finder(&self) -> NonFiniteFinder {
+        NonFiniteFinder(self.plan.materializer.clone())
     }
 
     pub fn stats(&self) -> IterStats {
@@ -181,3 +177,30 @@ const _: fn() = || {
     send::<DatasetIter>();
     send_sync::<super::dataset::Dataset>();
 };
+
+/// Finds the example of a batch that holds a NaN or an infinity, and where it comes from.
+#[derive(Clone)]
+pub struct NonFiniteFinder(std::sync::Arc<super::materialize::Materializer>);
+
+impl NonFiniteFinder {
+    /// See [`DatasetIter::find_non_finite`].
+    pub fn find(&self, ids: &[u64]) -> Result<Option<String>> {
+        let materializer = &self.0;
+        for &id in ids {
+            if let Some((column, at, value)) = materializer.first_non_finite(id)? {
+                let size = materializer.schema.columns().find(|c| c.name == column).map(|c| c.size()).unwrap_or(1);
+                let what = if materializer.schema.label.as_ref().is_some_and(|l| l.name == column) {
+                    "label"
+                } else {
+                    "feature"
+                };
+                return Ok(Some(format!(
+                    "{what} `{column}` is {value} (value {} of {size}) in {}",
+                    at + 1,
+                    materializer.source.locate(id)
+                )));
+            }
+        }
+        Ok(None)
+    }
+}

@@ -85,7 +85,7 @@ pub use error::{InputError, Result};
 pub use example::{Batch, Example, ExampleRef, TensorRef};
 pub use feature_spec::{FeatureDef, FeatureKind, FeatureSpec};
 pub use filter::{FilterFn, Predicate};
-pub use iter::{DatasetIter, IterStats};
+pub use iter::{DatasetIter, IterStats, NonFiniteFinder};
 pub use limits::{InputField, MAX_BATCH_SIZE, MAX_PARALLEL_CALLS, MAX_PREFETCH};
 pub use map::Map;
 pub use materialize::MASK_FEATURE;

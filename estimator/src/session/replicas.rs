@@ -138,6 +138,12 @@ impl Replicas {
         self.collectives.first().cloned()
     }
 
+    /// Whether any partition runs on a queued device (a GPU), whose reads back to the
+    /// host the training loop counts.
+    pub fn on_queued_device(&self) -> bool {
+        self.workers.iter().any(|w| w.exec.device().is_queued())
+    }
+
     /// Batch-consuming replicas.
     pub fn len(&self) -> usize {
         self.replicas

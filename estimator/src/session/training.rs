@@ -141,6 +141,7 @@ impl TrainingSession<'_> {
         let (mut skipped, mut skipped_in_a_row) = (0u64, 0u64);
         // In a cluster, tasks agree on the step to stop at (see `AgreeOnStop`).
         let stop_request = self.compiled.named.get(STOP_REQUEST).copied();
+        let on_device = self.replicas.on_queued_device();
         let mut announced = false;
         let result = (|| -> Result<()> {
             while !stop.get() {
@@ -203,9 +204,28 @@ impl TrainingSession<'_> {
                 }
                 let input_wait = waited.elapsed();
                 let started = Instant::now();
+                let reads_before = engine_runtime::device_reads();
                 let options = RunOptions { step: self.global_step as i64, replica: 0, profile: args.profile };
                 let ids: Vec<Vec<u64>> = batches.iter().map(|b| b.ids.clone()).collect();
-                let outs = self.replicas.run(batches, &fetches, options)?;
+                let outs = match self.replicas.run(batches, &fetches, options) {
+                    Ok(outs) => outs,
+                    Err(EstimatorError::Runtime(engine_runtime::RuntimeError::LabelOutOfRange {
+                        label,
+                        position,
+                        classes,
+                        replica,
+                        ..
+                    })) => {
+                        // Named by where the example came from, not its row in a batch.
+                        let id = ids.get(replica as usize).and_then(|b| b.get(position)).copied();
+                        let example = match id {
+                            Some(id) => self.input.locate(id),
+                            None => format!("row {position} of the batch"),
+                        };
+                        return Err(EstimatorError::LabelOutOfRange { label, classes, example });
+                    }
+                    Err(e) => return Err(e),
+                };
                 self.examples_seen += self.global_batch_size as u64;
                 let step_time = started.elapsed();
                 if let Some(values) = outs.first().map(|o| &o.non_finite).filter(|v| !v.is_empty()) {
@@ -251,12 +271,16 @@ impl TrainingSession<'_> {
                         results.insert(name.clone(), value.to_host()?);
                     }
                 }
+                // The step's reads: its own and the fetched results' (the loss comes back
+                // with the numerics flag, so reading it here costs nothing more).
+                let device_reads = on_device.then(|| engine_runtime::device_reads().saturating_sub(reads_before));
                 let values = RunValues {
                     results,
                     timings: first.timings.clone(),
                     step_time,
                     input_wait,
                     collectives: first.collectives.clone(),
+                    device_reads,
                 };
                 let agreed = match stop_request {
                     Some(_) => first

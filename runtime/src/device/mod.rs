@@ -8,6 +8,10 @@ use crate::{Result, RuntimeError};
 use burn::backend::{DispatchDevice, FlexDevice};
 use std::fmt;
 
+mod reads;
+pub(crate) use reads::count_read;
+pub use reads::device_reads;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum DeviceKind {
     Cpu,
@@ -69,6 +73,12 @@ impl Device {
     /// such a limit.
     pub fn max_buffer_bytes(&self) -> Option<u64> {
         self.max_buffer
+    }
+
+    /// Whether the device runs work through a queue the host must read back from (a GPU,
+    /// or lavapipe): the CPU computes in place, and nothing of it is read back.
+    pub fn is_queued(&self) -> bool {
+        !matches!(self.inner, DispatchDevice::Flex(_))
     }
 }
 

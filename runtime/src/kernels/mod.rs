@@ -235,14 +235,6 @@ pub(crate) fn finiteness(v: &Value, ctx: &KernelCtx<'_>) -> Finiteness {
     Finiteness::Probe(B::float_reshape(probe, BurnShape::new([1])))
 }
 
-/// Reads probes from `finiteness` in one transfer: one value each.
-pub(crate) fn read_probes(probes: Vec<T>) -> Result<Vec<f64>> {
-    if probes.is_empty() {
-        return Ok(Vec::new());
-    }
-    Value::Float(B::float_cat(probes, 0)).to_f64_vec()
-}
-
 /// NaN and infinity counts of a value, read back to the host.
 pub(crate) fn count_non_finite(v: &Value) -> Result<(usize, usize)> {
     let values = v.to_f64_vec()?;

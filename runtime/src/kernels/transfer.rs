@@ -15,7 +15,15 @@ pub(super) fn run(inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Result<Vec<Value>>
 }
 
 fn to_device(v: Value, ctx: &KernelCtx<'_>) -> Value {
-    let here = |t: &crate::value::T| t.device() == *ctx.device;
+    // Leaving a queued device is a read back through the host (counted); arriving on one
+    // from the CPU is an upload.
+    let here = |t: &crate::value::T| {
+        let same = t.device() == *ctx.device;
+        if !same {
+            crate::device::count_read(t);
+        }
+        same
+    };
     match v {
         Value::Float(t) if !here(&t) => Value::Float(B::float_to_device(t, ctx.device)),
         Value::Int(t) if !here(&t) => Value::Int(B::int_to_device(t, ctx.device)),
