@@ -93,5 +93,11 @@ fn string_labels_get_an_inferred_vocabulary_that_predict_prints() -> Result<()> 
     let set = format!("eval_input.path={:?}", other.to_string_lossy());
     let eval = engine(&["eval", &spec, "--set", &set])?;
     ensure!(eval.code != Some(0) && eval.stderr.contains("`maybe` is not in its vocabulary"), "{}", eval.stderr);
+    // The stored vocabulary edited by hand (two lines swapped) would relabel the model
+    // silently: refused, against the fingerprint saved with it.
+    std::fs::write(tmp.path().join("run/label_vocabulary.txt"), "yes\nno\n")?;
+    let eval = engine(&["eval", &spec])?;
+    ensure!(eval.code != Some(0), "an edited vocabulary was used: {}", eval.stdout);
+    ensure!(eval.stderr.contains("label_vocabulary.txt in ") && eval.stderr.contains("was changed after"), "{}", eval.stderr);
     Ok(())
 }

@@ -123,3 +123,69 @@ fn a_changed_input_pipeline_continues_after_the_examples_read() -> Result<()> {
     ensure!(saved.meta.examples_seen == Some(1920 + 10 * 64), "{:?}", saved.meta.examples_seen);
     Ok(())
 }
+
+/// A second `engine run` on a model dir that another one is training is refused at once,
+/// naming the holder; once that one is killed, the next run takes the lease over.
+#[test]
+fn a_second_writer_is_refused_naming_the_first() -> Result<()> {
+    let tmp = tempfile::tempdir()?;
+    let dir = tmp.path().join("run").to_string_lossy().into_owned();
+    let mut first = common::engine_command(&strs(&run_args(&dir, 100_000, &[])))?
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()?;
+    let lock = Path::new(&dir).join("writer.lock");
+    let started = std::time::Instant::now();
+    while !lock.exists() && started.elapsed() < std::time::Duration::from_secs(60) {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let second = engine(&strs(&run_args(&dir, 10, &[])));
+    let _ = first.kill();
+    let _ = first.wait();
+    let second = second?;
+    ensure!(lock.exists() || second.code != Some(0), "the first run never took the lease");
+    ensure!(second.code == Some(1), "the second writer was not refused: {:?}\n{}", second.code, second.stderr);
+    let pid = first.id().to_string();
+    ensure!(
+        second.stderr.contains("is being trained by ") && second.stderr.contains(&format!("(pid {pid} on ")),
+        "{}",
+        second.stderr
+    );
+    // The killed holder's lease does not block the restart.
+    let third = engine(&strs(&run_args(&dir, 2, &[])))?;
+    ensure!(third.code == Some(0), "{}", third.stderr);
+    ensure!(third.stderr.contains("which is gone: taking it over"), "{}", third.stderr);
+    ensure!(!lock.exists(), "the lease outlived the run");
+    Ok(())
+}
+
+/// The state file is a hint: one that names a checkpoint that is gone (or a path outside
+/// the dir), beside good ones, or that lags behind a newer checkpoint (a crash between
+/// writing the data and publishing), leaves `run` and `eval` on the newest that loads.
+#[test]
+fn a_state_file_naming_the_wrong_checkpoint_does_not_strand_the_run() -> Result<()> {
+    let tmp = tempfile::tempdir()?;
+    let dir = tmp.path().join("run");
+    let dir_s = dir.to_string_lossy().into_owned();
+    engine(&strs(&run_args(&dir_s, 100, &["--set", SAVES])))?.ok()?;
+    let state = dir.join("checkpoint");
+    // Names a missing checkpoint and a path outside the dir; lists nothing that exists.
+    std::fs::write(
+        &state,
+        "model_checkpoint_path: \"model.ckpt-999\"\nall_model_checkpoint_paths: \"/elsewhere/model.ckpt-5\"\n\
+         all_model_checkpoint_paths: \"model.ckpt-999\"\n",
+    )?;
+    let eval = engine(&["eval", &common::spec_path("fashion_mnist_cnn.ron"), "--model-dir", &dir_s, "--set", "eval_spec.steps=1"])?;
+    ensure!(eval.code == Some(0), "eval: {}", eval.stderr);
+    let run = engine(&strs(&run_args(&dir_s, 120, &["--set", SAVES])))?;
+    ensure!(run.code == Some(0), "run: {}", run.stderr);
+    ensure!(run.stderr.contains("names model.ckpt-999 as the latest, but model.ckpt-100"), "{}", run.stderr);
+    ensure!(latest_step(&dir) == Some(120), "resumed from {:?}", latest_step(&dir));
+    // A state file one save behind the newest data: the newest is resumed, with a word.
+    let text = std::fs::read_to_string(&state)?;
+    std::fs::write(&state, text.replace("model_checkpoint_path: \"model.ckpt-120\"", "model_checkpoint_path: \"model.ckpt-100\""))?;
+    let run = engine(&strs(&run_args(&dir_s, 140, &["--set", SAVES])))?;
+    ensure!(run.code == Some(0), "run: {}", run.stderr);
+    ensure!(run.stderr.contains("Restoring parameters from") && run.stderr.contains("model.ckpt-120"), "{}", run.stderr);
+    Ok(())
+}

@@ -180,6 +180,11 @@ impl Estimator {
         if self.train_strategy.cluster().is_some_and(|c| c.task().task_type == TaskType::Ps) {
             return self.serve_parameters(input_fn, &hooks);
         }
+        // One writer per model dir, for as long as this training runs (see `WriterLock`).
+        let _writer = match self.train_strategy.is_chief() {
+            true => Some(crate::checkpoint::WriterLock::acquire(&self.model_dir, &command_line(), WRITER_LEASE)?),
+            false => None,
+        };
         if self.train_strategy.is_chief() {
             for path in self.checkpoints.remove_interrupted_saves()? {
                 log::info!("Removed {}, left by a save that was interrupted", path.display());
@@ -493,7 +498,9 @@ impl Evaluator<'_> {
         let step = checkpoint.step;
         log::info!("Starting evaluation of {} at step {step}", checkpoint.path);
         let started = std::time::Instant::now();
-        let batches = self.dataset.iter()?.map(|b| b.map_err(Into::into));
+        let iter = self.dataset.iter()?;
+        let finder = iter.non_finite_finder();
+        let batches = iter.map(|b| b.map_err(Into::into));
         let mut hooks = EvalHooks {
             hooks: &mut self.hooks,
             checkpoint,
@@ -505,7 +512,8 @@ impl Evaluator<'_> {
             stop: Default::default(),
         };
         hooks.start()?;
-        let outcome = evaluate_dataset(&self.compiled, &mut self.replicas, batches, self.steps, &mut hooks)?;
+        let outcome =
+            evaluate_dataset(&self.compiled, &mut self.replicas, batches, self.steps, &mut hooks, Some(&finder))?;
         hooks.end()?;
         log::info!(
             "Finished evaluation of {} batches ({} examples) in {:.2} s",
@@ -570,4 +578,20 @@ fn resume_input(
 /// The per-replica batch size of a training dataset (its first batch's rows).
 fn schema_batch(dataset: &Dataset) -> usize {
     dataset.batch_size().unwrap_or(1)
+}
+
+/// How long the chief's writer lease lives without a renewal (renewed every third of it),
+/// for a holder on another host; on the same host a dead holder is seen at once.
+const WRITER_LEASE: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// This process as a user would recognize it: `engine run specs/x.ron --strategy mirrored`.
+fn command_line() -> String {
+    let args: Vec<String> = std::env::args().collect();
+    let mut text = args.join(" ");
+    if let Some(first) = args.first()
+        && let Some(base) = std::path::Path::new(first).file_name().and_then(|b| b.to_str())
+    {
+        text = text.replacen(first.as_str(), base, 1);
+    }
+    text.chars().take(200).collect()
 }

@@ -15,6 +15,12 @@ use engine_estimator::{
 /// file format, as `DNNClassifier(label_vocabulary=...)` exports it).
 pub const LABEL_VOCABULARY_FILE: &str = "label_vocabulary.txt";
 
+/// Its fingerprint, written beside it (and beside the checkpoints) when the model was
+/// first trained. The file's order is the meaning of every class id the checkpoints
+/// hold: two lines swapped by hand would silently relabel the model (an evaluation went
+/// from 0.75 to 0.57 accuracy, reported as the model's), so an edited file is refused.
+pub const LABEL_VOCABULARY_FINGERPRINT: &str = "label_vocabulary.crc32c";
+
 /// The label column and its classes, when the job's training input is a table with string
 /// labels and no vocabulary: the model dir's (what the model was trained with), else the
 /// training table's.
@@ -24,7 +30,7 @@ pub fn label_vocabulary(spec: &Spec) -> Result<Option<(String, Vec<String>)>, Sp
     let Some((column, inferred)) = train.infer_label_vocabulary().map_err(|e| input_error(spec, section, e))? else {
         return Ok(None);
     };
-    match stored(&spec.job.run_config.model_dir) {
+    match stored(spec)? {
         Some(classes) if classes != inferred => {
             log::warn!(
                 "the training table's labels are now {inferred:?}; the model in {} was trained with {classes:?} \
@@ -37,16 +43,39 @@ pub fn label_vocabulary(spec: &Spec) -> Result<Option<(String, Vec<String>)>, Sp
     }
 }
 
-/// The vocabulary stored in a model dir, if it has one (a missing local dir is not made).
-fn stored(model_dir: &str) -> Option<Vec<String>> {
-    let text = match Location::parse(model_dir).ok()? {
-        Location::Local(path) => std::fs::read_to_string(path.join(LABEL_VOCABULARY_FILE)).ok()?,
-        _ => {
-            String::from_utf8(ModelDir::open(model_dir).ok()?.get_if_exists(LABEL_VOCABULARY_FILE).ok()??.data).ok()?
+/// The vocabulary stored in the spec's model dir, if it has one (a missing local dir is
+/// not made), checked against the fingerprint stored with it.
+fn stored(spec: &Spec) -> Result<Option<Vec<String>>, SpecError> {
+    let model_dir = &spec.job.run_config.model_dir;
+    let read = |name: &str| -> Option<String> {
+        match Location::parse(model_dir).ok()? {
+            Location::Local(path) => std::fs::read_to_string(path.join(name)).ok(),
+            _ => String::from_utf8(ModelDir::open(model_dir).ok()?.get_if_exists(name).ok()??.data).ok(),
         }
     };
+    let Some(text) = read(LABEL_VOCABULARY_FILE) else { return Ok(None) };
+    if let Some(want) = read(LABEL_VOCABULARY_FINGERPRINT)
+        && want.trim() != fingerprint(&text)
+    {
+        let path = crate::spec::FieldPath::root().field("run_config").field("model_dir");
+        return Err(spec.error(
+            path,
+            crate::spec::ErrorKind::Invalid(format!(
+                "{LABEL_VOCABULARY_FILE} in {model_dir} was changed after the model was trained with it (its \
+                 fingerprint was {}, it is now {}): its order is what each class id of the checkpoints means, so an \
+                 edited file would relabel the model silently. Restore the file as it was saved",
+                want.trim(),
+                fingerprint(&text)
+            )),
+        ));
+    }
     let classes: Vec<String> = text.lines().map(str::to_string).collect();
-    (!classes.is_empty()).then_some(classes)
+    Ok((!classes.is_empty()).then_some(classes))
+}
+
+/// The vocabulary file's fingerprint: CRC-32C of its bytes, in hex.
+fn fingerprint(text: &str) -> String {
+    format!("{:08x}", crc32c::crc32c(text.as_bytes()))
 }
 
 /// Writes the vocabulary into the model dir unless it holds one (every task of a cluster
@@ -54,6 +83,10 @@ fn stored(model_dir: &str) -> Option<Vec<String>> {
 pub fn save_label_vocabulary(spec: &Spec, classes: &[String]) -> Result<(), crate::cli::CliError> {
     let dir = ModelDir::open(&spec.job.run_config.model_dir).map_err(engine_estimator::EstimatorError::from)?;
     let text = classes.iter().map(|c| format!("{c}\n")).collect::<String>();
+    // The fingerprint first: a vocabulary is never there without it (a crash between the
+    // two leaves a fingerprint of the same text, which the next run's write matches).
+    dir.put_if_absent(LABEL_VOCABULARY_FINGERPRINT, fingerprint(&text).into_bytes())
+        .map_err(engine_estimator::EstimatorError::from)?;
     if let PutOutcome::Written(_) =
         dir.put_if_absent(LABEL_VOCABULARY_FILE, text.into_bytes()).map_err(engine_estimator::EstimatorError::from)?
     {

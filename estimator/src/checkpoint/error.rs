@@ -39,6 +39,13 @@ pub enum CheckpointError {
     )]
     ConcurrentUpdate { url: String, attempts: usize },
 
+    /// Another live process holds the model dir's writer lease (`writer.lock`).
+    #[error(
+        "this model dir is being trained by {holder}: a second writer would overwrite its checkpoints. Wait for \
+         it to finish, or give this run another model dir; if that process is gone for good, delete `{url}`"
+    )]
+    Locked { url: String, holder: String },
+
     /// `restore_latest_valid` found checkpoints but could load none of them.
     #[error("no loadable checkpoint in `{dir}`:\n  {}", errors.join("\n  "))]
     NoValidCheckpoint { dir: String, errors: Vec<String> },

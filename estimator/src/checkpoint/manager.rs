@@ -259,7 +259,8 @@ impl CheckpointManager {
     }
 
     /// The checkpoints the state file lists (or, when it is damaged, the ones present) and
-    /// whose data exists, oldest first.
+    /// whose data exists, oldest first: the kept ones, as retention sees them. A leased or
+    /// preserved checkpoint is present but not listed.
     pub fn list(&self) -> Result<Vec<CheckpointInfo>> {
         let (Some(state), _) = self.recovered_state()? else { return Ok(Vec::new()) };
         let objects = self.data_objects()?;
@@ -273,19 +274,20 @@ impl CheckpointManager {
             .collect())
     }
 
-    /// The newest checkpoint whose data exists: the one the state file names as latest, else
-    /// the newest other it lists, else (state file damaged) the newest present. `None` before
-    /// the first save. Whether it loads is `restore_latest_valid`'s business.
+    /// The newest checkpoint whose data exists, whether the state file names it or not: the
+    /// state file is a hint, not the truth (a crash between writing a checkpoint's data and
+    /// publishing the state file leaves the newest unlisted; one that names a checkpoint
+    /// that is gone must not hide the others). `None` before the first save. Whether it
+    /// loads is `restore_latest_valid`'s business.
     pub fn latest(&self) -> Result<Option<CheckpointInfo>> {
-        let (Some(state), damaged) = self.recovered_state()? else { return Ok(None) };
-        // The common case costs one HEAD: the named latest is there.
-        if damaged.is_none()
-            && let Ok((_, name)) = split_checkpoint_path(&state.model_checkpoint_path)
-            && let Some(object) = self.model_dir.head(&data_object_name(&name))?
-        {
-            return Ok(self.info(&state, &state.model_checkpoint_path, &object));
-        }
-        Ok(self.list()?.into_iter().max_by_key(|c| c.step))
+        let (state, _) = self.recovered_state()?;
+        let state = state.unwrap_or_default();
+        let newest = self
+            .data_objects()?
+            .into_values()
+            .filter_map(|object| Some((parse_step(&object.name)?, object)))
+            .max_by_key(|(step, _)| *step);
+        Ok(newest.and_then(|(step, object)| self.info(&state, &checkpoint_name(step), &object)))
     }
 
     /// Leases `checkpoint` (`model.ckpt-<step>`) for `holder` (e.g. `evaluator-0`) for `ttl`: the

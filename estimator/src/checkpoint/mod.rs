@@ -37,6 +37,7 @@ mod name;
 mod restore;
 mod retention;
 mod state_file;
+mod writer_lock;
 
 pub use error::{CheckpointError, Result};
 pub use format::{Checkpoint, CheckpointMeta};
@@ -48,3 +49,4 @@ pub use name::{CHECKPOINT_BASENAME, DATA_SUFFIX, STATE_FILE, checkpoint_name, da
 pub use restore::{RestoredCheckpoint, read_checkpoint};
 pub use retention::RetentionPolicy;
 pub use state_file::CheckpointState;
+pub use writer_lock::{WRITER_LOCK, WriterLock};

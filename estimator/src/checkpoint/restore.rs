@@ -72,27 +72,61 @@ impl CheckpointManager {
         }
     }
 
-    /// The newest listed checkpoint that loads, falling back through older kept ones, with the reasons
-    /// newer ones were skipped. `Ok(None)` when nothing was ever published; an error naming every failure
-    /// when checkpoints exist but none loads (starting over silently would discard the run).
+    /// The newest checkpoint that loads, falling back through older ones, with the reasons
+    /// newer ones were skipped. The state file is a hint, not the truth (PostgreSQL's rule
+    /// for its control file): a checkpoint whose data is present counts whether the state
+    /// file lists it or not (a crash between writing the data and publishing the state file
+    /// leaves the newest one unlisted), and one the state file names but whose data is gone,
+    /// or a path outside this directory, is skipped with its reason. `Ok(None)` when nothing
+    /// was ever saved; an error naming every failure when checkpoints exist but none loads
+    /// (starting over silently would discard the run).
     pub fn restore_latest_valid(&self) -> Result<Option<RestoredCheckpoint>> {
         let mut skipped = Vec::new();
-        let listed = match self.read_state() {
-            Ok(Some((state, _))) => state.all_model_checkpoint_paths,
-            Ok(None) => return Ok(None),
+        let (listed, named_latest) = match self.read_state() {
+            Ok(Some((state, _))) => {
+                let latest = split_checkpoint_path(&state.model_checkpoint_path).ok().map(|(_, n)| n);
+                (state.all_model_checkpoint_paths, latest)
+            }
+            Ok(None) => (Vec::new(), None),
             // A damaged state file still leaves the data objects: try them, newest step first.
             Err(e @ CheckpointError::StateFile { .. }) => {
                 skipped.push(e);
-                self.state_from_listing()?.all_model_checkpoint_paths
+                (Vec::new(), None)
             }
             Err(e) => return Err(e),
         };
-        let mut names: Vec<String> =
-            listed.iter().filter_map(|p| split_checkpoint_path(p).ok().map(|(_, n)| n)).collect();
-        names.reverse();
+        let mut by_step: std::collections::BTreeMap<u64, String> = std::collections::BTreeMap::new();
+        for path in &listed {
+            match split_checkpoint_path(path) {
+                Ok((_, name)) => {
+                    if let Some(step) = parse_step(&name) {
+                        by_step.insert(step, name);
+                    }
+                }
+                Err(e) => skipped.push(e),
+            }
+        }
+        for name in self.state_from_listing()?.all_model_checkpoint_paths {
+            if let Some(step) = parse_step(&name) {
+                by_step.insert(step, name);
+            }
+        }
+        if by_step.is_empty() && skipped.is_empty() {
+            return Ok(None);
+        }
+        let names: Vec<String> = by_step.into_values().rev().collect();
         for name in names {
             match read_from(&self.model_dir, &name) {
-                Ok(checkpoint) => return Ok(Some(RestoredCheckpoint { checkpoint, skipped })),
+                Ok(checkpoint) => {
+                    if named_latest.as_deref().is_some_and(|l| l != name) {
+                        log::warn!(
+                            "the checkpoint state file names {} as the latest, but {name} is the newest that \
+                             loads: resuming from it (the state file is rewritten at the next save)",
+                            named_latest.as_deref().unwrap_or_default()
+                        );
+                    }
+                    return Ok(Some(RestoredCheckpoint { checkpoint, skipped }));
+                }
                 Err(e @ (CheckpointError::Corrupt { .. } | CheckpointError::NotFound { .. })) => skipped.push(e),
                 Err(e) => return Err(e),
             }
