@@ -115,3 +115,115 @@ fn an_evaluation_of_no_examples_is_an_error_not_a_nan() -> Result<()> {
     ensure!(!eval.stdout.contains("nan") && !eval.stdout.contains("NaN"), "{}", eval.stdout);
     Ok(())
 }
+
+/// NaN in the evaluation data is caught like NaN in the training data: the evaluation
+/// stops, naming the line, instead of reporting metrics computed through it.
+#[test]
+fn a_nan_in_the_evaluation_data_names_the_line_instead_of_reporting_metrics() -> Result<()> {
+    let tmp = tempfile::tempdir()?;
+    write_data(tmp.path())?;
+    let spec = tmp.path().join("spec.ron").to_string_lossy().into_owned();
+    engine(&["run", &spec, "--set", "run_config.non_finite=Skip", "--max-steps", "5"])?.ok()?;
+    let eval = engine(&["eval", &spec, "--set", "eval_input.filters=[]"])?;
+    ensure!(eval.code == Some(1), "{:?}:\n{}\n{}", eval.code, eval.stdout, eval.stderr);
+    let error = eval.stderr.lines().find(|l| l.starts_with("error: ")).context("no error line")?;
+    ensure!(error.contains("evaluation stopped at batch 1: `c` holds a NaN or an infinity"), "{error}");
+    ensure!(error.contains("feature `c` is NaN (value 1 of 1) in ") && error.contains("train.csv:18"), "{error}");
+    ensure!(!eval.stdout.contains("accuracy"), "metrics were reported: {}", eval.stdout);
+    Ok(())
+}
+
+/// An output layer narrower than the labels' classes (5 units for Fashion-MNIST's 10)
+/// fails at the first step, naming the spec's `units`, the example and the fix.
+#[test]
+fn labels_past_the_output_layer_name_the_spec_field_and_the_example() -> Result<()> {
+    let tmp = tempfile::tempdir()?;
+    let dir = tmp.path().to_string_lossy().into_owned();
+    let spec = common::spec_path("fashion_mnist_mlp.ron");
+    let run = engine(&["run", &spec, "--set", "model.layers[4].units=5", "--max-steps", "1", "--model-dir", &dir])?;
+    ensure!(run.code == Some(1), "{:?}:\n{}", run.code, run.stderr);
+    let error = run.stderr.lines().find(|l| l.starts_with("error: ")).context("no error line")?;
+    // The width came from the override, so that is where the error points.
+    ensure!(error.contains("`--set model.layers[4].units=5` (column 29): model.layers[4].units: label "), "{error}");
+    ensure!(error.contains("of the example at example ") && error.contains("train-labels-idx1-ubyte.gz)"), "{error}");
+    ensure!(error.contains("outside the model's 5 classes") && error.contains("units"), "{error}");
+    Ok(())
+}
+
+/// An IDX file of `[n, dims...]` u8 values.
+fn idx(dims: &[u32], values: &[u8]) -> Vec<u8> {
+    let mut out = vec![0, 0, 0x08, dims.len() as u8];
+    for d in dims {
+        out.extend_from_slice(&d.to_be_bytes());
+    }
+    out.extend_from_slice(values);
+    out
+}
+
+/// A label outside the classes in an IDX labels file names both files and the example.
+#[test]
+fn an_idx_label_out_of_range_names_the_labels_file_and_the_example() -> Result<()> {
+    let tmp = tempfile::tempdir()?;
+    let dir = tmp.path();
+    std::fs::write(dir.join("images.idx"), idx(&[4, 2, 2], &[9; 16]))?;
+    std::fs::write(dir.join("labels.idx"), idx(&[4], &[1, 2, 200, 3]))?;
+    let spec = r#"Job(
+    model: Sequential(input_shape: [2, 2, 1], layers: [Flatten, Dense(units: 10)]),
+    loss: SparseSoftmaxCrossEntropy,
+    optimizer: Sgd(learning_rate: 0.1),
+    train_input: Idx(images: "DIR/images.idx", labels: "DIR/labels.idx", batch_size: 4),
+    run_config: (model_dir: "DIR/run"),
+    train_spec: (max_steps: 1),
+)"#;
+    let path = dir.join("spec.ron");
+    std::fs::write(&path, spec.replace("DIR", &dir.to_string_lossy()))?;
+    let run = engine(&["run", &path.to_string_lossy()])?;
+    let error = run.stderr.lines().find(|l| l.starts_with("error: ")).context("no error line")?;
+    ensure!(error.contains("model.layers[1].units") && error.contains("label 200 of the example at example 3 of "), "{error}");
+    ensure!(error.contains("images.idx (its label in ") && error.contains("labels.idx)"), "{error}");
+    ensure!(error.contains("at least 201 units"), "{error}");
+    Ok(())
+}
+
+/// An IDX path that is a device, or a gzip member that inflates past its header, is refused
+/// at once (bounded reads), naming the file: `engine plan` once read /dev/zero until the
+/// machine ran out of memory.
+#[test]
+fn unbounded_idx_inputs_are_refused_before_they_are_read() -> Result<()> {
+    use std::io::Write;
+    let tmp = tempfile::tempdir()?;
+    let dir = tmp.path();
+    let mut bomb = idx(&[1, 2, 2], &[1; 4]);
+    bomb.extend(std::iter::repeat_n(0u8, 256 << 20));
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+    gz.write_all(&bomb)?;
+    drop(bomb);
+    std::fs::write(dir.join("bomb.idx.gz"), gz.finish()?)?;
+    std::fs::write(dir.join("labels.idx"), idx(&[1], &[3]))?;
+    for images in ["/dev/zero", &format!("{}/bomb.idx.gz", dir.display())] {
+        let spec = format!(
+            r#"Job(
+    model: Sequential(input_shape: [2, 2, 1], layers: [Flatten, Dense(units: 10)]),
+    loss: SparseSoftmaxCrossEntropy,
+    optimizer: Sgd(learning_rate: 0.1),
+    train_input: Idx(images: "{images}", labels: "{dir}/labels.idx", batch_size: 4),
+    run_config: (model_dir: "{dir}/run"),
+    train_spec: (max_steps: 1),
+)"#,
+            dir = dir.display()
+        );
+        let path = dir.join("spec.ron");
+        std::fs::write(&path, spec)?;
+        let started = std::time::Instant::now();
+        let plan = engine(&["plan", &path.to_string_lossy()])?;
+        ensure!(plan.code == Some(1) || plan.code == Some(2), "{images}: {:?}\n{}", plan.code, plan.stderr);
+        ensure!(plan.stderr.contains(images), "{images}: {}", plan.stderr);
+        ensure!(
+            plan.stderr.contains("not a regular file") || plan.stderr.contains("inflates past the 4 bytes"),
+            "{images}: {}",
+            plan.stderr
+        );
+        ensure!(started.elapsed() < std::time::Duration::from_secs(60), "{images}: took {:?}", started.elapsed());
+    }
+    Ok(())
+}

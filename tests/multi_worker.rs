@@ -505,3 +505,22 @@ fn torchrun_variables_make_a_cluster_that_trains_like_one_device() -> Result<()>
     }
     Ok(())
 }
+
+/// A cluster started by hand without a shared token says that it runs unauthenticated
+/// before it connects (`engine launch` makes a token for the tasks it starts).
+#[test]
+fn a_cluster_without_a_token_is_warned_about() -> Result<()> {
+    let ports = common::free_ports(2)?;
+    let cluster = format!("worker=127.0.0.1:{},127.0.0.1:{}", ports[0], ports[1]);
+    let spec = common::spec_path("fashion_mnist_mlp.ron");
+    let tmp = tempfile::tempdir()?;
+    let dir = tmp.path().to_string_lossy().into_owned();
+    let args = [
+        "run", &spec, "--strategy", "multi_worker", "--cluster", &cluster, "--task", "worker:1", "--connect-timeout",
+        "1", "--max-steps", "1", "--model-dir", &dir,
+    ];
+    let out = common::finished(common::engine_command(&args)?.env_remove("ENGINE_CLUSTER_TOKEN").output()?)?;
+    ensure!(out.code != Some(0), "a cluster missing worker:0 trained: {}", out.stderr);
+    ensure!(out.stderr.contains("runs unauthenticated") && out.stderr.contains("ENGINE_CLUSTER_TOKEN"), "{}", out.stderr);
+    Ok(())
+}

@@ -190,7 +190,13 @@ fn a_failed_worker_stops_nobody_and_rejoins_when_started_again() -> Result<()> {
             restarts,
         ];
         let out = common::finished(engine_command(&args)?.env(FAULT_ENV, "worker:2@40").output()?)?;
-        ensure!(out.code == Some(0), "the cluster failed with restarts={restarts}:\n{}", out.stderr);
+        // Restarted, worker:2 rejoins and the job succeeds. Left out, the others finish, but
+        // the launcher's status is the failed worker's: its share of the steps is missing.
+        let want = if restarts == "1" { 0 } else { 86 };
+        ensure!(out.code == Some(want), "restarts={restarts}: exit {:?}, want {want}:\n{}", out.code, out.stderr);
+        if restarts == "0" {
+            ensure!(out.stderr.contains("the others finished without worker:2 (exit code 86), which failed"), "{}", out.stderr);
+        }
         ensure!(out.stderr.contains("worker:2 failed (exit code 86)"), "{}", out.stderr);
         ensure!(out.stderr.contains("the others go on"), "{}", out.stderr);
         ensure!(latest_step(Path::new(&dir)).is_some_and(|s| s >= 500), "the chief did not finish");

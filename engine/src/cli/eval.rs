@@ -34,7 +34,9 @@ pub fn eval(args: &EvalArgs) -> Result<(), CliError> {
     let checkpoint = checkpoint_location(&estimator, args.checkpoint.as_deref())?;
     let es = &spec.job.eval_spec;
     let hooks = job::hooks_of(&spec, &es.hooks)?;
-    let result = estimator.evaluate(eval_input.as_ref(), es.steps, hooks, Some(&checkpoint), es.name.as_deref())?;
+    let result = estimator
+        .evaluate(eval_input.as_ref(), es.steps, hooks, Some(&checkpoint), es.name.as_deref())
+        .map_err(|e| super::label_error::locate(&spec, e))?;
     super::output(&format!("{}\n", python_dict(&result)));
     Ok(())
 }

@@ -112,7 +112,9 @@ pub fn launch(args: &LaunchArgs) -> Result<(), CliError> {
                 attempt += 1;
                 log::warn!("{message}; restarting the cluster ({attempt} of {})", args.restart_on_failure);
             }
-            Ending::Failed { message, code } => return Err(CliError::Launch { message, code }),
+            Ending::Failed { message, code } | Ending::Incomplete { message, code } => {
+                return Err(CliError::Launch { message, code });
+            }
         }
     }
 }
@@ -124,6 +126,12 @@ enum Ending {
     Preempted(Signal),
     /// A task failed; `code` is its exit status (128 + the signal when one killed it).
     Failed {
+        message: String,
+        code: Option<u8>,
+    },
+    /// Every task ended, but a worker the asynchronous job went on without had failed for
+    /// good: not restarted (the job is done), but not a success either.
+    Incomplete {
         message: String,
         code: Option<u8>,
     },
@@ -199,7 +207,8 @@ fn run_cluster(
     let asynchronous = !spec.ps.is_empty();
     let mut worker_restarts = 0;
     let mut stopping: Option<Signal> = None;
-    let mut given_up: Vec<TaskId> = Vec::new();
+    // Workers left out after failing for good: the job goes on, but its status says so.
+    let mut given_up: Vec<(TaskId, String, Option<u8>)> = Vec::new();
     let ending = loop {
         if let (Some(signal), None) = (preemption::requested(), stopping) {
             stopping = Some(signal);
@@ -229,9 +238,9 @@ fn run_cluster(
                         );
                         *child = start(*id, restarts + worker_restarts)?;
                         running += 1;
-                    } else if !given_up.contains(id) {
+                    } else if !given_up.iter().any(|(g, ..)| g == id) {
                         log::warn!("{id} failed ({}); the others go on without it", describe(status));
-                        given_up.push(*id);
+                        given_up.push((*id, describe(status), status_code(status)));
                     }
                 }
                 Ok(Some(status)) => {
@@ -250,6 +259,20 @@ fn run_cluster(
         if running == 0 {
             break match stopping {
                 Some(signal) => Ending::Preempted(signal),
+                None if !given_up.is_empty() => {
+                    let named: Vec<String> = given_up.iter().map(|(id, how, _)| format!("{id} ({how})")).collect();
+                    let codes = given_up.iter().filter_map(|g| g.2);
+                    // The failure as it was: a permanent one (1-127) first, as when it stops a job.
+                    let code = codes.clone().filter(|c| *c < 128).min().or_else(|| codes.clone().next());
+                    Ending::Incomplete {
+                        message: format!(
+                            "the others finished without {}, which failed with no restarts left: its share of the \
+                             steps is missing from the job; see its log above",
+                            named.join(", ")
+                        ),
+                        code,
+                    }
+                }
                 None => Ending::Succeeded,
             };
         }

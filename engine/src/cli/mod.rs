@@ -7,6 +7,7 @@ mod device;
 mod error;
 mod eval;
 mod export;
+mod label_error;
 mod launch;
 pub mod logging;
 mod plan;

@@ -45,12 +45,15 @@ pub fn run(args: &RunArgs) -> Result<(), CliError> {
                 every_n_steps: es.every_n_steps,
             };
             let train_spec = TrainSpec::from_shared(train_input, max_steps).with_hooks(train_hooks);
-            let result = train_and_evaluate(&estimator, train_spec, eval_spec)?;
+            let result =
+                train_and_evaluate(&estimator, train_spec, eval_spec).map_err(|e| super::label_error::locate(&spec, e))?;
             super::output(&format!("{}\n", python_dict(&result)));
         }
         None => {
             let limit = max_steps.map(StepLimit::MaxSteps).unwrap_or(StepLimit::UntilInputEnds);
-            let outcome = estimator.train(train_input.as_ref(), train_hooks, limit, Vec::new())?;
+            let outcome = estimator
+                .train(train_input.as_ref(), train_hooks, limit, Vec::new())
+                .map_err(|e| super::label_error::locate(&spec, e))?;
             super::output(&format!(
                 "{{'global_step': {}, 'loss': {}}}\n",
                 outcome.global_step,
@@ -121,7 +124,21 @@ fn cluster_of(
         ),
         None => std::env::var(TOKEN_ENV).ok().filter(|t| !t.is_empty()),
     };
+    if let (Some(c), None) = (&cluster, &token) {
+        log::warn!("{}", unauthenticated(c));
+    }
     Ok((cluster, token))
+}
+
+/// The warning for a cluster whose tasks present no shared secret: whatever reaches their
+/// ports can join the job, read its variables and send it gradients.
+pub(crate) fn unauthenticated(cluster: &engine_runtime::cluster::Cluster) -> String {
+    format!(
+        "this cluster ({}) runs unauthenticated: any process that reaches its ports can join the job, read its \
+         variables and send it gradients; give every task the same secret in ${TOKEN_ENV} or --token-file \
+         (`engine launch` makes one for the tasks it starts)",
+        cluster.spec()
+    )
 }
 
 /// The evaluation result as TensorFlow users see it printed: `{'accuracy': 0.8712, ...}`.

@@ -4,7 +4,7 @@
 use crate::{
     EstimatorError, Result,
     hooks::RunValues,
-    input::Batch,
+    input::{Batch, NonFiniteFinder},
     metrics::MetricState,
     preemption,
     session::{Compiled, Replicas},
@@ -42,6 +42,7 @@ pub(crate) fn evaluate_dataset(
     batches: impl Iterator<Item = Result<Batch>>,
     steps: Option<u64>,
     observer: &mut dyn EvalObserver,
+    finder: Option<&NonFiniteFinder>,
 ) -> Result<EvalOutcome> {
     let loss = compiled.loss.ok_or_else(|| EstimatorError::Other("evaluation graph has no loss".into()))?;
     let mut base: Vec<Outlet> = vec![loss];
@@ -82,6 +83,15 @@ pub(crate) fn evaluate_dataset(
         let input_wait = waited.elapsed();
         let started = Instant::now();
         let sizes: Vec<usize> = group.iter().map(real_examples).collect();
+        let ids: Vec<Vec<u64>> = group.iter().map(|b| b.ids.clone()).collect();
+        // Checked before the model sees it, as training's data is through its gradients: a
+        // NaN feature can vanish inside the model (ReLU maps it to 0 on some kernels) and
+        // leave metrics that look like any others.
+        for (batch, ids) in group.iter().zip(&ids) {
+            if let Some(name) = non_finite_column(batch) {
+                return Err(non_finite(out.batches + 1, format!("`{name}` holds a NaN or an infinity"), ids, finder)?);
+            }
+        }
         let n = group.len();
         let results = if n == replicas.len() {
             replicas.run(group, &fetches, RunOptions::default())?
@@ -96,8 +106,11 @@ pub(crate) fn evaluate_dataset(
         };
         let step_time = started.elapsed();
         let (mut group_loss, mut group_examples) = (0.0, 0usize);
-        for (res, &size) in results.iter().zip(&sizes) {
+        for ((res, &size), ids) in results.iter().zip(&sizes).zip(&ids) {
             let l = res.fetched[0].to_host()?.scalar_value().unwrap_or(f64::NAN);
+            if !l.is_finite() && size > 0 {
+                return Err(non_finite(out.batches + 1, format!("the loss is {l}"), ids, finder)?);
+            }
             group_loss += l * size as f64;
             group_examples += size;
             out.loss_sum += l * size as f64;
@@ -108,6 +121,10 @@ pub(crate) fn evaluate_dataset(
                     .iter()
                     .map(|v| v.to_host())
                     .collect::<std::result::Result<Vec<_>, _>>()?;
+                if let Some(bad) = incs.iter().flat_map(|t| t.to_f64_vec()).find(|x| !x.is_finite()) {
+                    let value = format!("a metric's sums hold {bad}");
+                    return Err(non_finite(out.batches + 1, value, ids, finder)?);
+                }
                 state.add(&incs);
                 at += outs.len();
             }
@@ -148,4 +165,33 @@ pub(crate) fn evaluate_dataset(
 
 fn real_examples(b: &Batch) -> usize {
     b.ids.len().min(b.len).max(if b.ids.is_empty() { b.len } else { 0 })
+}
+
+/// The error for a batch whose loss or metrics are not finite, naming the example that
+/// holds a NaN or an infinity when the input has one (the data's fault), else the model.
+fn non_finite(batch: u64, value: String, ids: &[u64], finder: Option<&NonFiniteFinder>) -> Result<EstimatorError> {
+    let found = match finder {
+        Some(f) => f.find(ids)?,
+        None => None,
+    };
+    let cause = match found {
+        Some(found) => format!("the evaluation input is to blame: {found}"),
+        None => "the evaluation batch holds no NaN or infinity, so the model computes one (its weights, or values \
+                 far outside the range it was trained on)"
+            .to_string(),
+    };
+    Ok(EstimatorError::EvalNonFinite { batch, value, cause })
+}
+
+/// The first float column of `batch` (a feature, or the label) with a value that is not
+/// finite.
+fn non_finite_column(batch: &Batch) -> Option<&str> {
+    let label = batch.labels.iter().map(|t| ("label", t));
+    batch
+        .features
+        .iter()
+        .map(|(name, t)| (name.as_str(), t))
+        .chain(label)
+        .find(|(_, t)| t.as_f32().is_some_and(|v| v.iter().any(|x| !x.is_finite())))
+        .map(|(name, _)| name)
 }

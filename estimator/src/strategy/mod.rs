@@ -8,6 +8,8 @@
 
 mod central_storage;
 mod default;
+#[cfg(test)]
+mod evaluator_input;
 mod mirrored;
 mod multi_worker;
 mod parameter_server;

@@ -90,6 +90,11 @@ impl Strategy for ParameterServerStrategy {
         1
     }
     fn input_context(&self) -> InputContext {
+        // The evaluator task is no training pipeline: it reads the whole evaluation input
+        // (sharded like a worker's, it covered 1/N of the examples and reported that).
+        if self.cluster.task().task_type == TaskType::Evaluator {
+            return InputContext::default();
+        }
         InputContext {
             num_input_pipelines: self.trainers(),
             input_pipeline_id: self.cluster.rank().unwrap_or(0),

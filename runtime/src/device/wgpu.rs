@@ -58,11 +58,29 @@ fn open_uncached(index: usize) -> Result<(CubeDevice, String), String> {
     let Some(adapter) = found.get(index) else {
         return Err(format!("there is no wgpu:{index}; this machine has {}", list(found)));
     };
+    usable(adapter, index)?;
     let device = WgpuDevice::new(adapter.kind.clone()).on(api(adapter.api));
     let options = RuntimeOptions::try_default().map_err(|e| e.to_string())?;
     try_init_setup::<AutoGraphicsApi>(&device, options)
         .map_err(|e| format!("cannot open {}: {e}", adapter.describe(index)))?;
     Ok((CubeDevice::Wgpu(device), adapter.name.clone()))
+}
+
+/// Refuses an adapter the engine's kernels cannot run on, saying what was found and what
+/// to install. Through OpenGL (Mesa's GL driver, the only API on a machine without a
+/// Vulkan driver), wgpu has no 64-bit shader integers, and cubecl's kernels fail to
+/// compile at the first step with hundreds of lines of WGSL.
+fn usable(adapter: &Adapter, index: usize) -> Result<(), String> {
+    if adapter.api != wgpu::Backend::Gl {
+        return Ok(());
+    }
+    Err(format!(
+        "{} is reached through OpenGL only, which lacks the 64-bit shader integers (SHADER_INT64) the engine's \
+         kernels need: install a Vulkan driver for it (NVIDIA: the driver's Vulkan ICD and libvulkan1; AMD and \
+         Intel: `apt-get install mesa-vulkan-drivers libvulkan1`), or Mesa's lavapipe for a software device \
+         (the same packages), or train on the CPU (`--device cpu`)",
+        adapter.describe(index)
+    ))
 }
 
 fn list(found: &[Adapter]) -> String {
@@ -141,5 +159,25 @@ fn block_on<F: std::future::Future>(f: F) -> F::Output {
             return v;
         }
         std::thread::yield_now();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_opengl_only_adapter_is_refused_with_what_to_install() {
+        let gl = Adapter {
+            name: "llvmpipe (LLVM 15.0.6, 256 bits)".into(),
+            kind: WgpuDeviceKind::Cpu,
+            api: wgpu::Backend::Gl,
+            driver: String::new(),
+        };
+        let err = usable(&gl, 0).err().unwrap_or_default();
+        assert!(err.starts_with("wgpu:0 = llvmpipe") && err.contains("Gl") && err.contains("SHADER_INT64"), "{err}");
+        assert!(err.contains("mesa-vulkan-drivers libvulkan1") && err.lines().count() == 1, "{err}");
+        let vulkan = Adapter { api: wgpu::Backend::Vulkan, ..gl };
+        assert!(usable(&vulkan, 0).is_ok());
     }
 }

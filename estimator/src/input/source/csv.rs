@@ -296,6 +296,21 @@ impl CsvSource {
     }
 
     fn plan(path: &Path, names: &[String], options: &CsvOptions) -> Result<ColumnPlan> {
+        // Columns are addressed by name: a header that names one twice is the file's fault,
+        // so it is reported there (line 1), not as a nameless schema error later.
+        for (i, name) in names.iter().enumerate() {
+            if let Some(j) = names[..i].iter().position(|n| n == name) {
+                return Err(InputError::Csv {
+                    path: path.to_path_buf(),
+                    line: 1,
+                    detail: format!(
+                        "the header names column `{name}` twice (columns {} and {}); every column needs its own name",
+                        j + 1,
+                        i + 1
+                    ),
+                });
+            }
+        }
         let find = |column: &str| {
             names.iter().position(|n| n == column).ok_or_else(|| InputError::MissingColumn {
                 path: path.to_path_buf(),
@@ -443,6 +458,14 @@ mod tests {
         let src = CsvSource::open(&CsvOptions::new(&path).label("y")).unwrap();
         assert_eq!(src.schema().features[0].name, "a");
         assert_eq!(src.locate(1), format!("{path}:4"));
+    }
+
+    #[test]
+    fn a_header_naming_a_column_twice_names_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = write(dir.path(), "twice.csv", "a,b,a,y\n1,2,3,0\n");
+        let err = CsvSource::open(&CsvOptions::new(&path).label("y")).unwrap_err().to_string();
+        assert!(err.contains("twice.csv:1:") && err.contains("column `a` twice (columns 1 and 3)"), "{err}");
     }
 
     #[test]

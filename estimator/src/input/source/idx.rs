@@ -6,7 +6,7 @@
 //! Files are small enough (47 MB for Fashion-MNIST's training images) to decode once, keeping
 //! u8 pixels as u8 until an example is read.
 
-use super::files::read_maybe_gz;
+use super::files::read_idx;
 use super::{FileSpan, Source, file_spans};
 use crate::input::error::{InputError, Result};
 use crate::input::schema::{FeatureInfo, Row, Schema, mismatch};
@@ -110,13 +110,16 @@ pub(crate) struct IdxSource {
     images: IdxArray,
     example_size: usize,
     labels: Option<Labels>,
+    labels_path: Option<PathBuf>,
     files: Vec<FileSpan>,
     description: String,
 }
 
 impl IdxSource {
     pub fn open(images_path: &Path, labels_path: Option<&Path>) -> Result<Self> {
-        let images = IdxArray::parse(images_path, &read_maybe_gz(images_path)?)?;
+        // An input file may take at most what the input pipeline may (half the memory).
+        let max_bytes = crate::Resources::of_this_machine().max_batches_bytes();
+        let images = IdxArray::parse(images_path, &read_idx(images_path, max_bytes)?)?;
         let n = *images.dims.first().unwrap_or(&0);
         let mut shape: Vec<usize> = images.dims[1..].to_vec();
         if shape.len() == 2 {
@@ -126,7 +129,7 @@ impl IdxSource {
         let labels = match labels_path {
             None => None,
             Some(path) => {
-                let array = IdxArray::parse(path, &read_maybe_gz(path)?)?;
+                let array = IdxArray::parse(path, &read_idx(path, max_bytes)?)?;
                 if array.dims.len() != 1 {
                     return Err(InputError::BadIdx {
                         path: path.to_path_buf(),
@@ -158,7 +161,8 @@ impl IdxSource {
             labels_path.map(|p| p.display().to_string()).unwrap_or_default()
         );
         let files = file_spans(&[PathBuf::from(images_path)], &[n as u64]);
-        Ok(IdxSource { schema, images, example_size, labels, files, description })
+        let labels_path = labels_path.map(Path::to_path_buf);
+        Ok(IdxSource { schema, images, example_size, labels, labels_path, files, description })
     }
 }
 
@@ -184,6 +188,19 @@ impl Source for IdxSource {
 
     fn files(&self) -> &[FileSpan] {
         &self.files
+    }
+
+    /// Both files: an error about a label is about the labels file.
+    fn locate(&self, index: u64) -> String {
+        match &self.labels_path {
+            Some(labels) => format!(
+                "example {} of {} (its label in {})",
+                index + 1,
+                self.files[0].path.display(),
+                labels.display()
+            ),
+            None => format!("example {} of {}", index + 1, self.files[0].path.display()),
+        }
     }
 
     fn read(&self, index: u64) -> Result<Row> {
