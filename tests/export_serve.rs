@@ -91,22 +91,7 @@ fn serve_answers_the_tf_serving_rest_api_and_batches_concurrent_requests() -> Re
     ensure!(versions.len() == 2, "{versions:?}");
     let predictions = predict(&spec, tmp.path(), 64)?;
 
-    let mut server = engine_command(&[
-        "serve",
-        &base.to_string_lossy(),
-        "--port",
-        "0",
-        "--max-batch-size",
-        "16",
-        "--batch-timeout-micros",
-        "20000",
-    ])?
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped())
-    .spawn()?;
-    let mut url = String::new();
-    BufReader::new(server.stdout.take().context("stdout")?).read_line(&mut url)?;
-    let url = url.trim().to_string();
+    let (server, url) = serve(&base, &["--max-batch-size", "16", "--batch-timeout-micros", "20000"])?;
     ensure!(url.starts_with("http://127.0.0.1:") && url.ends_with("/v1/models/model"), "{url:?}");
     let report = python_check("serve_client.py", &[&url, &predictions.to_string_lossy(), TEST_IMAGES, "255"]);
     // SAFETY: signals the child this test started.
@@ -158,5 +143,134 @@ fn exporters_write_to_an_s3_model_dir_and_serve_reads_them() -> Result<()> {
     let (ok, log) = finish(server, Duration::from_secs(30))?;
     ensure!(ok && line.contains("/v1/models/model"), "{line}\n{log}");
     ensure!(log.contains("(step 20)"), "{log}");
+    Ok(())
+}
+
+/// `engine serve EXPORT --port 0 FLAGS`, and the URL it printed once it answers.
+fn serve(export: &Path, flags: &[&str]) -> Result<(std::process::Child, String)> {
+    let export = export.to_string_lossy();
+    let mut args = vec!["serve", &export, "--port", "0"];
+    args.extend(flags);
+    let mut server = engine_command(&args)?.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn()?;
+    let mut url = String::new();
+    BufReader::new(server.stdout.take().context("stdout")?).read_line(&mut url)?;
+    Ok((server, url.trim().to_string()))
+}
+
+/// Sends `head` then `body` on a fresh connection and returns the status code, or `None`
+/// when the server closed the connection without answering.
+fn raw_request(address: &str, head: &str, body: &[u8], timeout: Duration) -> Result<Option<u16>> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(address)?;
+    stream.set_read_timeout(Some(timeout))?;
+    stream.set_write_timeout(Some(timeout))?;
+    stream.write_all(head.as_bytes())?;
+    // A server that answers before the body (413) may close while it is sent.
+    let _ = stream.write_all(body);
+    let mut answer = Vec::new();
+    let _ = stream.read_to_end(&mut answer);
+    let text = String::from_utf8_lossy(&answer);
+    Ok(text.strip_prefix("HTTP/1.1 ").and_then(|t| t.get(..3)).and_then(|c| c.parse().ok()))
+}
+
+fn post(address: &str, path: &str, body: &[u8], declared: Option<usize>) -> Result<Option<u16>> {
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\
+         Connection: close\r\n\r\n",
+        declared.unwrap_or(body.len())
+    );
+    raw_request(address, &head, body, Duration::from_secs(30))
+}
+
+/// The peak and current resident memory of process `pid`, in MiB (`VmHWM`, `VmRSS`).
+fn memory_mib(pid: u32) -> Result<(u64, u64)> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let field = |name: &str| -> Option<u64> {
+        status.lines().find(|l| l.starts_with(name))?.split_whitespace().nth(1)?.parse::<u64>().ok().map(|kib| kib >> 10)
+    };
+    Ok((field("VmHWM:").context("no VmHWM")?, field("VmRSS:").context("no VmRSS")?))
+}
+
+/// `engine serve` under hostile requests (seeded mutations of a valid one: numbers past
+/// f32, broken JSON, wrong shapes, deep nesting, bodies larger than declared or than
+/// allowed, a body that never arrives, a header that never ends, a request as large as the
+/// body limit from several clients at once): every answer is a status a client can act
+/// on, the server stays up, and its memory stays bounded and is returned after the peak.
+#[test]
+fn serve_answers_hostile_requests_with_statuses_in_bounded_memory() -> Result<()> {
+    use common::fuzz::Rng;
+    let tmp = tempfile::tempdir()?;
+    let spec = spec_path("fashion_mnist_mlp.ron");
+    train(&spec, tmp.path(), 2, &["--set", "eval_spec.exporters=[Latest(exports_to_keep: 1)]"])?;
+    let export = tmp.path().join("export/latest");
+    let limits = ["--max-body-mib", "16", "--max-inflight-mib", "512", "--request-timeout-secs", "2"];
+    let (server, url) = serve(&export, &limits)?;
+    let address = url.trim_start_matches("http://").split('/').next().unwrap_or_default().to_string();
+    let path = "/v1/models/model:predict";
+    let image = |v: &str| format!("[{}]", vec![format!("[{}]", vec![format!("[{v}]"); 28].join(",")); 28].join(","));
+    let valid = format!(r#"{{"instances": [{}]}}"#, image("0.5"));
+    let result = (|| -> Result<(usize, u64, u64)> {
+        ensure!(post(&address, path, valid.as_bytes(), None)? == Some(200), "a valid request failed");
+        let mut rng = Rng(0x5e7e_0b5e_55ed_0001);
+        let mut answered = 0;
+        for case in 0..150 {
+            let mut body = valid.clone().into_bytes();
+            let mut declared = None;
+            match rng.below(10) {
+                0 => body = valid.replacen("0.5", *rng.pick(&["1e300", "-1e39", "NaN", "\"x\"", "null", "[]"]), 1).into_bytes(),
+                1 => body.truncate(rng.below(body.len())),
+                2 => body = valid.replacen("[0.5]", "[0.5, 0.5]", 1).into_bytes(),
+                3 => body = format!("{}{}", "[".repeat(5000), "]".repeat(5000)).into_bytes(),
+                4 => body = format!(r#"{{"instances": [{}], "inputs": {{}}}}"#, image("1")).into_bytes(),
+                5 => declared = Some(64 << 20),
+                6 => {
+                    let at = rng.below(body.len());
+                    body[at] = 0xff;
+                }
+                7 => body = format!(r#"{{"instances": [{}]}}"#, vec![image("0.25"); 1 + rng.below(500)].join(",")).into_bytes(),
+                8 => body = format!(r#"{{"inputs": {{"x": [{}]}}, "signature_name": "other"}}"#, image("1")).into_bytes(),
+                _ => body = format!(r#"{{"instances": [{}]}}"#, image("-3e38")).into_bytes(),
+            }
+            let status = post(&address, path, &body, declared)?;
+            ensure!(
+                matches!(status, Some(200 | 400 | 413 | 503)),
+                "case {case}: status {status:?} for {}",
+                String::from_utf8_lossy(&body[..body.len().min(200)])
+            );
+            answered += 1;
+        }
+        // A body shorter than declared, and headers that never end: answered or dropped within
+        // the timeout, never held.
+        let started = Instant::now();
+        let short = post(&address, path, &valid.as_bytes()[..100], Some(valid.len()))?;
+        ensure!(matches!(short, Some(408) | None), "a body that never came: {short:?}");
+        let dribble = raw_request(&address, "POST /v1/models/model:predict HTTP/1.1\r\nHost: x\r\n", b"", Duration::from_secs(30))?;
+        ensure!(dribble.is_none() || dribble == Some(408), "unfinished headers: {dribble:?}");
+        ensure!(started.elapsed() < Duration::from_secs(20), "slow clients were held {:?}", started.elapsed());
+        // Requests of 15 MiB (2,400 images) from six clients at once: answered or refused 503.
+        let big = std::sync::Arc::new(format!(r#"{{"instances": [{}]}}"#, vec![image("0.125"); 2400].join(",")).into_bytes());
+        let threads: Vec<_> = (0..6)
+            .map(|_| {
+                let (address, big) = (address.clone(), big.clone());
+                std::thread::spawn(move || post(&address, path, &big, None))
+            })
+            .collect();
+        for t in threads {
+            let status = t.join().map_err(|_| anyhow::anyhow!("a client thread panicked"))??;
+            ensure!(matches!(status, Some(200 | 503)), "a large request got {status:?}");
+        }
+        ensure!(post(&address, path, valid.as_bytes(), None)? == Some(200), "the server stopped answering");
+        std::thread::sleep(Duration::from_millis(500));
+        let (peak, now) = memory_mib(server.id())?;
+        Ok((answered, peak, now))
+    })();
+    // SAFETY: signals the child this test started.
+    unsafe { libc::kill(server.id() as libc::pid_t, libc::SIGTERM) };
+    let (ok, log) = finish(server, Duration::from_secs(30))?;
+    let (answered, peak, now) = result.with_context(|| log.clone())?;
+    eprintln!("serve fuzz: {answered} hostile requests answered, 0 crashes; peak RSS {peak} MiB, {now} MiB after");
+    ensure!(ok, "{log}");
+    ensure!(peak <= 1536, "the server's memory peaked at {peak} MiB");
+    ensure!(now <= 512, "the server held {now} MiB after the load");
     Ok(())
 }

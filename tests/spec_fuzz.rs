@@ -6,11 +6,11 @@
 
 mod common;
 
-use anyhow::{Context, Result, bail};
+use anyhow::Result;
+use common::fuzz::{Rng, survives};
 use common::{engine_binary, repo_root};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Mutants per run; `ENGINE_FUZZ_MUTANTS` and `ENGINE_FUZZ_SEED` change the count and the
 /// seed for a longer campaign by hand.
@@ -18,24 +18,6 @@ const MUTANTS: usize = 600;
 const SEED: u64 = 0x5eed_1234_abcd_0042;
 /// Every how many planned mutants a short training run follows.
 const RUN_EVERY: usize = 2;
-
-/// xorshift64*: enough randomness for mutations, and the same sequence everywhere.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-    fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
-        &items[self.below(items.len())]
-    }
-}
 
 /// 256 IDX images (28x28) and labels, gzip-free: small enough that a run of any mutant is fast.
 fn write_idx(dir: &Path) -> Result<(PathBuf, PathBuf)> {
@@ -220,57 +202,6 @@ fn mutate(rng: &mut Rng, text: &str) -> String {
     out
 }
 
-/// Runs the engine; a panic or a signal (an abort) is a failure. A legitimately slow job (a
-/// mutant with a layer of 65536 units) gets SIGTERM at `limit` and must then stop, with its
-/// checkpoint, within a grace period: only one that ignores it hangs.
-fn survives(args: &[&str], limit: Duration) -> Result<Option<i32>> {
-    let mut child = Command::new(engine_binary()?)
-        .args(args)
-        .current_dir(repo_root())
-        .env("RUST_BACKTRACE", "0")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()?;
-    let mut stderr = child.stderr.take().context("no stderr")?;
-    let reader = std::thread::spawn(move || {
-        let mut text = String::new();
-        let _ = std::io::Read::read_to_string(&mut stderr, &mut text);
-        text
-    });
-    let deadline = Instant::now() + limit;
-    let grace = Duration::from_secs(180);
-    let mut terminated = None;
-    let status = loop {
-        if let Some(status) = child.try_wait()? {
-            break status;
-        }
-        match terminated {
-            None if Instant::now() > deadline => {
-                // SAFETY: kill has no memory effects.
-                unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
-                terminated = Some(Instant::now());
-            }
-            Some(at) if at.elapsed() > grace => {
-                let _ = child.kill();
-                let _ = child.wait();
-                bail!("still running {grace:?} after SIGTERM (sent after {limit:?})");
-            }
-            _ => {}
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    };
-    let stderr = reader.join().unwrap_or_default();
-    let tail: String =
-        stderr.lines().rev().take(6).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join("\n");
-    if stderr.contains("panicked at") || status.code() == Some(101) {
-        bail!("it panicked ({status}):\n{tail}");
-    }
-    match status.code() {
-        Some(code) => Ok(Some(code)),
-        None => bail!("it was killed by a signal ({status}), an abort:\n{tail}"),
-    }
-}
-
 #[test]
 fn mutated_specs_get_errors_never_crashes() -> Result<()> {
     let tmp = tempfile::tempdir()?;
@@ -280,7 +211,7 @@ fn mutated_specs_get_errors_never_crashes() -> Result<()> {
         let path = tmp.path().join(format!("seed-{k}.ron"));
         std::fs::write(&path, spec)?;
         anyhow::ensure!(
-            survives(&["plan", &path.to_string_lossy()], Duration::from_secs(60))? == Some(0),
+            survives(&["plan", &path.to_string_lossy()], Duration::from_secs(60))?.code == 0,
             "seed spec {k} does not plan:\n{spec}"
         );
     }
@@ -299,7 +230,8 @@ fn mutated_specs_get_errors_never_crashes() -> Result<()> {
         };
         let planned_ok = survives(&["plan", &path_s], Duration::from_secs(60))
             .map_err(|e| fail("under `engine plan`", e))?
-            == Some(0);
+            .code
+            == 0;
         if !planned_ok {
             continue;
         }

@@ -7,6 +7,8 @@
 
 #![allow(dead_code)]
 
+pub mod fuzz;
+
 use anyhow::{Context, Result, bail, ensure};
 use std::collections::BTreeMap;
 use std::io::{Read, Write};

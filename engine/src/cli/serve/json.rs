@@ -27,7 +27,20 @@ pub struct Request {
 /// The most examples one request may carry (the body size bounds it too).
 pub const MAX_INSTANCES: usize = 65_536;
 
+/// A request in any form: decoded as it is read where it can be (`stream.rs`), else
+/// through serde_json's tree.
+#[cfg(test)]
 pub fn parse_request(body: &[u8], signature: &Signature) -> Result<Request, String> {
+    match super::stream::decode(body, signature) {
+        super::stream::Decoded::Request(r) => Ok(r),
+        super::stream::Decoded::Error(e) => Err(e),
+        super::stream::Decoded::Other => parse_general(body, signature),
+    }
+}
+
+/// A request in any form, through serde_json's tree (for what `stream.rs` does not take:
+/// objects per instance, several inputs).
+pub fn parse_general(body: &[u8], signature: &Signature) -> Result<Request, String> {
     let value: Value = serde_json::from_slice(body).map_err(|e| format!("the body is not valid JSON: {e}"))?;
     let Value::Object(mut top) = value else {
         return Err(r#"the body must be a JSON object with "instances" or "inputs""#.into());
@@ -157,6 +170,16 @@ fn flatten(
             items.iter().try_for_each(|x| flatten(x, rest, out, at, spec))
         }
         None => {
+            // A number past f32's range would enter the model as an infinity and come back as
+            // plausible-looking or null logits: refused, naming where it is.
+            if let (HostData::F32(_), Value::Number(n)) = (&*out, v)
+                && n.as_f64().is_some_and(|x| !(x as f32).is_finite())
+            {
+                return Err(format!(
+                    "{}: {n} is outside the range of f32 (about ±3.4e38), which the model computes in",
+                    at()
+                ));
+            }
             let ok = match (out, v) {
                 (HostData::F32(d), Value::Number(n)) => n.as_f64().map(|x| d.push(x as f32)).is_some(),
                 (HostData::I64(d), Value::Number(n)) => n.as_i64().map(|x| d.push(x)).is_some(),
@@ -173,6 +196,25 @@ fn flatten(
             }
         }
     }
+}
+
+/// The first example whose float outputs are not all finite, as an error for the client:
+/// inputs inside f32's range can still overflow in the model (-3e38 per pixel does), and a
+/// `null` logit with a class 0 beside it would be a wrong answer given as a right one.
+pub fn check_outputs(outputs: &BTreeMap<String, HostTensor>, rows: usize) -> Result<(), String> {
+    for (name, t) in outputs {
+        let Some(values) = t.as_f32() else { continue };
+        let per_row = values.len() / rows.max(1);
+        if let Some(at) = values.iter().position(|x| !x.is_finite()) {
+            let example = at.checked_div(per_row).unwrap_or(0);
+            return Err(format!(
+                "example {example}: output '{name}' is not finite ({}): its inputs are outside the range \
+                 the model can compute with (values far from those it was trained on)",
+                values[at]
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The response body: every output, in the request's form.
@@ -245,5 +287,39 @@ mod tests {
         assert!(err(r#"{"inputs": {}}"#).contains("missing input 'x'"));
         assert!(err(r#"{"inputs": {"x": [[1, 2]], "y": 1}}"#).contains("unknown input 'y'"));
         assert!(err(r#"[1]"#).contains("JSON object"));
+        let e = err(r#"{"instances": [[1, 2], [1e300, 0]]}"#);
+        assert!(e.contains("example 1") && e.contains("outside the range of f32"), "{e}");
+        assert!(err(r#"{"instances": [[1, -1e39]]}"#).contains("outside the range of f32"));
+        assert!(parse_request(br#"{"instances": [[1, -3e38]]}"#, &s).is_ok());
+    }
+
+    /// The streaming decoder (one input, lists of numbers) and the general one (objects,
+    /// several inputs) read the same tensor; an instance given as an object falls back.
+    #[test]
+    fn both_decoders_agree() {
+        let s = signature();
+        let fast = parse_request(br#"{"instances": [[1, 2.5], [3, -4]], "signature_name": "serving_default"}"#, &s).unwrap();
+        let general = parse_request(br#"{"instances": [{"x": [1, 2.5]}, {"x": [3, -4]}]}"#, &s).unwrap();
+        assert_eq!(fast.inputs, general.inputs);
+        assert_eq!((fast.form, fast.rows), (Form::Row, 2));
+        let columnar = parse_request(br#"{"inputs": [[1, 2.5], [3, -4]]}"#, &s).unwrap();
+        assert_eq!((columnar.form, &columnar.inputs), (Form::Columnar, &fast.inputs));
+        let err = |body: &str| parse_request(body.as_bytes(), &s).unwrap_err();
+        assert!(err(r#"{"instances": [[1, 2], 7]}"#).contains("example 1: found the number 7 where 2 were expected"));
+        assert!(err(r#"{"instances": [[1, [2]]]}"#).contains("found a list where a f32 was expected"));
+        assert!(err(r#"{"instances": [[1, 2]], "signature_name": "other"}"#).contains("unknown signature_name"));
+        assert!(err(r#"{"instances": [[1, 2]]} trailing"#).contains("not valid JSON"));
+    }
+
+    #[test]
+    fn non_finite_outputs_name_the_example() {
+        let ok = BTreeMap::from([("logits".to_string(), HostTensor::f32(vec![2, 2], vec![1.0, 2.0, 3.0, 4.0]).unwrap())]);
+        assert!(check_outputs(&ok, 2).is_ok());
+        let bad = BTreeMap::from([(
+            "logits".to_string(),
+            HostTensor::f32(vec![2, 2], vec![1.0, 2.0, f32::NAN, 4.0]).unwrap(),
+        )]);
+        let e = check_outputs(&bad, 2).unwrap_err();
+        assert!(e.contains("example 1") && e.contains("'logits' is not finite"), "{e}");
     }
 }

@@ -4,6 +4,7 @@
 mod batcher;
 mod http;
 mod json;
+mod stream;
 
 use super::{CliError, Device};
 use batcher::{BatchOptions, Batcher};
@@ -40,6 +41,14 @@ pub struct ServeArgs {
     /// The largest request body, in MiB (1 to 1024).
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=1024))]
     pub max_body_mib: u64,
+    /// Memory for requests in flight, in MiB (1 to 65536): a request past it is answered 503
+    /// before its body is read. Each is charged 4 times its body (decoded as it is read), and
+    /// 48 times more in forms that need a JSON tree (an object per instance).
+    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u64).range(1..=65536))]
+    pub max_inflight_mib: u64,
+    /// Seconds a client may take to send a request's headers, then its body (1 to 3600).
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub request_timeout_secs: u64,
     /// `cpu`, `wgpu[:N]` or `cuda[:N]`.
     #[arg(long, default_value = "cpu")]
     pub device: Device,
@@ -68,6 +77,8 @@ pub fn serve(args: &ServeArgs) -> Result<(), CliError> {
         signature,
         batcher,
         max_body: (args.max_body_mib as usize) << 20,
+        inflight: http::Inflight::new(args.max_inflight_mib),
+        body_timeout: Duration::from_secs(args.request_timeout_secs),
     });
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -118,11 +129,16 @@ async fn listen(args: &ServeArgs, state: Arc<http::State>, model: &LoadedModel) 
         };
         let _ = stream.set_nodelay(true);
         let state = state.clone();
+        let header_timeout = Duration::from_secs(args.request_timeout_secs);
         tokio::spawn(async move {
             let service = hyper::service::service_fn(move |req| http::handle(req, state.clone()));
-            if let Err(e) =
-                hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service).await
-            {
+            // A client that trickles its headers is dropped after the timeout, not held forever.
+            let served = hyper::server::conn::http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(header_timeout)
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+            if let Err(e) = served {
                 log::debug!("connection ended: {e}");
             }
         });
