@@ -12,6 +12,7 @@ pub struct ProfilerHook {
     events: Vec<serde_json::Value>,
     clock_us: f64,
     active: bool,
+    named_tracks: bool,
     /// Where the trace was written, once it was.
     pub written: Option<String>,
 }
@@ -19,7 +20,15 @@ pub struct ProfilerHook {
 impl ProfilerHook {
     /// Profiles steps `first_step..=last_step`.
     pub fn steps(first_step: u64, last_step: u64) -> Self {
-        ProfilerHook { first_step, last_step, events: Vec::new(), clock_us: 0.0, active: false, written: None }
+        ProfilerHook {
+            first_step,
+            last_step,
+            events: Vec::new(),
+            clock_us: 0.0,
+            active: false,
+            named_tracks: false,
+            written: None,
+        }
     }
 
     fn write(&mut self, ctx: &HookContext<'_>) -> Result<()> {
@@ -47,6 +56,28 @@ impl ProfilerHook {
 const HOST_TRACK: u32 = 0;
 const DEVICE_TRACK: u32 = 1;
 
+/// One complete event ("X") of the trace, `start` counted from the step's start at `clock_us`.
+fn span(
+    name: &str,
+    category: &str,
+    track: u32,
+    clock_us: f64,
+    start: std::time::Duration,
+    duration: std::time::Duration,
+    args: serde_json::Value,
+) -> serde_json::Value {
+    json!({
+        "name": name,
+        "cat": category,
+        "ph": "X",
+        "ts": clock_us + start.as_secs_f64() * 1e6,
+        "dur": duration.as_secs_f64() * 1e6,
+        "pid": 0,
+        "tid": track,
+        "args": args,
+    })
+}
+
 fn track_names() -> [serde_json::Value; 2] {
     let name = |tid: u32, name: &str| {
         json!({ "name": "thread_name", "ph": "M", "pid": 0, "tid": tid, "args": { "name": name } })
@@ -67,31 +98,18 @@ impl SessionRunHook for ProfilerHook {
             return Ok(());
         }
         let step = ctx.global_step.saturating_sub(1);
-        if self.events.is_empty() {
+        // Rows are named when there are two of them (on a device; the CPU has the host's).
+        if !self.named_tracks && values.timings.iter().any(|t| t.device.is_some()) {
             self.events.extend(track_names());
+            self.named_tracks = true;
         }
         for t in &values.timings {
-            self.events.push(json!({
-                "name": t.op,
-                "cat": "op",
-                "ph": "X",
-                "ts": self.clock_us + t.start.as_secs_f64() * 1e6,
-                "dur": t.duration.as_secs_f64() * 1e6,
-                "pid": 0,
-                "tid": HOST_TRACK,
-                "args": { "node": t.node, "step": step },
-            }));
+            let args = json!({ "node": t.node, "step": step });
+            self.events.push(span(t.op, "op", HOST_TRACK, self.clock_us, t.start, t.duration, args));
             if let Some(d) = t.device {
-                self.events.push(json!({
-                    "name": t.op,
-                    "cat": "device",
-                    "ph": "X",
-                    "ts": self.clock_us + d.start.as_secs_f64() * 1e6,
-                    "dur": d.duration.as_secs_f64() * 1e6,
-                    "pid": 0,
-                    "tid": DEVICE_TRACK,
-                    "args": { "node": t.node, "step": step, "clock": if d.by_device { "device" } else { "system" } },
-                }));
+                let clock = if d.by_device { "device" } else { "system" };
+                let args = json!({ "node": t.node, "step": step, "clock": clock });
+                self.events.push(span(t.op, "device", DEVICE_TRACK, self.clock_us, d.start, d.duration, args));
             }
         }
         let device: f64 = values.timings.iter().filter_map(|t| t.device).map(|d| d.duration.as_secs_f64()).sum();
