@@ -179,7 +179,10 @@ fn an_idx_label_out_of_range_names_the_labels_file_and_the_example() -> Result<(
     std::fs::write(&path, spec.replace("DIR", &dir.to_string_lossy()))?;
     let run = engine(&["run", &path.to_string_lossy()])?;
     let error = run.stderr.lines().find(|l| l.starts_with("error: ")).context("no error line")?;
-    ensure!(error.contains("model.layers[1].units") && error.contains("label 200 of the example at example 3 of "), "{error}");
+    ensure!(
+        error.contains("model.layers[1].units") && error.contains("label 200 of the example at example 3 of "),
+        "{error}"
+    );
     ensure!(error.contains("images.idx (its label in ") && error.contains("labels.idx)"), "{error}");
     ensure!(error.contains("at least 201 units"), "{error}");
     Ok(())

@@ -98,6 +98,10 @@ fn string_labels_get_an_inferred_vocabulary_that_predict_prints() -> Result<()> 
     std::fs::write(tmp.path().join("run/label_vocabulary.txt"), "yes\nno\n")?;
     let eval = engine(&["eval", &spec])?;
     ensure!(eval.code != Some(0), "an edited vocabulary was used: {}", eval.stdout);
-    ensure!(eval.stderr.contains("label_vocabulary.txt in ") && eval.stderr.contains("was changed after"), "{}", eval.stderr);
+    ensure!(
+        eval.stderr.contains("label_vocabulary.txt in ") && eval.stderr.contains("was changed after"),
+        "{}",
+        eval.stderr
+    );
     Ok(())
 }

@@ -192,7 +192,11 @@ fn mutated_data_files_get_errors_never_crashes() -> Result<()> {
         let spec = match what {
             0..=4 => {
                 let (mut im, mut la) = (images.clone(), labels.clone());
-                if what % 2 == 0 { im = mutate_idx(&mut rng, &im)? } else { la = mutate_idx(&mut rng, &la)? }
+                if what % 2 == 0 {
+                    im = mutate_idx(&mut rng, &im)?
+                } else {
+                    la = mutate_idx(&mut rng, &la)?
+                }
                 std::fs::write(dir.join("images"), im)?;
                 std::fs::write(dir.join("labels"), la)?;
                 idx_spec(&format!("{d}/images"), &format!("{d}/labels"), &dir)
@@ -213,7 +217,8 @@ fn mutated_data_files_get_errors_never_crashes() -> Result<()> {
         let path = dir.join("spec.ron");
         std::fs::write(&path, &spec)?;
         let path_s = path.to_string_lossy().into_owned();
-        let fail = |under: &str, e: anyhow::Error| anyhow!("case {case} under `engine {under}`: {e:#}\n--- spec ---\n{spec}");
+        let fail =
+            |under: &str, e: anyhow::Error| anyhow!("case {case} under `engine {under}`: {e:#}\n--- spec ---\n{spec}");
         let plan = survives(&["plan", &path_s], Duration::from_secs(60)).map_err(|e| fail("plan", e))?;
         let run = survives(&["run", &path_s], Duration::from_secs(60)).map_err(|e| fail("run", e))?;
         for (under, ended) in [("plan", plan), ("run", run)] {

@@ -186,7 +186,14 @@ fn post(address: &str, path: &str, body: &[u8], declared: Option<usize>) -> Resu
 fn memory_mib(pid: u32) -> Result<(u64, u64)> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
     let field = |name: &str| -> Option<u64> {
-        status.lines().find(|l| l.starts_with(name))?.split_whitespace().nth(1)?.parse::<u64>().ok().map(|kib| kib >> 10)
+        status
+            .lines()
+            .find(|l| l.starts_with(name))?
+            .split_whitespace()
+            .nth(1)?
+            .parse::<u64>()
+            .ok()
+            .map(|kib| kib >> 10)
     };
     Ok((field("VmHWM:").context("no VmHWM")?, field("VmRSS:").context("no VmRSS")?))
 }
@@ -217,7 +224,11 @@ fn serve_answers_hostile_requests_with_statuses_in_bounded_memory() -> Result<()
             let mut body = valid.clone().into_bytes();
             let mut declared = None;
             match rng.below(10) {
-                0 => body = valid.replacen("0.5", *rng.pick(&["1e300", "-1e39", "NaN", "\"x\"", "null", "[]"]), 1).into_bytes(),
+                0 => {
+                    body = valid
+                        .replacen("0.5", *rng.pick(&["1e300", "-1e39", "NaN", "\"x\"", "null", "[]"]), 1)
+                        .into_bytes()
+                }
                 1 => body.truncate(rng.below(body.len())),
                 2 => body = valid.replacen("[0.5]", "[0.5, 0.5]", 1).into_bytes(),
                 3 => body = format!("{}{}", "[".repeat(5000), "]".repeat(5000)).into_bytes(),
@@ -227,8 +238,13 @@ fn serve_answers_hostile_requests_with_statuses_in_bounded_memory() -> Result<()
                     let at = rng.below(body.len());
                     body[at] = 0xff;
                 }
-                7 => body = format!(r#"{{"instances": [{}]}}"#, vec![image("0.25"); 1 + rng.below(500)].join(",")).into_bytes(),
-                8 => body = format!(r#"{{"inputs": {{"x": [{}]}}, "signature_name": "other"}}"#, image("1")).into_bytes(),
+                7 => {
+                    body = format!(r#"{{"instances": [{}]}}"#, vec![image("0.25"); 1 + rng.below(500)].join(","))
+                        .into_bytes()
+                }
+                8 => {
+                    body = format!(r#"{{"inputs": {{"x": [{}]}}, "signature_name": "other"}}"#, image("1")).into_bytes()
+                }
                 _ => body = format!(r#"{{"instances": [{}]}}"#, image("-3e38")).into_bytes(),
             }
             let status = post(&address, path, &body, declared)?;
@@ -244,11 +260,17 @@ fn serve_answers_hostile_requests_with_statuses_in_bounded_memory() -> Result<()
         let started = Instant::now();
         let short = post(&address, path, &valid.as_bytes()[..100], Some(valid.len()))?;
         ensure!(matches!(short, Some(408) | None), "a body that never came: {short:?}");
-        let dribble = raw_request(&address, "POST /v1/models/model:predict HTTP/1.1\r\nHost: x\r\n", b"", Duration::from_secs(30))?;
+        let dribble = raw_request(
+            &address,
+            "POST /v1/models/model:predict HTTP/1.1\r\nHost: x\r\n",
+            b"",
+            Duration::from_secs(30),
+        )?;
         ensure!(dribble.is_none() || dribble == Some(408), "unfinished headers: {dribble:?}");
         ensure!(started.elapsed() < Duration::from_secs(20), "slow clients were held {:?}", started.elapsed());
         // Requests of 15 MiB (2,400 images) from six clients at once: answered or refused 503.
-        let big = std::sync::Arc::new(format!(r#"{{"instances": [{}]}}"#, vec![image("0.125"); 2400].join(",")).into_bytes());
+        let big =
+            std::sync::Arc::new(format!(r#"{{"instances": [{}]}}"#, vec![image("0.125"); 2400].join(",")).into_bytes());
         let threads: Vec<_> = (0..6)
             .map(|_| {
                 let (address, big) = (address.clone(), big.clone());

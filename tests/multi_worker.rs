@@ -516,11 +516,27 @@ fn a_cluster_without_a_token_is_warned_about() -> Result<()> {
     let tmp = tempfile::tempdir()?;
     let dir = tmp.path().to_string_lossy().into_owned();
     let args = [
-        "run", &spec, "--strategy", "multi_worker", "--cluster", &cluster, "--task", "worker:1", "--connect-timeout",
-        "1", "--max-steps", "1", "--model-dir", &dir,
+        "run",
+        &spec,
+        "--strategy",
+        "multi_worker",
+        "--cluster",
+        &cluster,
+        "--task",
+        "worker:1",
+        "--connect-timeout",
+        "1",
+        "--max-steps",
+        "1",
+        "--model-dir",
+        &dir,
     ];
     let out = common::finished(common::engine_command(&args)?.env_remove("ENGINE_CLUSTER_TOKEN").output()?)?;
     ensure!(out.code != Some(0), "a cluster missing worker:0 trained: {}", out.stderr);
-    ensure!(out.stderr.contains("runs unauthenticated") && out.stderr.contains("ENGINE_CLUSTER_TOKEN"), "{}", out.stderr);
+    ensure!(
+        out.stderr.contains("runs unauthenticated") && out.stderr.contains("ENGINE_CLUSTER_TOKEN"),
+        "{}",
+        out.stderr
+    );
     Ok(())
 }

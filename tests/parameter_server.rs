@@ -195,7 +195,11 @@ fn a_failed_worker_stops_nobody_and_rejoins_when_started_again() -> Result<()> {
         let want = if restarts == "1" { 0 } else { 86 };
         ensure!(out.code == Some(want), "restarts={restarts}: exit {:?}, want {want}:\n{}", out.code, out.stderr);
         if restarts == "0" {
-            ensure!(out.stderr.contains("the others finished without worker:2 (exit code 86), which failed"), "{}", out.stderr);
+            ensure!(
+                out.stderr.contains("the others finished without worker:2 (exit code 86), which failed"),
+                "{}",
+                out.stderr
+            );
         }
         ensure!(out.stderr.contains("worker:2 failed (exit code 86)"), "{}", out.stderr);
         ensure!(out.stderr.contains("the others go on"), "{}", out.stderr);

@@ -175,7 +175,14 @@ fn a_state_file_naming_the_wrong_checkpoint_does_not_strand_the_run() -> Result<
         "model_checkpoint_path: \"model.ckpt-999\"\nall_model_checkpoint_paths: \"/elsewhere/model.ckpt-5\"\n\
          all_model_checkpoint_paths: \"model.ckpt-999\"\n",
     )?;
-    let eval = engine(&["eval", &common::spec_path("fashion_mnist_cnn.ron"), "--model-dir", &dir_s, "--set", "eval_spec.steps=1"])?;
+    let eval = engine(&[
+        "eval",
+        &common::spec_path("fashion_mnist_cnn.ron"),
+        "--model-dir",
+        &dir_s,
+        "--set",
+        "eval_spec.steps=1",
+    ])?;
     ensure!(eval.code == Some(0), "eval: {}", eval.stderr);
     let run = engine(&strs(&run_args(&dir_s, 120, &["--set", SAVES])))?;
     ensure!(run.code == Some(0), "run: {}", run.stderr);
@@ -183,9 +190,16 @@ fn a_state_file_naming_the_wrong_checkpoint_does_not_strand_the_run() -> Result<
     ensure!(latest_step(&dir) == Some(120), "resumed from {:?}", latest_step(&dir));
     // A state file one save behind the newest data: the newest is resumed, with a word.
     let text = std::fs::read_to_string(&state)?;
-    std::fs::write(&state, text.replace("model_checkpoint_path: \"model.ckpt-120\"", "model_checkpoint_path: \"model.ckpt-100\""))?;
+    std::fs::write(
+        &state,
+        text.replace("model_checkpoint_path: \"model.ckpt-120\"", "model_checkpoint_path: \"model.ckpt-100\""),
+    )?;
     let run = engine(&strs(&run_args(&dir_s, 140, &["--set", SAVES])))?;
     ensure!(run.code == Some(0), "run: {}", run.stderr);
-    ensure!(run.stderr.contains("Restoring parameters from") && run.stderr.contains("model.ckpt-120"), "{}", run.stderr);
+    ensure!(
+        run.stderr.contains("Restoring parameters from") && run.stderr.contains("model.ckpt-120"),
+        "{}",
+        run.stderr
+    );
     Ok(())
 }

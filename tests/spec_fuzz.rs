@@ -228,10 +228,9 @@ fn mutated_specs_get_errors_never_crashes() -> Result<()> {
         let fail = |what: &str, e: anyhow::Error| {
             anyhow::anyhow!("mutant {index} (of seed spec {seed}) {what}: {e:#}\n--- mutant ---\n{mutant}")
         };
-        let planned_ok = survives(&["plan", &path_s], Duration::from_secs(60))
-            .map_err(|e| fail("under `engine plan`", e))?
-            .code
-            == 0;
+        let planned_ok =
+            survives(&["plan", &path_s], Duration::from_secs(60)).map_err(|e| fail("under `engine plan`", e))?.code
+                == 0;
         if !planned_ok {
             continue;
         }

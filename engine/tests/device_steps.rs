@@ -46,11 +46,7 @@ impl SessionRunHook for Recorder {
         Ok(RunArgs { fetches: Vec::new(), profile: ctx.global_step + 1 == PROFILED })
     }
     fn after_run(&mut self, ctx: &HookContext<'_>, values: &RunValues) -> engine_estimator::Result<()> {
-        let ops = values
-            .timings
-            .iter()
-            .map(|t| (t.op, t.node.clone(), t.device.map(|d| d.duration)))
-            .collect();
+        let ops = values.timings.iter().map(|t| (t.op, t.node.clone(), t.device.map(|d| d.duration))).collect();
         if let Ok(mut seen) = self.0.lock() {
             seen.push(Seen { step: ctx.global_step, reads: values.device_reads, step_time: values.step_time, ops });
         }
@@ -73,8 +69,12 @@ fn train(name: &str, device: &str) -> Result<Vec<Seen>> {
     let estimator = Estimator::new(job::SpecModelFn::new(spec.clone(), 7), config)?;
     let input = job::train_input_fn(&spec)?;
     let seen = Arc::new(Mutex::new(Vec::new()));
-    let outcome =
-        estimator.train(input.as_ref(), vec![Box::new(Recorder(seen.clone()))], StepLimit::MaxSteps(STEPS), Vec::new())?;
+    let outcome = estimator.train(
+        input.as_ref(),
+        vec![Box::new(Recorder(seen.clone()))],
+        StepLimit::MaxSteps(STEPS),
+        Vec::new(),
+    )?;
     ensure!(outcome.global_step == STEPS, "stopped at step {}", outcome.global_step);
     let seen = seen.lock().map_err(|_| anyhow!("the recorder panicked"))?.clone();
     Ok(seen)
@@ -92,7 +92,8 @@ fn check(name: &str, device: &str, seen: &[Seen]) -> Result<(f64, Duration)> {
     let timed: Vec<_> = profiled.ops.iter().filter_map(|(op, node, d)| Some((*op, node, (*d)?))).collect();
     // Every op that computes launches kernels, and each must show its device time.
     for (op, node, d) in &profiled.ops {
-        if matches!(*op, "MatMul" | "_FusedMatMul" | "Conv2D" | "_FusedConv2D" | "SparseSoftmaxCrossEntropyWithLogits") {
+        if matches!(*op, "MatMul" | "_FusedMatMul" | "Conv2D" | "_FusedConv2D" | "SparseSoftmaxCrossEntropyWithLogits")
+        {
             ensure!(d.is_some(), "{name} on {device}: {op} '{node}' has no device time");
         }
     }

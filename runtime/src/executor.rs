@@ -451,48 +451,48 @@ impl Executor {
             let window = if profile_device { B::profile_start(self.device.dispatch()).ok().flatten() } else { None };
             let outputs = (|| -> Result<Vec<Value>> {
                 Ok(match &node.op {
-                Op::Placeholder(_) => {
-                    let fed = feeds.get(&node.name).ok_or_else(|| RuntimeError::MissingFeed(node.name.clone()))?;
-                    vec![Value::from_host(fed, self.device.dispatch(), self.precision)]
-                }
-                Op::Variable(_) => vec![vars.get(&node.name).cloned().ok_or_else(|| RuntimeError::Variable {
-                    name: node.name.clone(),
-                    reason: "not initialized or restored".into(),
-                })?],
-                Op::Constant(_) => vec![self.constants.get(&step.node).cloned().unwrap_or(Value::Unit)],
-                Op::Assign(_) => {
-                    let var = g.node(node.inputs[0].node).name.clone();
-                    let value = inputs.pop().unwrap_or(Value::Unit);
-                    assignments.push((var, value.clone()));
-                    vec![value]
-                }
-                op => {
-                    let ctx = KernelCtx {
-                        node,
-                        device: self.device.dispatch(),
-                        precision: self.precision,
-                        batch,
-                        step: options.step,
-                        replica: options.replica,
-                        native: self.native_kernels,
-                        collective: self.collective.as_deref(),
-                    };
-                    match op {
-                        Op::CheckNumerics(check) => {
-                            let value = inputs.pop().ok_or_else(|| ctx.err("missing input"))?;
-                            match kernels::finiteness(&value, &ctx) {
-                                Finiteness::Counted(nan, infinite) if nan + infinite > 0 => {
-                                    non_finite.push(NonFinite::new(check, node, nan, infinite, &value));
-                                }
-                                Finiteness::Counted(..) => {}
-                                Finiteness::Probe(p) => probes.push((p, index, value.clone())),
-                            }
-                            vec![value]
-                        }
-                        op => kernels::run(op, inputs, &ctx)?,
+                    Op::Placeholder(_) => {
+                        let fed = feeds.get(&node.name).ok_or_else(|| RuntimeError::MissingFeed(node.name.clone()))?;
+                        vec![Value::from_host(fed, self.device.dispatch(), self.precision)]
                     }
-                }
-            })
+                    Op::Variable(_) => vec![vars.get(&node.name).cloned().ok_or_else(|| RuntimeError::Variable {
+                        name: node.name.clone(),
+                        reason: "not initialized or restored".into(),
+                    })?],
+                    Op::Constant(_) => vec![self.constants.get(&step.node).cloned().unwrap_or(Value::Unit)],
+                    Op::Assign(_) => {
+                        let var = g.node(node.inputs[0].node).name.clone();
+                        let value = inputs.pop().unwrap_or(Value::Unit);
+                        assignments.push((var, value.clone()));
+                        vec![value]
+                    }
+                    op => {
+                        let ctx = KernelCtx {
+                            node,
+                            device: self.device.dispatch(),
+                            precision: self.precision,
+                            batch,
+                            step: options.step,
+                            replica: options.replica,
+                            native: self.native_kernels,
+                            collective: self.collective.as_deref(),
+                        };
+                        match op {
+                            Op::CheckNumerics(check) => {
+                                let value = inputs.pop().ok_or_else(|| ctx.err("missing input"))?;
+                                match kernels::finiteness(&value, &ctx) {
+                                    Finiteness::Counted(nan, infinite) if nan + infinite > 0 => {
+                                        non_finite.push(NonFinite::new(check, node, nan, infinite, &value));
+                                    }
+                                    Finiteness::Counted(..) => {}
+                                    Finiteness::Probe(p) => probes.push((p, index, value.clone())),
+                                }
+                                vec![value]
+                            }
+                            op => kernels::run(op, inputs, &ctx)?,
+                        }
+                    }
+                })
             })();
             // Closed even when the op failed: an open window costs the backend until then.
             let device_time =

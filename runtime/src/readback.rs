@@ -37,7 +37,12 @@ pub(crate) struct StepEnd {
 
 /// Reads the numerics flag of `probes` and the small values of `fetched` in one transfer.
 /// `queued` says whether `fetched` lives on a device worth reading in bulk (not the CPU).
-pub(crate) fn read_back(probes: Vec<T>, mut fetched: Vec<Value>, queued: bool, precision: Precision) -> Result<StepEnd> {
+pub(crate) fn read_back(
+    probes: Vec<T>,
+    mut fetched: Vec<Value>,
+    queued: bool,
+    precision: Precision,
+) -> Result<StepEnd> {
     let small: Vec<usize> = if queued {
         fetched
             .iter()

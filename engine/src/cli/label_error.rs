@@ -53,7 +53,10 @@ mod tests {
         let units = output_units(&spec).map(|p| p.to_string()).unwrap_or_default();
         assert!(units.starts_with("model.layers[") && units.ends_with("].units"), "{units}");
         assert!(text.contains("fashion_mnist_mlp.ron:") && text.contains(&units), "{text}");
-        assert!(text.contains("label 8 of the example at train-labels:3") && text.contains("at least 9 units"), "{text}");
+        assert!(
+            text.contains("label 8 of the example at train-labels:3") && text.contains("at least 9 units"),
+            "{text}"
+        );
         Ok(())
     }
 }

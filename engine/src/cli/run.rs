@@ -45,8 +45,8 @@ pub fn run(args: &RunArgs) -> Result<(), CliError> {
                 every_n_steps: es.every_n_steps,
             };
             let train_spec = TrainSpec::from_shared(train_input, max_steps).with_hooks(train_hooks);
-            let result =
-                train_and_evaluate(&estimator, train_spec, eval_spec).map_err(|e| super::label_error::locate(&spec, e))?;
+            let result = train_and_evaluate(&estimator, train_spec, eval_spec)
+                .map_err(|e| super::label_error::locate(&spec, e))?;
             super::output(&format!("{}\n", python_dict(&result)));
         }
         None => {

@@ -39,7 +39,13 @@ struct Holder {
 
 impl Holder {
     fn describe(&self) -> String {
-        format!("{} (pid {} on {}, since {:.0} s ago)", self.what, self.pid, self.host, (unix_now() - self.started).max(0.0))
+        format!(
+            "{} (pid {} on {}, since {:.0} s ago)",
+            self.what,
+            self.pid,
+            self.host,
+            (unix_now() - self.started).max(0.0)
+        )
     }
 
     /// Whether the holder may still be writing.

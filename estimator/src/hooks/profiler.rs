@@ -79,9 +79,7 @@ fn span(
 }
 
 fn track_names() -> [serde_json::Value; 2] {
-    let name = |tid: u32, name: &str| {
-        json!({ "name": "thread_name", "ph": "M", "pid": 0, "tid": tid, "args": { "name": name } })
-    };
+    let name = |tid: u32, name: &str| json!({ "name": "thread_name", "ph": "M", "pid": 0, "tid": tid, "args": { "name": name } });
     [name(HOST_TRACK, "host"), name(DEVICE_TRACK, "device")]
 }
 

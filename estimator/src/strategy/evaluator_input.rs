@@ -6,7 +6,9 @@
 #[cfg(test)]
 mod tests {
     use crate::input::InputContext;
-    use crate::strategy::{Strategy, StrategyOptions, multi_worker::MultiWorkerStrategy, parameter_server::ParameterServerStrategy};
+    use crate::strategy::{
+        Strategy, StrategyOptions, multi_worker::MultiWorkerStrategy, parameter_server::ParameterServerStrategy,
+    };
     use engine_runtime::cluster::{Cluster, ClusterSource, ClusterSpec, TaskId, TaskType};
 
     fn options(ps: usize, task: TaskId) -> StrategyOptions {
@@ -27,7 +29,10 @@ mod tests {
         let ps = ParameterServerStrategy::new(&options(1, evaluator))?;
         assert_eq!(ps.input_context(), InputContext::default());
         let ps = ParameterServerStrategy::new(&options(1, worker))?;
-        assert_eq!(ps.input_context(), InputContext { num_input_pipelines: 2, input_pipeline_id: 1, num_replicas_in_sync: 2 });
+        assert_eq!(
+            ps.input_context(),
+            InputContext { num_input_pipelines: 2, input_pipeline_id: 1, num_replicas_in_sync: 2 }
+        );
         let mw = MultiWorkerStrategy::new(&options(0, evaluator))?;
         assert_eq!(mw.input_context(), InputContext::default());
         let mw = MultiWorkerStrategy::new(&options(0, worker))?;

@@ -55,12 +55,17 @@ impl Inflight {
                 "a body of {bytes} bytes needs about {mib} MiB to decode, more than this server's --max-inflight-mib \
                  ({}); send fewer examples per request{}",
                 self.total,
-                if factor == TREE { r#", or send each example as a list of numbers ({"instances": [[...]]})"# } else { "" }
+                if factor == TREE {
+                    r#", or send each example as a list of numbers ({"instances": [[...]]})"#
+                } else {
+                    ""
+                }
             ));
         }
-        self.permits.clone().try_acquire_many_owned(wanted).map_err(|_| {
-            format!("the server is decoding {} MiB of requests already; retry later", self.total)
-        })
+        self.permits
+            .clone()
+            .try_acquire_many_owned(wanted)
+            .map_err(|_| format!("the server is decoding {} MiB of requests already; retry later", self.total))
     }
 }
 

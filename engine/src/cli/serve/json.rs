@@ -298,7 +298,8 @@ mod tests {
     #[test]
     fn both_decoders_agree() {
         let s = signature();
-        let fast = parse_request(br#"{"instances": [[1, 2.5], [3, -4]], "signature_name": "serving_default"}"#, &s).unwrap();
+        let fast =
+            parse_request(br#"{"instances": [[1, 2.5], [3, -4]], "signature_name": "serving_default"}"#, &s).unwrap();
         let general = parse_request(br#"{"instances": [{"x": [1, 2.5]}, {"x": [3, -4]}]}"#, &s).unwrap();
         assert_eq!(fast.inputs, general.inputs);
         assert_eq!((fast.form, fast.rows), (Form::Row, 2));
@@ -313,7 +314,8 @@ mod tests {
 
     #[test]
     fn non_finite_outputs_name_the_example() {
-        let ok = BTreeMap::from([("logits".to_string(), HostTensor::f32(vec![2, 2], vec![1.0, 2.0, 3.0, 4.0]).unwrap())]);
+        let ok =
+            BTreeMap::from([("logits".to_string(), HostTensor::f32(vec![2, 2], vec![1.0, 2.0, 3.0, 4.0]).unwrap())]);
         assert!(check_outputs(&ok, 2).is_ok());
         let bad = BTreeMap::from([(
             "logits".to_string(),

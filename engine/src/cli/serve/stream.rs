@@ -124,7 +124,9 @@ impl<'de> Visitor<'de> for Batch<'_> {
             }
             rows += 1;
             if rows > MAX_INSTANCES {
-                return Err(de::Error::custom(format!("more than {MAX_INSTANCES} examples; at most {MAX_INSTANCES} per request")));
+                return Err(de::Error::custom(format!(
+                    "more than {MAX_INSTANCES} examples; at most {MAX_INSTANCES} per request"
+                )));
             }
         }
         let mut shape = vec![rows];

@@ -193,12 +193,9 @@ impl Source for IdxSource {
     /// Both files: an error about a label is about the labels file.
     fn locate(&self, index: u64) -> String {
         match &self.labels_path {
-            Some(labels) => format!(
-                "example {} of {} (its label in {})",
-                index + 1,
-                self.files[0].path.display(),
-                labels.display()
-            ),
+            Some(labels) => {
+                format!("example {} of {} (its label in {})", index + 1, self.files[0].path.display(), labels.display())
+            }
             None => format!("example {} of {}", index + 1, self.files[0].path.display()),
         }
     }
