@@ -192,7 +192,7 @@ fn mutated_data_files_get_errors_never_crashes() -> Result<()> {
         let spec = match what {
             0..=4 => {
                 let (mut im, mut la) = (images.clone(), labels.clone());
-                if what % 2 == 0 {
+                if what.is_multiple_of(2) {
                     im = mutate_idx(&mut rng, &im)?
                 } else {
                     la = mutate_idx(&mut rng, &la)?

@@ -104,7 +104,7 @@ impl SessionRunHook for StepCounterHook {
 fn reads_per_step(reads: u64, steps: u64) -> String {
     match steps {
         0 => String::new(),
-        _ if reads % steps == 0 => format!(", device reads: {}/step", reads / steps),
+        _ if reads.is_multiple_of(steps) => format!(", device reads: {}/step", reads / steps),
         _ => format!(", device reads: {:.2}/step", reads as f64 / steps as f64),
     }
 }
