@@ -8,7 +8,7 @@
 mod common;
 
 use anyhow::{Context, Result, ensure};
-use common::{engine, printed_dict, python_json};
+use common::{engine, idx, printed_dict, python_json};
 use engine::estimator::checkpoint::read_checkpoint;
 use std::path::Path;
 
@@ -150,23 +150,13 @@ fn labels_past_the_output_layer_name_the_spec_field_and_the_example() -> Result<
     Ok(())
 }
 
-/// An IDX file of `[n, dims...]` u8 values.
-fn idx(dims: &[u32], values: &[u8]) -> Vec<u8> {
-    let mut out = vec![0, 0, 0x08, dims.len() as u8];
-    for d in dims {
-        out.extend_from_slice(&d.to_be_bytes());
-    }
-    out.extend_from_slice(values);
-    out
-}
-
 /// A label outside the classes in an IDX labels file names both files and the example.
 #[test]
 fn an_idx_label_out_of_range_names_the_labels_file_and_the_example() -> Result<()> {
     let tmp = tempfile::tempdir()?;
     let dir = tmp.path();
-    std::fs::write(dir.join("images.idx"), idx(&[4, 2, 2], &[9; 16]))?;
-    std::fs::write(dir.join("labels.idx"), idx(&[4], &[1, 2, 200, 3]))?;
+    std::fs::write(dir.join("images.idx"), idx(&[4, 2, 2], [9; 16]))?;
+    std::fs::write(dir.join("labels.idx"), idx(&[4], [1, 2, 200, 3]))?;
     let spec = r#"Job(
     model: Sequential(input_shape: [2, 2, 1], layers: [Flatten, Dense(units: 10)]),
     loss: SparseSoftmaxCrossEntropy,
@@ -196,13 +186,13 @@ fn unbounded_idx_inputs_are_refused_before_they_are_read() -> Result<()> {
     use std::io::Write;
     let tmp = tempfile::tempdir()?;
     let dir = tmp.path();
-    let mut bomb = idx(&[1, 2, 2], &[1; 4]);
+    let mut bomb = idx(&[1, 2, 2], [1; 4]);
     bomb.extend(std::iter::repeat_n(0u8, 256 << 20));
     let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
     gz.write_all(&bomb)?;
     drop(bomb);
     std::fs::write(dir.join("bomb.idx.gz"), gz.finish()?)?;
-    std::fs::write(dir.join("labels.idx"), idx(&[1], &[3]))?;
+    std::fs::write(dir.join("labels.idx"), idx(&[1], [3]))?;
     for images in ["/dev/zero", &format!("{}/bomb.idx.gz", dir.display())] {
         let spec = format!(
             r#"Job(

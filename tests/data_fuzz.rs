@@ -9,8 +9,8 @@
 mod common;
 
 use anyhow::{Result, anyhow, ensure};
-use common::engine_binary;
 use common::fuzz::{Rng, survives};
+use common::{engine_binary, idx};
 use std::io::Write;
 use std::path::Path;
 use std::time::Duration;
@@ -22,15 +22,6 @@ const SEED: u64 = 0xda7a_f00d_5eed_0007;
 /// No case may take more memory than this: every file here is under a few MB, and the
 /// bomb inflates to 64 MiB if read to its end.
 const MEMORY_BOUND: u64 = 1 << 30;
-
-fn idx(dims: &[u32], values: impl IntoIterator<Item = u8>) -> Vec<u8> {
-    let mut out = vec![0, 0, 0x08, dims.len() as u8];
-    for d in dims {
-        out.extend_from_slice(&d.to_be_bytes());
-    }
-    out.extend(values);
-    out
-}
 
 fn gzip(bytes: &[u8]) -> Result<Vec<u8>> {
     let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());

@@ -22,6 +22,16 @@ pub fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
+/// An IDX file (MNIST's format) of u8 values with dimensions `dims`.
+pub fn idx(dims: &[u32], values: impl IntoIterator<Item = u8>) -> Vec<u8> {
+    let mut out = vec![0, 0, 0x08, dims.len() as u8];
+    for d in dims {
+        out.extend_from_slice(&d.to_be_bytes());
+    }
+    out.extend(values);
+    out
+}
+
 pub fn spec_path(name: &str) -> String {
     repo_root().join("specs").join(name).to_string_lossy().into_owned()
 }

@@ -282,12 +282,13 @@ impl CheckpointManager {
     pub fn latest(&self) -> Result<Option<CheckpointInfo>> {
         let (state, _) = self.recovered_state()?;
         let state = state.unwrap_or_default();
-        let newest = self
-            .data_objects()?
-            .into_values()
-            .filter_map(|object| Some((parse_step(&object.name)?, object)))
-            .max_by_key(|(step, _)| *step);
+        let newest = self.present()?.pop_last();
         Ok(newest.and_then(|(step, object)| self.info(&state, &checkpoint_name(step), &object)))
+    }
+
+    /// Every checkpoint whose data object is present, by step, listed or not.
+    pub(crate) fn present(&self) -> Result<BTreeMap<u64, ObjectInfo>> {
+        Ok(self.data_objects()?.into_values().filter_map(|object| Some((parse_step(&object.name)?, object))).collect())
     }
 
     /// Leases `checkpoint` (`model.ckpt-<step>`) for `holder` (e.g. `evaluator-0`) for `ttl`: the

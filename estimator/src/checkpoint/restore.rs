@@ -7,7 +7,7 @@
 use super::error::{CheckpointError, Result};
 use super::format::{self, Checkpoint};
 use super::manager::CheckpointManager;
-use super::name::{data_object_name, parse_step, split_checkpoint_path};
+use super::name::{checkpoint_name, data_object_name, parse_step, split_checkpoint_path};
 use crate::model_dir::{Location, ModelDir, S3Options};
 
 /// The checkpoint `restore_latest_valid` chose, and why each newer one was skipped.
@@ -106,10 +106,8 @@ impl CheckpointManager {
                 Err(e) => skipped.push(e),
             }
         }
-        for name in self.state_from_listing()?.all_model_checkpoint_paths {
-            if let Some(step) = parse_step(&name) {
-                by_step.insert(step, name);
-            }
+        for step in self.present()?.into_keys() {
+            by_step.insert(step, checkpoint_name(step));
         }
         if by_step.is_empty() && skipped.is_empty() {
             return Ok(None);

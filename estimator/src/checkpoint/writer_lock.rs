@@ -14,6 +14,7 @@
 use super::error::{CheckpointError, Result};
 use super::lease::unix_now;
 use crate::model_dir::{ModelDir, PutOutcome};
+use crate::summary::hostname;
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -198,16 +199,6 @@ fn process_alive(pid: u32) -> bool {
     // SAFETY: kill with signal 0 only checks that the process exists and may be signalled.
     let r = unsafe { libc::kill(pid, 0) };
     r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
-}
-
-/// This host's name, as the lease records it.
-fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .ok()
-        .or_else(|| std::env::var("HOSTNAME").ok())
-        .map(|h| h.trim().to_string())
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "localhost".into())
 }
 
 #[cfg(test)]

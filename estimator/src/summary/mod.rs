@@ -32,4 +32,5 @@ pub use histogram::{default_bucket_limits, histogram_of};
 pub use hparams::{HParam, SESSION_START_INFO_TAG};
 pub use proto::{Event, HistogramProto, Summary, SummaryValue};
 pub use record::{append_record, masked_crc32c, read_records};
+pub(crate) use writer::hostname;
 pub use writer::{FILE_VERSION, SummaryWriter, event_files, read_event_file};

@@ -40,8 +40,9 @@ impl std::fmt::Debug for SummaryWriter {
     }
 }
 
-/// The host name as TensorFlow puts it in event file names, reduced to characters safe in object names.
-fn hostname() -> String {
+/// The host name as TensorFlow puts it in event file names, reduced to characters safe in object names
+/// (also what a model dir's writer lease records of its holder).
+pub(crate) fn hostname() -> String {
     let raw = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .ok()
         .or_else(|| std::env::var("HOSTNAME").ok())

@@ -62,14 +62,9 @@ pub(crate) fn read_idx(path: &Path, max_bytes: u64) -> Result<Vec<u8>> {
     if got < 4 {
         return Ok(bytes);
     }
-    let elem_size: u64 = match magic[2] {
-        0x08 | 0x09 => 1,
-        0x0B => 2,
-        0x0C | 0x0D => 4,
-        0x0E => 8,
-        // The parser names the type.
-        _ => return Ok(bytes),
-    };
+    // An unknown type is the parser's to name.
+    let Some(elem_size) = super::idx::element_size(magic[2]) else { return Ok(bytes) };
+    let elem_size = elem_size as u64;
     let mut dims_bytes = vec![0u8; 4 * magic[3] as usize];
     let got = read_up_to(&mut reader, &mut dims_bytes).map_err(io)?;
     bytes.extend_from_slice(&dims_bytes[..got]);

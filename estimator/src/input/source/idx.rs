@@ -61,13 +61,8 @@ impl IdxArray {
         if magic[0] != 0 || magic[1] != 0 || magic[3] == 0 {
             return Err(InputError::BadIdxMagic { path: path.to_path_buf(), magic });
         }
-        let elem_size = match magic[2] {
-            0x08 | 0x09 => 1,
-            0x0B => 2,
-            0x0C | 0x0D => 4,
-            0x0E => 8,
-            other => return Err(bad(format!("unknown IDX element type {other:#04x}"))),
-        };
+        let elem_size =
+            element_size(magic[2]).ok_or_else(|| bad(format!("unknown IDX element type {:#04x}", magic[2])))?;
         let ndims = magic[3] as usize;
         let header = 4 + 4 * ndims;
         let dims_bytes =
@@ -101,6 +96,17 @@ impl IdxArray {
             ),
         };
         Ok(IdxArray { dims, values })
+    }
+}
+
+/// Bytes per value of IDX element type `code` (u8, i8, i16, i32, f32, f64), if it is one.
+pub(super) fn element_size(code: u8) -> Option<usize> {
+    match code {
+        0x08 | 0x09 => Some(1),
+        0x0B => Some(2),
+        0x0C | 0x0D => Some(4),
+        0x0E => Some(8),
+        _ => None,
     }
 }
 
