@@ -33,7 +33,8 @@ use engine::graph::{
     ops::Padding,
     optimizer::{LearningRate, Optimizer, OptimizerConfig},
 };
-use engine::runtime::Precision;
+use engine::estimator::strategy::{StrategyKind, StrategyOptions};
+use engine::runtime::{DeviceName, Precision};
 use std::path::PathBuf;
 
 /// Keras' `L2(1e-5)`: `1e-5 * sum(w²)`, which is `2e-5 * l2_loss(w)`.
@@ -132,7 +133,7 @@ fn dataset_fn(global_batch_size: usize, args: &Args, ctx: &InputContext) -> Resu
 }
 
 struct Args {
-    strategy: String,
+    strategy: StrategyKind,
     checkpoint_dir: String,
     epochs: i64,
     steps_per_epoch: i64,
@@ -141,12 +142,12 @@ struct Args {
     take: Option<u64>,
     seed: u64,
     precision: Precision,
-    devices: Option<Vec<String>>,
+    devices: Option<Vec<DeviceName>>,
 }
 
 fn parse_args() -> Result<Args> {
     let mut args = Args {
-        strategy: "multi_worker".into(),
+        strategy: StrategyKind::MultiWorker,
         checkpoint_dir: std::env::temp_dir().join("ckpt").to_string_lossy().into_owned(),
         epochs: 3,
         steps_per_epoch: 70,
@@ -162,7 +163,7 @@ fn parse_args() -> Result<Args> {
         let value = it.next().with_context(|| format!("{flag} needs a value"))?;
         let number = || value.parse::<u64>().with_context(|| format!("{flag} {value}: not a count"));
         match flag.as_str() {
-            "--strategy" => args.strategy = value,
+            "--strategy" => args.strategy = value.parse()?,
             "--checkpoint-dir" => args.checkpoint_dir = value,
             "--epochs" => args.epochs = number()?.min(1 << 40) as i64,
             "--steps-per-epoch" => args.steps_per_epoch = number()?.min(1 << 40) as i64,
@@ -170,7 +171,7 @@ fn parse_args() -> Result<Args> {
             "--shuffle" => args.shuffle = number()?.min(1 << 24) as usize,
             "--take" => args.take = Some(number()?),
             "--seed" => args.seed = number()?,
-            "--devices" => args.devices = Some(value.split(',').map(str::to_string).collect()),
+            "--devices" => args.devices = Some(value.split(',').map(str::parse).collect::<Result<_, _>>()?),
             "--precision" => {
                 args.precision = match value.as_str() {
                     "f32" => Precision::F32,
@@ -210,10 +211,10 @@ fn train() -> Result<()> {
     let config = RunConfig {
         random_seed: Some(args.seed),
         precision: args.precision,
-        devices: args.devices.clone(),
+        strategy: StrategyOptions { devices: args.devices.clone(), ..StrategyOptions::default() },
         ..RunConfig::new("")
     };
-    let strategy = DistributionStrategy::with_config(&args.strategy, &config)?;
+    let strategy = DistributionStrategy::with_config(args.strategy, &config)?;
     let global_batch_size = args.batch_per_replica * strategy.num_replicas_in_sync();
     let dataset = strategy.distribute_datasets_from_function(|ctx| dataset_fn(global_batch_size, &args, ctx))?;
     if strategy.is_parameter_server() {

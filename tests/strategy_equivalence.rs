@@ -17,7 +17,8 @@ use engine::cli::{
     job,
     spec::{Override, Spec},
 };
-use engine::estimator::{Estimator, RunConfig, StepLimit};
+use engine::estimator::{Estimator, RunConfig, StepLimit, strategy::StrategyOptions};
+use engine::runtime::DeviceName;
 use engine::graph::HostTensor;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -38,12 +39,12 @@ fn spec(file: &str, batch: usize) -> Result<Arc<Spec>> {
 fn train(file: &str, strategy: &str, replicas: usize) -> Result<Trained> {
     let spec = spec(file, if strategy == "one_device" { PER_REPLICA * replicas } else { PER_REPLICA })?;
     let dir = format!("memory://equivalence-{}-{strategy}-{replicas}/model", file.replace('/', "_"));
-    let devices = (strategy != "one_device").then(|| (0..replicas).map(|i| format!("cpu:{i}")).collect());
+    let devices = (strategy != "one_device").then(|| (0..replicas).map(DeviceName::cpu).collect());
     let config = RunConfig {
         model_dir: dir,
         random_seed: Some(7),
-        train_distribute: Some(strategy.to_string()),
-        devices,
+        train_distribute: strategy.parse()?,
+        strategy: StrategyOptions { devices, ..StrategyOptions::default() },
         save_summary_steps: 0,
         log_step_count_steps: 1000,
         precision: engine::runtime::Precision::F64,

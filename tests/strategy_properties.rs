@@ -11,7 +11,8 @@ use engine::graph::{
     HostTensor, Initializer,
     optimizer::{LearningRate, Optimizer, OptimizerConfig},
 };
-use engine::runtime::Precision;
+use engine::estimator::strategy::StrategyOptions;
+use engine::runtime::{DeviceName, Precision};
 use proptest::prelude::*;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -116,8 +117,11 @@ fn train(c: &Case, strategy: &str) -> Result<BTreeMap<String, HostTensor>, Strin
     let config = RunConfig {
         model_dir: format!("memory://strategy-properties/{}", RUN.fetch_add(1, Ordering::Relaxed)),
         random_seed: Some(3),
-        train_distribute: Some(strategy.into()),
-        devices: Some((0..c.replicas).map(|i| format!("cpu:{i}")).collect()),
+        train_distribute: strategy.parse().map_err(|e: engine::estimator::strategy::UnknownStrategy| e.to_string())?,
+        strategy: StrategyOptions {
+            devices: Some((0..c.replicas).map(DeviceName::cpu).collect()),
+            ..StrategyOptions::default()
+        },
         save_summary_steps: 0,
         log_step_count_steps: 1000,
         precision: Precision::F64,

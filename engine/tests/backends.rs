@@ -10,9 +10,9 @@
 
 use anyhow::{Context, Result, anyhow, ensure};
 use engine_cli::lower::training_plan;
-use engine_cli::spec::{Spec, Strategy};
+use engine_cli::spec::{Spec, StrategyKind};
 use engine_graph::{DType, HostTensor, Outlet, Plan};
-use engine_runtime::{Device, Executor, Precision, RunOptions, VariableStore};
+use engine_runtime::{Device, DeviceName, Executor, Precision, RunOptions, VariableStore};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -26,8 +26,8 @@ struct Backend {
 
 fn backends() -> Result<Vec<Backend>> {
     let mut out = vec![Backend { name: "generic kernels on flex".into(), device: Device::cpu(), native: false }];
-    for name in listed_devices() {
-        let device = Device::parse(&name).with_context(|| format!("ENGINE_TEST_DEVICES names `{name}`"))?;
+    for name in listed_devices()? {
+        let device = Device::open(name).with_context(|| format!("ENGINE_TEST_DEVICES names `{name}`"))?;
         out.push(Backend { name: format!("generic kernels on {device}"), device, native: false });
     }
     Ok(out)
@@ -80,7 +80,7 @@ fn gradients(
 
 fn same_gradients(text: &str, file: &str) -> Result<()> {
     let spec = Spec::parse(text, file, &[])?;
-    let plan = Arc::new(training_plan(&spec, Strategy::Default)?);
+    let plan = Arc::new(training_plan(&spec, StrategyKind::Default)?);
     ensure!(!plan.graph.roles.gradients.is_empty(), "{file}: the plan has no gradients");
     let feeds = feeds(&plan)?;
     let cpu = Device::cpu();
@@ -166,7 +166,7 @@ fn every_spec_is_checked() -> Result<()> {
 #[cfg(feature = "wgpu")]
 #[test]
 fn a_missing_wgpu_adapter_is_named_with_the_ones_found() -> Result<()> {
-    let err = match Device::parse("wgpu:4000") {
+    let err = match Device::open("wgpu:4000".parse()?) {
         Ok(d) => return Err(anyhow!("wgpu:4000 opened as {d}")),
         Err(e) => e.to_string(),
     };
@@ -178,9 +178,9 @@ fn a_missing_wgpu_adapter_is_named_with_the_ones_found() -> Result<()> {
 }
 
 /// The devices named in `ENGINE_TEST_DEVICES`.
-fn listed_devices() -> Vec<String> {
+fn listed_devices() -> Result<Vec<DeviceName>> {
     let listed = std::env::var("ENGINE_TEST_DEVICES").unwrap_or_default();
-    listed.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect()
+    Ok(listed.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::parse).collect::<Result<_, _>>()?)
 }
 
 /// Every variable after `STRATEGY_STEPS` steps of the MLP spec, and the last loss.
@@ -188,9 +188,9 @@ type Trained = (BTreeMap<String, HostTensor>, f64);
 const STRATEGY_STEPS: u64 = 8;
 const PER_REPLICA: usize = 16;
 
-fn train_mlp(strategy: &str, devices: Option<Vec<String>>) -> Result<Trained> {
+fn train_mlp(strategy: &str, devices: Option<Vec<DeviceName>>) -> Result<Trained> {
     use engine_cli::{job, spec::Override};
-    use engine_estimator::{Estimator, RunConfig, StepLimit};
+    use engine_estimator::{Estimator, RunConfig, StepLimit, strategy::StrategyOptions};
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../specs/fashion_mnist_mlp.ron");
     // one_device takes the global batch of the two replicas.
     let batch = if strategy == "one_device" { 2 * PER_REPLICA } else { PER_REPLICA };
@@ -199,12 +199,12 @@ fn train_mlp(strategy: &str, devices: Option<Vec<String>>) -> Result<Trained> {
         Override::parse("train_input.shuffle_buffer=1000")?,
     ];
     let spec = Arc::new(Spec::from_file(&path, &overrides)?);
-    let tag = devices.as_ref().map(|d| d.join("_")).unwrap_or_default().replace(':', "");
+    let tag = devices.iter().flatten().map(|d| d.to_string().replace(':', "")).collect::<Vec<_>>().join("_");
     let config = RunConfig {
         model_dir: format!("memory://backends-{strategy}-{tag}/model"),
         random_seed: Some(7),
-        train_distribute: Some(strategy.to_string()),
-        devices,
+        train_distribute: strategy.parse()?,
+        strategy: StrategyOptions { devices, ..StrategyOptions::default() },
         save_summary_steps: 0,
         log_step_count_steps: 1000,
         ..RunConfig::default()
@@ -228,7 +228,7 @@ fn train_mlp(strategy: &str, devices: Option<Vec<String>>) -> Result<Trained> {
 /// splitting the batch only reorders sums, so 1e-4 relative is ample.
 #[test]
 fn strategies_on_devices_train_like_one_device() -> Result<()> {
-    let devices = listed_devices();
+    let devices = listed_devices()?;
     if devices.is_empty() {
         eprintln!("ENGINE_TEST_DEVICES names no device: nothing to check (CI names wgpu:0)");
         return Ok(());
@@ -237,7 +237,7 @@ fn strategies_on_devices_train_like_one_device() -> Result<()> {
     let mut failures = Vec::new();
     for device in &devices {
         for strategy in ["mirrored", "central_storage"] {
-            let (got, loss) = train_mlp(strategy, Some(vec![device.clone(), device.clone()]))
+            let (got, loss) = train_mlp(strategy, Some(vec![*device, *device]))
                 .with_context(|| format!("{strategy} on {device}, {device}"))?;
             ensure!(
                 got.keys().eq(want.keys()),

@@ -168,3 +168,30 @@ fn bad_specs_fail_with_located_messages() -> Result<()> {
     ensure!(out.code == Some(1) && out.stderr.starts_with("error: cannot read the spec: /nonexistent/spec.ron:"));
     Ok(())
 }
+
+/// "What `engine plan` prints is what `engine run` trains", with no seed set: both take the
+/// spec through one settings chain to one seed, so the graph `plan` prints (dropout seeds
+/// and initializer seeds included) is the one whose fingerprint the checkpoint records.
+#[test]
+fn plan_and_run_compile_the_same_graph_without_a_seed() -> Result<()> {
+    let spec = spec_path("fashion_mnist_mlp.ron");
+    let unseeded = "run_config.random_seed=None";
+    let plan = engine(&["plan", &spec, "--set", unseeded])?;
+    ensure!(plan.code == Some(0), "{}", plan.stderr);
+    let printed = plan
+        .stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("graph fingerprint: "))
+        .ok_or_else(|| anyhow::anyhow!("no fingerprint in:\n{}", plan.stdout))?
+        .to_string();
+    let dir = tempfile::tempdir()?;
+    let model_dir = dir.path().join("model").display().to_string();
+    let run = engine(&[
+        "run", &spec, "--set", unseeded, "--max-steps", "1", "--model-dir", &model_dir, "--set", "eval_spec.steps=1",
+    ])?;
+    ensure!(run.code == Some(0), "{}", run.stderr);
+    let checkpoint = engine_estimator::checkpoint::read_checkpoint(&format!("{model_dir}/model.ckpt-1"), None)?;
+    let trained = checkpoint.meta.fingerprint.split('-').next().unwrap_or_default();
+    ensure!(trained == printed, "engine plan printed graph {printed}, engine run trained {trained}");
+    Ok(())
+}

@@ -17,6 +17,7 @@ use engine_cli::{
 };
 use engine_estimator::{
     Estimator, RunConfig, StepLimit,
+    strategy::StrategyOptions,
     hooks::{HookContext, RunArgs, RunValues, SessionRunHook},
 };
 use std::sync::{Arc, Mutex};
@@ -61,7 +62,7 @@ fn train(name: &str, device: &str) -> Result<Vec<Seen>> {
     let config = RunConfig {
         model_dir: format!("memory://device-steps-{name}/model"),
         random_seed: Some(7),
-        device: device.to_string(),
+        strategy: StrategyOptions { device: device.parse()?, ..StrategyOptions::default() },
         save_summary_steps: 0,
         log_step_count_steps: 1000,
         ..RunConfig::default()

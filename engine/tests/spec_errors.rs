@@ -2,9 +2,11 @@
 
 use engine_cli::{
     lower::{self, LowerError, Mode},
-    spec::{CheckpointTrigger, ErrorKind, Layer, Loss, Metric, Model, Override, Spec, SpecError, Strategy},
+    spec::{ErrorKind, Layer, Loss, Metric, Model, Override, Spec, SpecError, StrategyKind},
 };
+use engine_estimator::CheckpointTrigger;
 use engine_graph::optimizer::LearningRate;
+use std::time::Duration;
 
 const CNN: &str = include_str!("../../specs/fashion_mnist_cnn.ron");
 
@@ -70,10 +72,10 @@ fn the_issue_example_parses_as_written_with_tensorflow_defaults() -> Result<(), 
     assert_eq!(job.metrics, [Metric::Accuracy]);
     assert_eq!((job.train_input.kind.as_str(), job.train_input.path.to_string().as_str()), ("Idx", "train_input"));
     assert_eq!(engine_cli::spec::input_batch_size(&spec, &job.train_input), Some(64));
-    let rc = &job.run_config;
+    let rc = job.run_config.to_estimator();
     assert_eq!((rc.model_dir.as_str(), rc.seed()), ("runs/fashion_mnist_cnn", 42));
     assert_eq!((rc.save_summary_steps, rc.log_step_count_steps, rc.keep_checkpoint_max), (100, 100, 5));
-    assert_eq!(rc.checkpoint_trigger(), CheckpointTrigger::Secs(600));
+    assert_eq!(rc.checkpoint_trigger(), CheckpointTrigger::Secs(Duration::from_secs(600)));
     assert_eq!(job.train_spec.max_steps, Some(2814));
     assert_eq!((job.eval_spec.steps, job.eval_spec.start_delay_secs, job.eval_spec.throttle_secs), (None, 120, 600));
     Ok(())
@@ -88,7 +90,7 @@ fn every_spec_in_the_repository_compiles_in_every_mode() -> Result<(), Box<dyn s
         if path.extension().is_some_and(|e| e == "ron") {
             let spec = Spec::from_file(&path, &[])?;
             for mode in [Mode::Train, Mode::Eval, Mode::Predict] {
-                lower::compile(&spec, mode, Strategy::Default)?;
+                lower::compile(&spec, mode, StrategyKind::Default)?;
             }
             seen += 1;
         }
@@ -291,7 +293,7 @@ fn functional_references_to_unknown_names_are_located() {
 fn shape_mismatch_is_located_at_the_layer() -> Result<(), SpecError> {
     let text = cnn_with("            Flatten,\n", "");
     let spec = Spec::parse(&text, "job.ron", &[])?;
-    match lower::training_plan(&spec, Strategy::Default) {
+    match lower::training_plan(&spec, StrategyKind::Default) {
         Err(LowerError::Spec(e)) => {
             let f = failure(e);
             assert_eq!((f.line, f.col, f.path.as_str()), (9, 13, "model.layers[2]"));
@@ -318,7 +320,7 @@ fn overrides_apply_and_their_errors_point_at_the_command_line() -> Result<(), Sp
         Override::parse("eval_spec.name=\"holdout\"")?,
     ];
     let spec = Spec::parse(CNN, "cnn.ron", &sets)?;
-    assert_eq!(spec.job.run_config.checkpoint_trigger(), CheckpointTrigger::Steps(200));
+    assert_eq!(spec.job.run_config.to_estimator().checkpoint_trigger(), CheckpointTrigger::Steps(200));
     assert_eq!(spec.job.optimizer.to_config().optimizer.name(), "Adam");
     let Model::Sequential(m) = &spec.job.model else { panic!() };
     let Layer::Conv2d(c) = &m.layers[0] else { panic!() };
@@ -425,7 +427,7 @@ fn mangled_specs_never_panic() {
             Ok(spec) => {
                 accepted += 1;
                 for mode in [Mode::Train, Mode::Eval] {
-                    match lower::compile(&spec, mode, Strategy::Default) {
+                    match lower::compile(&spec, mode, StrategyKind::Default) {
                         Ok(_) => {}
                         Err(LowerError::Spec(e)) => assert!(e.location().is_some(), "{e}"),
                         Err(other) => panic!("an accepted spec failed to compile: {other}\n{text}"),

@@ -14,7 +14,7 @@ use crate::{
     session::{
         EvalHooks, EvalOutcome, Predictions, Replicas, TrainOutcome, TrainingSession, compile, evaluate_dataset,
     },
-    strategy::{Strategy, strategy_by_name},
+    strategy::Strategy,
     summary::{HParam, SummaryWriter},
     warm_start::WarmStartSettings,
 };
@@ -63,14 +63,8 @@ impl Estimator {
         if config.random_seed.is_none() {
             log::info!("No random_seed set; using {seed}");
         }
-        let options = config.strategy_options();
-        let train_strategy: Arc<dyn Strategy> =
-            strategy_by_name(config.train_distribute.as_deref().unwrap_or("default"), &options)?.into();
-        // A cluster evaluates on its evaluator task (or on the chief after training), one
-        // process alone: multi_worker's evaluation strategy defaults to `default`.
-        let eval_name = config.eval_distribute.as_deref().or(config.train_distribute.as_deref()).unwrap_or("default");
-        let eval_name = if eval_name == "multi_worker" { "default" } else { eval_name };
-        let eval_strategy: Arc<dyn Strategy> = strategy_by_name(eval_name, &options)?.into();
+        let train_strategy: Arc<dyn Strategy> = config.strategy_for(Mode::Train).build(&config.strategy)?.into();
+        let eval_strategy: Arc<dyn Strategy> = config.strategy_for(Mode::Eval).build(&config.strategy)?.into();
         log::info!("Using config: {config}");
         Ok(Estimator {
             model_fn: Arc::new(model_fn),
@@ -454,7 +448,7 @@ impl Estimator {
         predict_keys: Option<Vec<String>>,
         checkpoint_path: Option<&str>,
     ) -> Result<Predictions> {
-        let strategy = strategy_by_name("default", &self.config.strategy_options())?;
+        let strategy = self.config.strategy_for(Mode::Predict).build(&self.config.strategy)?;
         let checkpoint = self.checkpoint_for(checkpoint_path, "predict from")?;
         let dataset = self.dataset(input_fn, Mode::Predict, strategy.as_ref())?;
         let schema = dataset.schema()?;

@@ -37,6 +37,6 @@ pub use mode::Mode;
 pub use model_fn::{Features, InputFn, ModelFn, Params};
 pub use resources::Resources;
 pub use run_config::{CheckpointTrigger, ClusterToken, NonFinitePolicy, RunConfig};
-pub use session::{Predictions, TrainOutcome, check_model_memory, compile_plan};
+pub use session::{Predictions, TrainOutcome, check_model_memory, compile_plan, plan_for};
 pub use train_and_evaluate::{EvalSpec, Exporter, TrainSpec, train_and_evaluate};
 pub use warm_start::WarmStartSettings;

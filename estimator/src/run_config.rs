@@ -1,9 +1,12 @@
 //! RunConfig: where and how often the training loop saves, logs and summarizes, with
 //! TensorFlow's defaults.
 
-use crate::{EstimatorError, Result, model_dir::S3Options, strategy::StrategyOptions};
-use engine_graph::passes::strategy::Partitioner;
-use engine_runtime::{CrossDeviceOps, Precision, cluster::Cluster, transport::Communication};
+use crate::{
+    EstimatorError, Result,
+    model_dir::S3Options,
+    strategy::{StrategyKind, StrategyOptions},
+};
+use engine_runtime::Precision;
 use std::time::Duration;
 
 /// A cluster's shared secret; `Debug` never prints it (RunConfig is logged at start).
@@ -20,8 +23,7 @@ impl std::fmt::Debug for ClusterToken {
 pub struct RunConfig {
     /// A local path or a URL (`file://`, `memory://`, `s3://bucket/prefix`).
     pub model_dir: String,
-    /// Seeds initializers and dropout. TensorFlow's `None` means "random"; so does ours,
-    /// and the seed drawn is logged so the run can be repeated.
+    /// Seeds initializers and dropout; `None` is 0 (see [`seed`](Self::seed)).
     pub random_seed: Option<u64>,
     /// Steps between training summaries (0 disables them).
     pub save_summary_steps: u64,
@@ -33,48 +35,27 @@ pub struct RunConfig {
     pub keep_checkpoint_every_n_hours: f64,
     /// Steps between the loss/steps-per-second log lines.
     pub log_step_count_steps: u64,
-    /// Strategy names (`default`, `mirrored`, ...); `None` is `default`.
-    pub train_distribute: Option<String>,
-    pub eval_distribute: Option<String>,
-    /// `cpu`, `wgpu:0`, `cuda:0`.
-    pub device: String,
-    /// Replica devices for `mirrored` and `central_storage` (`cpu:0`, `cpu:1`); by default
-    /// one CPU replica per core.
-    pub devices: Option<Vec<String>>,
-    /// How in-process replicas all-reduce: `Ring` or `ReductionToOneDevice`.
-    pub cross_device_ops: CrossDeviceOps,
-    /// Gradient bucket size for all-reduce fusion.
-    pub all_reduce_bucket_bytes: usize,
-    /// How long a collective waits for a missing replica or worker.
-    pub collective_timeout: Duration,
+    /// The strategy training runs under (TensorFlow's `train_distribute`).
+    pub train_distribute: StrategyKind,
+    /// The strategy evaluation runs under; `None`: `train_distribute`'s
+    /// [`for_evaluation`](StrategyKind::for_evaluation).
+    pub eval_distribute: Option<StrategyKind>,
+    /// What strategies are built from: devices, the cluster, collective settings.
+    pub strategy: StrategyOptions,
     /// The precision floats are computed in: f32 for training; f64 runs the same graphs
     /// with rounding out of the way (strategy equivalence tests).
     pub precision: Precision,
     /// Object-store credentials when `model_dir` is an `s3://` URL and the environment
     /// does not provide them.
     pub s3: Option<S3Options>,
-    /// The cluster this process belongs to (TensorFlow reads `TF_CONFIG` into RunConfig;
-    /// the CLI resolves flags, `TF_CONFIG` or Slurm into this). `None`: a single process.
-    pub cluster: Option<Cluster>,
-    /// The shared secret every task of the cluster presents to the others.
-    pub cluster_token: Option<ClusterToken>,
-    /// How long a task waits at start for every other task of the collective group.
-    pub connect_timeout: Duration,
-    /// How `multi_worker` tasks all-reduce: TensorFlow's `CommunicationOptions`, with shared
-    /// memory for tasks on one host where TensorFlow has NCCL for GPUs.
-    pub communication: Communication,
     /// What training does with a step whose gradients or updates are NaN or infinite
     /// (the step itself never changes a variable then).
     pub non_finite: NonFinitePolicy,
-    /// `parameter_server`: split large variables into row shards on different ps tasks
-    /// (TensorFlow's `variable_partitioner`); `None` keeps every variable whole.
-    pub variable_partitioner: Option<Partitioner>,
 }
 
 /// One line for the log, as a user wrote it (no Rust formatting; the token never shown).
 impl std::fmt::Display for RunConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let or_default = |s: &Option<String>| s.clone().unwrap_or_else(|| "default".into());
         write!(f, "model_dir {}, random_seed {}", self.model_dir, self.seed())?;
         match self.checkpoint_trigger() {
             CheckpointTrigger::Steps(n) => write!(f, ", checkpoints every {n} steps")?,
@@ -87,12 +68,15 @@ impl std::fmt::Display for RunConfig {
             self.keep_checkpoint_max,
             self.save_summary_steps,
             self.log_step_count_steps,
-            or_default(&self.train_distribute),
-            or_default(&self.eval_distribute),
-            self.devices.as_ref().map(|d| d.join(",")).unwrap_or_else(|| self.device.clone()),
+            self.train_distribute,
+            self.eval_strategy(),
+            match &self.strategy.devices {
+                Some(d) => d.iter().map(ToString::to_string).collect::<Vec<_>>().join(","),
+                None => self.strategy.device.to_string(),
+            },
             self.precision,
         )?;
-        if let Some(c) = &self.cluster {
+        if let Some(c) = &self.strategy.cluster {
             write!(f, ", task {} of cluster {}", c.task(), c.spec())?;
         }
         match self.non_finite {
@@ -134,21 +118,12 @@ impl Default for RunConfig {
             keep_checkpoint_max: 5,
             keep_checkpoint_every_n_hours: 10000.0,
             log_step_count_steps: 100,
-            train_distribute: None,
+            train_distribute: StrategyKind::Default,
             eval_distribute: None,
-            device: "cpu".into(),
-            devices: None,
-            cross_device_ops: CrossDeviceOps::default(),
-            all_reduce_bucket_bytes: 25 << 20,
-            collective_timeout: Duration::from_secs(300),
+            strategy: StrategyOptions::default(),
             precision: Precision::F32,
             s3: None,
-            cluster: None,
-            cluster_token: None,
-            connect_timeout: Duration::from_secs(120),
-            communication: Communication::Auto,
             non_finite: NonFinitePolicy::Stop,
-            variable_partitioner: None,
         }
     }
 }
@@ -192,33 +167,26 @@ impl RunConfig {
         }
     }
 
-    /// What strategies are built from.
-    pub fn strategy_options(&self) -> StrategyOptions {
-        StrategyOptions {
-            device: self.device.clone(),
-            devices: self.devices.clone(),
-            cross_device_ops: self.cross_device_ops,
-            all_reduce_bucket_bytes: self.all_reduce_bucket_bytes,
-            collective_timeout: self.collective_timeout,
-            cluster: self.cluster.clone(),
-            cluster_token: self.cluster_token.clone(),
-            connect_timeout: self.connect_timeout,
-            communication: self.communication,
-            variable_partitioner: self.variable_partitioner,
+    /// The strategy evaluation runs under.
+    pub fn eval_strategy(&self) -> StrategyKind {
+        self.eval_distribute.unwrap_or(self.train_distribute).for_evaluation()
+    }
+
+    /// The strategy the Estimator runs `mode` under: prediction always on one device.
+    pub fn strategy_for(&self, mode: crate::Mode) -> StrategyKind {
+        match mode {
+            crate::Mode::Train => self.train_distribute,
+            crate::Mode::Eval => self.eval_strategy(),
+            crate::Mode::Predict => StrategyKind::Default,
         }
     }
 
-    /// The seed in effect: the configured one, or one drawn from the clock.
+    /// The seed in effect: the configured one, else 0. TensorFlow draws a fresh seed when
+    /// none is set; here a run repeats, `engine plan` shows the graph training runs (dropout
+    /// seeds are in it), and every task of a cluster builds the same graph without agreeing
+    /// on anything first.
     pub fn seed(&self) -> u64 {
-        // Every task of a cluster must build the same graph (dropout seeds are in it, and
-        // the handshake compares fingerprints): without a configured seed they agree on
-        // one derived from the cluster, not from each machine's clock.
-        if let (None, Some(c)) = (self.random_seed, &self.cluster) {
-            return engine_graph::derive_seed(0, &c.spec().to_string());
-        }
-        self.random_seed.unwrap_or_else(|| {
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)
-        })
+        self.random_seed.unwrap_or(0)
     }
 }
 

@@ -14,7 +14,8 @@ use engine_estimator::{
     input::Dataset,
 };
 use engine_graph::HostTensor;
-use engine_runtime::Precision;
+use engine_estimator::strategy::StrategyOptions;
+use engine_runtime::{DeviceName, Precision};
 use estimator_common::{dataset, linear_model};
 use std::collections::BTreeMap;
 
@@ -24,10 +25,13 @@ fn strategy(name: &str) -> Result<DistributionStrategy> {
     let config = RunConfig {
         random_seed: Some(7),
         precision: Precision::F64,
-        devices: Some(vec!["cpu:0".into(), "cpu:1".into()]),
+        strategy: StrategyOptions {
+            devices: Some(vec![DeviceName::cpu(0), DeviceName::cpu(1)]),
+            ..StrategyOptions::default()
+        },
         ..RunConfig::new("")
     };
-    Ok(DistributionStrategy::with_config(name, &config)?)
+    Ok(DistributionStrategy::with_config(name.parse()?, &config)?)
 }
 
 fn distributed(strategy: &DistributionStrategy) -> Result<DistributedDataset> {

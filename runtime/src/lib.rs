@@ -21,7 +21,7 @@ mod value;
 mod variables;
 
 pub use collective::{Collective, CrossDeviceOps, InProcessGroup};
-pub use device::{Device, DeviceKind, device_reads};
+pub use device::{BadDeviceName, Device, DeviceKind, DeviceName, MAX_DEVICE_INDEX, device_reads};
 pub use error::{Result, RuntimeError};
 pub use exchange::Exchange;
 pub use executor::{CollectiveTiming, DeviceTime, Executor, NonFinite, OpTiming, RunOptions, StepOutput};

@@ -10,8 +10,9 @@ pub(crate) type B = Dispatch;
 pub(crate) type T = DispatchTensor;
 
 /// The precision floats are computed in. The graph says `F32`; gradient checks run the same
-/// graph in `F64` to separate rule errors from rounding.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// graph in `F64` to separate rule errors from rounding. A spec's `run_config.precision`
+/// is this type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
 pub enum Precision {
     #[default]
     F32,

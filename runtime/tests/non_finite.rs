@@ -40,7 +40,7 @@ fn training_plan(optimizer: Optimizer, learning_rate: f32) -> Result<Plan> {
 fn backends() -> Result<Vec<(Device, bool)>> {
     let mut out = vec![(Device::cpu(), true), (Device::cpu(), false)];
     for name in std::env::var("ENGINE_TEST_DEVICES").unwrap_or_default().split(',').filter(|s| !s.trim().is_empty()) {
-        out.push((Device::parse(name.trim())?, false));
+        out.push((Device::open(name.trim().parse()?)?, false));
     }
     Ok(out)
 }

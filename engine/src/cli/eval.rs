@@ -2,9 +2,9 @@
 //! spec's `eval_input`, with `Estimator::evaluate`, and print the result as `engine run`
 //! does.
 
-use super::{CliError, Device, SpecArgs, run::python_dict};
+use super::{CliError, DeviceArgs, SpecArgs, run::python_dict};
 use crate::{
-    job::{self, RunOverrides},
+    job,
     spec::{ErrorKind, FieldPath, Override, Spec, syntax::Value},
 };
 use clap::Args;
@@ -22,14 +22,13 @@ pub struct EvalArgs {
     /// The model directory (overrides `run_config.model_dir`).
     #[arg(long, value_name = "DIR")]
     pub model_dir: Option<String>,
-    /// `cpu`, `wgpu[:N]` or `cuda[:N]`.
-    #[arg(long, default_value = "cpu")]
-    pub device: Device,
+    #[command(flatten)]
+    pub devices: DeviceArgs,
 }
 
 pub fn eval(args: &EvalArgs) -> Result<(), CliError> {
     let spec = Arc::new(args.common.load(model_dir_override(args.model_dir.as_deref()))?);
-    let estimator = evaluation_estimator(&spec, &args.common, args.device)?;
+    let estimator = evaluation_estimator(&spec, &args.common, &args.devices)?;
     let eval_input = job::eval_input_fn(&spec)?.ok_or_else(|| missing_eval_input(&spec, "engine eval"))?;
     let checkpoint = checkpoint_location(&estimator, args.checkpoint.as_deref())?;
     let es = &spec.job.eval_spec;
@@ -52,18 +51,15 @@ pub(super) fn model_dir_override(dir: Option<&str>) -> Vec<Override> {
 }
 
 /// The spec's Estimator, with the evaluation strategy for both roles (nothing trains).
-pub(super) fn evaluation_estimator(spec: &Arc<Spec>, common: &SpecArgs, device: Device) -> Result<Estimator, CliError> {
+pub(super) fn evaluation_estimator(
+    spec: &Arc<Spec>,
+    common: &SpecArgs,
+    devices: &DeviceArgs,
+) -> Result<Estimator, CliError> {
     super::checkpoints::require_existing(&spec.job.run_config.model_dir)?;
-    let strategy = common.strategy(spec, crate::lower::Mode::Eval).name().to_string();
-    // `..default()` keeps this building as RunOverrides gains fields that eval leaves unset.
-    #[allow(clippy::needless_update)]
-    let overrides = RunOverrides {
-        strategy: Some(strategy.clone()),
-        eval_strategy: Some(strategy),
-        device: Some(device.to_string()),
-        ..RunOverrides::default()
-    };
-    Ok(job::estimator(spec.clone(), &overrides)?)
+    let mut config = common.run_config(spec, devices);
+    config.train_distribute = config.eval_strategy();
+    Ok(job::estimator(spec.clone(), config)?)
 }
 
 pub(super) fn missing_eval_input(spec: &Spec, command: &str) -> CliError {

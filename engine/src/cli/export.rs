@@ -29,7 +29,7 @@ pub struct ExportArgs {
 
 pub fn export(args: &ExportArgs) -> Result<(), CliError> {
     let spec = Arc::new(args.common.load(model_dir_override(args.model_dir.as_deref()))?);
-    let estimator = evaluation_estimator(&spec, &args.common, super::Device::Cpu)?;
+    let estimator = evaluation_estimator(&spec, &args.common, &super::DeviceArgs::default())?;
     let serving_input = job::serving_input(&spec)?;
     let checkpoint = checkpoint_location(&estimator, args.checkpoint.as_deref())?;
     let at = match &args.output {

@@ -30,7 +30,11 @@ use engine_estimator::{
     hooks::RESTART_COUNT_ENV,
     preemption::{self, Signal},
 };
-use engine_runtime::cluster::{Cluster, ClusterSource, ClusterSpec, TaskId, TaskType};
+use engine_estimator::strategy::StrategyKind;
+use engine_runtime::{
+    DeviceName,
+    cluster::{Cluster, ClusterSource, ClusterSpec, TaskId, TaskType},
+};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -62,8 +66,8 @@ pub struct LaunchArgs {
     pub model_dir: Option<String>,
     /// Every task's `--device` (`cpu`, `wgpu[:N]`, `cuda[:N]`); tasks on one machine
     /// share it.
-    #[arg(long, default_value = "cpu")]
-    pub device: super::Device,
+    #[arg(long, value_name = "DEVICE", default_value_t = DeviceName::CPU)]
+    pub device: DeviceName,
     /// `auto`: each training task runs on a disjoint share of the CPUs (as many compute
     /// threads, unless RAYON_NUM_THREADS is set) when there are at least as many CPUs as
     /// training tasks; `none`: the OS places every task.
@@ -72,16 +76,16 @@ pub struct LaunchArgs {
 }
 
 pub fn launch(args: &LaunchArgs) -> Result<(), CliError> {
-    let default = if args.ps > 0 { "parameter_server" } else { "multi_worker" };
-    let strategy = args.common.strategy.map(|s| s.name().to_string()).unwrap_or_else(|| default.into());
-    match (strategy.as_str(), args.ps) {
-        ("multi_worker", 0) | ("parameter_server", 1..) => {}
-        ("multi_worker", _) => {
+    let default = if args.ps > 0 { StrategyKind::ParameterServer } else { StrategyKind::MultiWorker };
+    let strategy = args.common.strategy.unwrap_or(default);
+    match (strategy, args.ps) {
+        (StrategyKind::MultiWorker, 0) | (StrategyKind::ParameterServer, 1..) => {}
+        (StrategyKind::MultiWorker, _) => {
             return Err(CliError::Usage(
                 "multi_worker keeps the variables on every worker: --ps is for --strategy parameter_server".into(),
             ));
         }
-        ("parameter_server", 0) => {
+        (StrategyKind::ParameterServer, 0) => {
             return Err(CliError::Usage("parameter_server needs ps tasks: pass --ps N (1 or more)".into()));
         }
         _ => {
@@ -98,7 +102,7 @@ pub fn launch(args: &LaunchArgs) -> Result<(), CliError> {
     loop {
         let cluster = local_cluster(args.workers as usize, args.ps as usize, args.evaluator)?;
         log::info!("Launching {} on 127.0.0.1 (attempt {})", cluster, attempt + 1);
-        match run_cluster(args, &exe, &cluster, &token, &strategy, attempt)? {
+        match run_cluster(args, &exe, &cluster, &token, strategy, attempt)? {
             Ending::Succeeded => return Ok(()),
             Ending::Preempted(signal) => {
                 return Err(CliError::Launch {
@@ -163,7 +167,7 @@ fn run_cluster(
     exe: &std::path::Path,
     spec: &ClusterSpec,
     token: &str,
-    strategy: &str,
+    strategy: StrategyKind,
     restarts: u32,
 ) -> Result<Ending, CliError> {
     let lifeline =
@@ -172,7 +176,7 @@ fn run_cluster(
     let start = |id: TaskId, restarts: u32| -> Result<Child, CliError> {
         let cluster = Cluster::new(spec.clone(), id, ClusterSource::Flags, None)?;
         let mut cmd = Command::new(exe);
-        cmd.arg("run").arg(&args.common.spec).arg("--strategy").arg(strategy);
+        cmd.arg("run").arg(&args.common.spec).arg("--strategy").arg(strategy.name());
         for set in &args.common.set {
             cmd.arg("--set").arg(set);
         }

@@ -3,7 +3,6 @@
 
 mod checkpoints;
 mod cpu_bind;
-mod device;
 mod error;
 mod eval;
 mod export;
@@ -14,20 +13,21 @@ mod plan;
 mod predict;
 mod run;
 mod serve;
+mod settings;
 mod utc;
 
 pub use checkpoints::CheckpointsArgs;
-pub use device::Device;
 pub use error::{CliError, exit};
 pub use eval::EvalArgs;
 pub use export::ExportArgs;
 pub use launch::LaunchArgs;
 pub use predict::PredictArgs;
 pub use serve::ServeArgs;
+pub use settings::DeviceArgs;
 
 use crate::{
     lower::Mode,
-    spec::{FieldPath, Override, Spec, Strategy, syntax::Value},
+    spec::{FieldPath, Override, Spec, StrategyKind, syntax::Value},
 };
 use clap::{Args, Parser, Subcommand};
 use std::{path::PathBuf, process::ExitCode};
@@ -75,7 +75,7 @@ pub struct SpecArgs {
     /// The distribution strategy; defaults to the spec's `run_config.train_distribute`
     /// (`eval_distribute` for evaluation), else `default`.
     #[arg(long, value_name = "NAME")]
-    pub strategy: Option<Strategy>,
+    pub strategy: Option<StrategyKind>,
 }
 
 #[derive(Debug, Args)]
@@ -92,12 +92,9 @@ pub struct PlanArgs {
     /// The batch size for the statistics (1 to 65536); defaults to the input's `batch_size`.
     #[arg(long, value_name = "N", value_parser = parse_batch)]
     pub batch: Option<usize>,
-    /// The device the plan is placed on, as for `engine run` (the device must exist here).
-    #[arg(long, default_value = "cpu")]
-    pub device: Device,
-    /// Replica devices for `mirrored` and `central_storage`, as for `engine run`.
-    #[arg(long, value_delimiter = ',', value_name = "LIST")]
-    pub devices: Vec<String>,
+    /// The devices the plan is placed on, as for `engine run` (they must exist here).
+    #[command(flatten)]
+    pub devices: DeviceArgs,
     /// ps tasks to place the variables on, for `parameter_server` (1 to 64; without a
     /// cluster from TF_CONFIG or Slurm).
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
@@ -114,13 +111,8 @@ pub struct RunArgs {
     /// Where checkpoints and summaries go (overrides `run_config.model_dir`).
     #[arg(long, value_name = "DIR")]
     pub model_dir: Option<String>,
-    /// `cpu`, `wgpu[:N]` or `cuda[:N]`.
-    #[arg(long, default_value = "cpu")]
-    pub device: Device,
-    /// Replica devices for `mirrored` and `central_storage`, e.g. `cpu:0,cpu:1` (default:
-    /// one CPU replica per core).
-    #[arg(long, value_delimiter = ',', value_name = "LIST")]
-    pub devices: Vec<String>,
+    #[command(flatten)]
+    pub devices: DeviceArgs,
     #[command(flatten)]
     pub cluster: ClusterArgs,
 }
@@ -172,15 +164,6 @@ impl SpecArgs {
         let mut overrides = self.set.iter().map(|s| Override::parse(s)).collect::<Result<Vec<_>, _>>()?;
         overrides.extend(extra);
         Ok(Spec::from_file(&self.spec, &overrides)?)
-    }
-
-    /// The flag, else the spec's setting for the mode, else `default`.
-    pub fn strategy(&self, spec: &Spec, mode: Mode) -> Strategy {
-        let from_spec = match mode {
-            Mode::Train => spec.job.run_config.train_distribute,
-            Mode::Eval | Mode::Predict => spec.job.run_config.eval_distribute,
-        };
-        self.strategy.or(from_spec).unwrap_or_default()
     }
 }
 

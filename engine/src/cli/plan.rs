@@ -3,9 +3,8 @@
 use super::{CliError, PlanArgs};
 use crate::{
     lower::{self, Mode},
-    spec::{Spec, input_batch_size},
+    spec::{Spec, StrategyKind, input_batch_size},
 };
-use engine_estimator::strategy::StrategyOptions;
 use engine_graph::{
     Op, Plan,
     passes::strategy::{HOST, REPLICA, WORKER, transfer_bytes},
@@ -24,31 +23,37 @@ pub fn plan(args: &PlanArgs) -> Result<(), CliError> {
     // would, so a missing file or an impossible size fails here, at its line.
     let train = crate::job::train_input_fn(&spec)?;
     crate::job::check_model_inputs(&spec, &train, Mode::Train)?;
-    if let Some(eval) = crate::job::eval_input_fn(&spec)? {
-        crate::job::check_model_inputs(&spec, &eval, Mode::Eval)?;
+    let eval = crate::job::eval_input_fn(&spec)?;
+    if let Some(eval) = &eval {
+        crate::job::check_model_inputs(&spec, eval, Mode::Eval)?;
     }
-    let strategy = args.common.strategy(&spec, args.mode);
-    let options = StrategyOptions {
-        device: args.device.to_string(),
-        devices: (!args.devices.is_empty()).then(|| args.devices.clone()),
-        cluster: planning_cluster(strategy.name(), args.ps)?,
-        variable_partitioner: spec.job.run_config.variable_partitioner.map(crate::job::partitioner),
-        ..StrategyOptions::default()
+    // The plan is compiled as the estimator compiles it: one settings chain to one seed
+    // and strategy, the model function on the input's placeholders.
+    let mut config = args.common.run_config(&spec, &args.devices);
+    let strategy = config.strategy_for(args.mode);
+    config.strategy.cluster = planning_cluster(strategy, args.ps)?;
+    let built = strategy.build(&config.strategy).map_err(|e| lower::LowerError::Strategy(e.to_string()))?;
+    let input = match (args.mode, &eval) {
+        (Mode::Eval | Mode::Predict, Some(eval)) => eval.as_ref(),
+        _ => train.as_ref(),
     };
-    let plan = lower::compile_with(&spec, args.mode, strategy, &options)?;
+    let model_fn = crate::job::SpecModelFn::new(std::sync::Arc::new(spec.clone()), config.seed());
+    let plan = engine_estimator::plan_for(&model_fn, &engine_estimator::Params::Null, args.mode, input, built.as_ref())
+        .map_err(|e| lower::LowerError::Strategy(e.to_string()))?;
     if args.dot.as_deref().is_some_and(|p| p.as_os_str() == "-") {
         super::output(&plan.graph.to_dot());
         return Ok(());
     }
     let batch = args.batch.unwrap_or_else(|| default_batch(&spec, args.mode));
-    let local = engine_estimator::strategy::strategy_by_name(strategy.name(), &options)
-        .map(|s| s.local_devices())
-        .unwrap_or_default();
+    let local = built.local_devices();
     let replicas = local.len().max(1);
     engine_estimator::check_model_memory(&plan, batch, replicas, &engine_estimator::Resources::of_this_machine())?;
     let mut out = String::new();
     let _ = writeln!(out, "spec: {}", spec.file());
-    let _ = writeln!(out, "mode: {}  strategy: {strategy}  batch: {batch}", args.mode);
+    let _ = writeln!(out, "mode: {}  strategy: {strategy}  batch: {batch}", args.mode.name());
+    // The digest checkpoints record (before their `-`): which plan trained a checkpoint.
+    let fingerprint = plan.graph.fingerprint().map_err(|e| CliError::Usage(e.to_string()))?;
+    let _ = writeln!(out, "graph fingerprint: {fingerprint}");
     if let Some(line) = partition_devices(&plan, &local) {
         let _ = writeln!(out, "{line}");
     }
@@ -86,8 +91,8 @@ fn partition_devices(plan: &Plan, local: &[engine_runtime::Device]) -> Option<St
 
 /// The cluster a `parameter_server` plan is placed for: the process's own (TF_CONFIG,
 /// Slurm) when it has one, else a chief and `ps` ps tasks. Only the ps count matters.
-fn planning_cluster(strategy: &str, ps: u16) -> Result<Option<Cluster>, CliError> {
-    if strategy != "parameter_server" {
+fn planning_cluster(strategy: StrategyKind, ps: u16) -> Result<Option<Cluster>, CliError> {
+    if strategy != StrategyKind::ParameterServer {
         return Ok(None);
     }
     if let Some(cluster) = resolve_from_process_env(&ClusterFlags::default())? {

@@ -3,7 +3,7 @@
 //! (JSON Lines) to `--output` or stdout.
 
 use super::{
-    CliError, Device, SpecArgs,
+    CliError, DeviceArgs, SpecArgs,
     eval::{checkpoint_location, evaluation_estimator, missing_eval_input, model_dir_override},
 };
 use crate::{
@@ -43,9 +43,8 @@ pub struct PredictArgs {
     /// Which predictions to write (`classes,probabilities`); all by default.
     #[arg(long, value_name = "KEYS", value_delimiter = ',')]
     pub keys: Vec<String>,
-    /// `cpu`, `wgpu[:N]` or `cuda[:N]`.
-    #[arg(long, default_value = "cpu")]
-    pub device: Device,
+    #[command(flatten)]
+    pub devices: DeviceArgs,
 }
 
 impl PredictArgs {
@@ -95,7 +94,7 @@ impl PredictArgs {
 
 pub fn predict(args: &PredictArgs) -> Result<(), CliError> {
     let spec = Arc::new(args.common.load(args.overrides()?)?);
-    let estimator = evaluation_estimator(&spec, &args.common, args.device)?;
+    let estimator = evaluation_estimator(&spec, &args.common, &args.devices)?;
     let input = job::predict_input_fn(&spec)?.ok_or_else(|| missing_eval_input(&spec, "engine predict"))?;
     let checkpoint = checkpoint_location(&estimator, args.checkpoint.as_deref())?;
     let keys = if args.keys.is_empty() { None } else { Some(args.keys.clone()) };

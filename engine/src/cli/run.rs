@@ -2,29 +2,16 @@
 //! spec has no `eval_input`), resuming from the model directory's latest checkpoint.
 
 use super::{CliError, ClusterArgs, RunArgs};
-use crate::job::{self, RunOverrides};
-use engine_estimator::{EvalResult, EvalSpec, StepLimit, TrainSpec, train_and_evaluate};
+use crate::job;
+use engine_estimator::{EvalResult, EvalSpec, RunConfig, StepLimit, TrainSpec, train_and_evaluate};
 use std::sync::Arc;
 
 pub fn run(args: &RunArgs) -> Result<(), CliError> {
     watch_launcher();
     let spec = Arc::new(args.common.load(args.overrides())?);
-    let strategy = args.common.strategy.map(|s| s.name().to_string());
-    let devices = (!args.devices.is_empty()).then(|| args.devices.clone());
-    let effective = args.common.strategy(&spec, crate::lower::Mode::Train);
-    let (cluster, cluster_token) = cluster_of(&args.cluster, effective.name())?;
-    let overrides = RunOverrides {
-        strategy: strategy.clone(),
-        eval_strategy: strategy,
-        device: Some(args.device.to_string()),
-        devices,
-        cluster,
-        cluster_token,
-        collective_timeout: args.cluster.collective_timeout.map(std::time::Duration::from_secs),
-        connect_timeout: args.cluster.connect_timeout.map(std::time::Duration::from_secs),
-        communication: args.cluster.communication,
-    };
-    let estimator = job::estimator(spec.clone(), &overrides)?;
+    let mut config = args.common.run_config(&spec, &args.devices);
+    args.cluster.apply(&mut config)?;
+    let estimator = job::estimator(spec.clone(), config)?;
     let train_input = job::train_input_fn(&spec)?;
     if let Some((_, classes)) = job::label_vocabulary(&spec)? {
         job::save_label_vocabulary(&spec, &classes)?;
@@ -91,16 +78,37 @@ fn watch_launcher() {
     });
 }
 
-/// This process's cluster (flags, else `TF_CONFIG`, else Slurm) and token, for the
-/// strategies that span processes. Cluster flags with a single-process strategy are a
-/// mistake worth stopping for; a `TF_CONFIG` left in the environment is only noted.
+impl ClusterArgs {
+    /// Puts this process's cluster (flags, else `TF_CONFIG`, else torchrun's variables,
+    /// else Slurm's), its token and the collective settings into `config`, for the
+    /// strategies that span processes. Cluster flags with a single-process strategy are a
+    /// mistake worth stopping for; a `TF_CONFIG` left in the environment is only noted.
+    pub fn apply(&self, config: &mut RunConfig) -> Result<(), CliError> {
+        let options = &mut config.strategy;
+        if let Some(secs) = self.collective_timeout {
+            options.collective_timeout = std::time::Duration::from_secs(secs);
+        }
+        if let Some(secs) = self.connect_timeout {
+            options.connect_timeout = std::time::Duration::from_secs(secs);
+        }
+        if let Some(communication) = self.communication {
+            options.communication = communication;
+        }
+        let (cluster, token) = cluster_of(self, config.train_distribute)?;
+        config.strategy.cluster = cluster;
+        config.strategy.cluster_token = token.map(engine_estimator::ClusterToken);
+        Ok(())
+    }
+}
+
+/// This process's cluster and token, for the strategies that span processes.
 fn cluster_of(
     args: &ClusterArgs,
-    strategy: &str,
+    strategy: engine_estimator::strategy::StrategyKind,
 ) -> Result<(Option<engine_runtime::cluster::Cluster>, Option<String>), CliError> {
     use engine_runtime::cluster::{ClusterFlags, resolve_from_process_env};
     let flags = ClusterFlags { cluster: args.cluster.clone(), task: args.task.clone() };
-    if !matches!(strategy, "multi_worker" | "parameter_server") {
+    if !strategy.spans_processes() {
         if !flags.is_empty() {
             return Err(CliError::Usage(format!(
                 "--cluster and --task are for multi_worker, not strategy '{strategy}'"

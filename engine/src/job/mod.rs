@@ -20,75 +20,10 @@ use engine_estimator::{
 };
 use std::sync::Arc;
 
-/// What `engine run` may change on top of the spec.
-#[derive(Debug, Clone, Default)]
-pub struct RunOverrides {
-    pub strategy: Option<String>,
-    pub eval_strategy: Option<String>,
-    pub device: Option<String>,
-    /// Replica devices for in-process strategies (`cpu:0,cpu:1`).
-    pub devices: Option<Vec<String>>,
-    /// The cluster of a `multi_worker` task, its shared token and collective timeout.
-    pub cluster: Option<engine_runtime::cluster::Cluster>,
-    pub cluster_token: Option<String>,
-    pub collective_timeout: Option<std::time::Duration>,
-    pub connect_timeout: Option<std::time::Duration>,
-    pub communication: Option<engine_runtime::transport::Communication>,
-}
-
-/// The estimator's RunConfig for a spec.
-pub fn run_config(spec: &Spec, overrides: &RunOverrides) -> RunConfig {
-    let rc = &spec.job.run_config;
-    RunConfig {
-        model_dir: rc.model_dir.clone(),
-        random_seed: rc.random_seed,
-        save_summary_steps: rc.save_summary_steps,
-        save_checkpoints_steps: rc.save_checkpoints_steps,
-        save_checkpoints_secs: rc.save_checkpoints_secs,
-        keep_checkpoint_max: rc.keep_checkpoint_max,
-        keep_checkpoint_every_n_hours: rc.keep_checkpoint_every_n_hours,
-        log_step_count_steps: rc.log_step_count_steps,
-        train_distribute: overrides.strategy.clone().or_else(|| rc.train_distribute.map(|s| s.name().to_string())),
-        eval_distribute: overrides.eval_strategy.clone().or_else(|| rc.eval_distribute.map(|s| s.name().to_string())),
-        device: overrides.device.clone().unwrap_or_else(|| "cpu".into()),
-        devices: overrides.devices.clone(),
-        precision: match rc.precision {
-            crate::spec::Precision::F32 => engine_runtime::Precision::F32,
-            crate::spec::Precision::F64 => engine_runtime::Precision::F64,
-        },
-        cluster: overrides.cluster.clone(),
-        cluster_token: overrides.cluster_token.clone().map(engine_estimator::ClusterToken),
-        collective_timeout: overrides.collective_timeout.unwrap_or(RunConfig::default().collective_timeout),
-        connect_timeout: overrides.connect_timeout.unwrap_or(RunConfig::default().connect_timeout),
-        communication: overrides.communication.unwrap_or(rc.communication),
-        variable_partitioner: rc.variable_partitioner.map(partitioner),
-        non_finite: match rc.non_finite {
-            crate::spec::NonFinite::Stop => engine_estimator::NonFinitePolicy::Stop,
-            crate::spec::NonFinite::Skip { max_consecutive } => {
-                engine_estimator::NonFinitePolicy::Skip { max_consecutive }
-            }
-        },
-        ..RunConfig::default()
-    }
-}
-
-/// The spec's partitioner as the pass takes it (validated: sizes fit).
-pub fn partitioner(p: crate::spec::VariablePartitioner) -> engine_graph::passes::strategy::Partitioner {
-    use engine_graph::passes::strategy::Partitioner;
-    let size = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
-    match p {
-        crate::spec::VariablePartitioner::MinSize { min_shard_bytes, max_shards } => {
-            Partitioner::MinSize { min_shard_bytes: size(min_shard_bytes), max_shards: size(max_shards) }
-        }
-        crate::spec::VariablePartitioner::FixedShards(n) => Partitioner::FixedShards(size(n)),
-    }
-}
-
-/// The Estimator for a spec.
-pub fn estimator(spec: Arc<Spec>, overrides: &RunOverrides) -> engine_estimator::Result<Estimator> {
-    let config = run_config(&spec, overrides);
+/// The Estimator for a spec under `config` (the spec's `run_config` as
+/// [`to_estimator`](crate::spec::RunConfig::to_estimator) gives it, with any flags applied).
+pub fn estimator(spec: Arc<Spec>, config: RunConfig) -> engine_estimator::Result<Estimator> {
     let seed = config.seed();
-    let config = RunConfig { random_seed: Some(seed), ..config };
     let warm_start = spec.job.warm_start_from.clone();
     let hparams = hparams::hparams(&spec);
     let estimator = Estimator::new(SpecModelFn::new(spec, seed), config)?.with_hparams(hparams);
@@ -230,13 +165,8 @@ pub fn check_model_inputs(
 ) -> Result<(), crate::cli::CliError> {
     use engine_estimator::input::InputContext;
     use engine_graph::{Graph, GraphBuilder, Shape};
-    let estimator_mode = match mode {
-        crate::lower::Mode::Train => engine_estimator::Mode::Train,
-        crate::lower::Mode::Eval => engine_estimator::Mode::Eval,
-        crate::lower::Mode::Predict => engine_estimator::Mode::Predict,
-    };
     let single = InputContext { num_input_pipelines: 1, input_pipeline_id: 0, num_replicas_in_sync: 1 };
-    let schema = engine_estimator::InputFn::dataset(input, estimator_mode, &single)
+    let schema = engine_estimator::InputFn::dataset(input, mode, &single)
         .and_then(|d| d.schema())
         .map_err(engine_estimator::EstimatorError::from)?;
     let mut graph = Graph::new();
@@ -256,6 +186,6 @@ pub fn check_model_inputs(
         _ => None,
     };
     let provided = crate::lower::ProvidedInputs { features, labels };
-    crate::lower::build_model_on(spec, mode, &mut b, spec.job.run_config.seed(), Some(&provided))?;
+    crate::lower::build_model_on(spec, mode, &mut b, spec.job.run_config.to_estimator().seed(), Some(&provided))?;
     Ok(())
 }

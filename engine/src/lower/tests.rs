@@ -1,5 +1,5 @@
 use super::*;
-use crate::spec::{ErrorKind, FieldPath, Override, Spec, SpecError, Strategy};
+use crate::spec::{ErrorKind, FieldPath, Override, Spec, SpecError, StrategyKind};
 use engine_graph::{DType, Graph, GraphBuilder, Op, Plan, derive_seed, ops::ElementOp};
 
 const CNN: &str = include_str!("../../../specs/fashion_mnist_cnn.ron");
@@ -89,7 +89,7 @@ fn the_tutorial_cnn_lowers_to_keras_shapes_and_names() -> TestResult {
 
 #[test]
 fn the_training_plan_differentiates_every_variable_but_not_the_input() -> TestResult {
-    let plan = training_plan(&spec(CNN)?, Strategy::Default)?;
+    let plan = training_plan(&spec(CNN)?, StrategyKind::Default)?;
     let with_gradients: Vec<String> =
         plan.graph.roles.gradients.iter().map(|(v, _)| plan.graph.node(*v).name.clone()).collect();
     assert_eq!(with_gradients, variable_names(&plan.graph, true));
@@ -136,9 +136,9 @@ fn the_training_plan_differentiates_every_variable_but_not_the_input() -> TestRe
 #[test]
 fn evaluation_and_prediction_graphs_have_no_training_parts() -> TestResult {
     let spec = spec(MLP)?;
-    let train = training_plan(&spec, Strategy::Default)?;
-    let eval = eval_plan(&spec, Strategy::Default)?;
-    let predict = predict_plan(&spec, Strategy::Default)?;
+    let train = training_plan(&spec, StrategyKind::Default)?;
+    let eval = eval_plan(&spec, StrategyKind::Default)?;
+    let predict = predict_plan(&spec, StrategyKind::Default)?;
     assert!(op_names(&train).contains(&"Dropout"));
     for plan in [&eval, &predict] {
         let ops = op_names(plan);
@@ -189,7 +189,7 @@ fn a_residual_functional_model_lowers() -> TestResult {
     assert!(graph.contains_name("block_sum/Add"));
     assert!(graph.roles.fetches.contains_key("regularization_loss"));
     assert_eq!(graph.roles.inputs.keys().map(String::as_str).collect::<Vec<_>>(), ["image", "labels"]);
-    let plan = training_plan(&spec, Strategy::OneDevice)?;
+    let plan = training_plan(&spec, StrategyKind::OneDevice)?;
     // The stem's output feeds the block and the sum: its two gradients are summed, in the
     // same elementwise pass as the stem ReLU's gradient.
     let stem_grad_sums = plan
@@ -238,7 +238,7 @@ fn two_towers_concatenated_lower() -> TestResult {
     assert_eq!(get("joined"), Some("[N, 12]"));
     let labels = built.labels.ok_or("no labels")?;
     assert_eq!(graph.fact(labels)?.to_string(), "f32[N, 3]");
-    let plan = training_plan(&spec, Strategy::Default)?;
+    let plan = training_plan(&spec, StrategyKind::Default)?;
     assert_eq!(plan.graph.roles.gradients.len(), 10);
     Ok(())
 }
@@ -356,10 +356,10 @@ fn metrics_that_need_classes_are_checked_against_the_output() -> TestResult {
 #[test]
 fn in_process_strategies_compile_and_cluster_strategies_are_refused_by_name() -> TestResult {
     let spec = spec(CNN)?;
-    let mirrored = training_plan(&spec, Strategy::Mirrored)?;
+    let mirrored = training_plan(&spec, StrategyKind::Mirrored)?;
     let names: Vec<&str> = mirrored.passes.iter().map(|p| p.0.as_str()).collect();
     assert!(names.contains(&"all-reduce-gradients") && names.contains(&"all-reduce-fusion"), "{names:?}");
-    let err = training_plan(&spec, Strategy::ParameterServer).err().map(|e| e.to_string());
+    let err = training_plan(&spec, StrategyKind::ParameterServer).err().map(|e| e.to_string());
     assert!(err.as_deref().is_some_and(|e| e.contains("strategy 'parameter_server' needs a cluster")), "{err:?}");
     Ok(())
 }

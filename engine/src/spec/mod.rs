@@ -37,7 +37,6 @@ mod optimizer;
 mod overrides;
 mod path;
 mod run_config;
-mod strategy;
 pub mod syntax;
 mod validate;
 
@@ -57,11 +56,9 @@ pub use normalization::{BatchNormalization, LayerNormalization};
 pub use optimizer::{Adagrad, Adam, AdamW, LearningRateSpec, OptimizerSpec, RmsProp, Sgd};
 pub use overrides::Override;
 pub use path::{FieldPath, Segment};
-pub use run_config::{
-    CheckpointTrigger, DEFAULT_SAVE_CHECKPOINTS_SECS, EvalSpec, MAX_SHARDS, NonFinite, Precision, RunConfig, TrainSpec,
-    VariablePartitioner,
-};
-pub use strategy::{Strategy, UnknownStrategy};
+pub use engine_estimator::strategy::{StrategyKind, UnknownStrategy};
+pub use engine_runtime::Precision;
+pub use run_config::{EvalSpec, MAX_SHARDS, NonFinite, RunConfig, TrainSpec, VariablePartitioner};
 
 use serde::de::DeserializeOwned;
 use std::path::Path;

@@ -1,7 +1,14 @@
 //! `run_config`, `train_spec` and `eval_spec`, with TensorFlow Estimator's defaults.
 
-use super::{input::HookSection, strategy::Strategy};
+use super::input::HookSection;
+use engine_estimator::{NonFinitePolicy, strategy::StrategyKind};
+use engine_runtime::Precision;
 use serde::Deserialize;
+
+/// The spec's defaults are the estimator's, written once there.
+fn defaults() -> engine_estimator::RunConfig {
+    engine_estimator::RunConfig::default()
+}
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -12,23 +19,23 @@ pub struct RunConfig {
     /// are worth more here than variety.
     #[serde(default)]
     pub random_seed: Option<u64>,
-    #[serde(default = "hundred")]
+    #[serde(default = "save_summary_steps")]
     pub save_summary_steps: u64,
     #[serde(default)]
     pub save_checkpoints_steps: Option<u64>,
     #[serde(default)]
     pub save_checkpoints_secs: Option<u64>,
     /// 0 keeps every checkpoint.
-    #[serde(default = "five")]
+    #[serde(default = "keep_checkpoint_max")]
     pub keep_checkpoint_max: usize,
-    #[serde(default = "ten_thousand")]
+    #[serde(default = "keep_checkpoint_every_n_hours")]
     pub keep_checkpoint_every_n_hours: f64,
-    #[serde(default = "hundred")]
+    #[serde(default = "log_step_count_steps")]
     pub log_step_count_steps: u64,
     #[serde(default)]
-    pub train_distribute: Option<Strategy>,
+    pub train_distribute: Option<StrategyKind>,
     #[serde(default)]
-    pub eval_distribute: Option<Strategy>,
+    pub eval_distribute: Option<StrategyKind>,
     /// `F32` (the default) or `F64`: the same graphs with rounding out of the way, for
     /// checking that a strategy trains exactly like one device.
     #[serde(default)]
@@ -77,39 +84,50 @@ pub enum NonFinite {
     #[default]
     Stop,
     Skip {
-        #[serde(default = "hundred")]
+        #[serde(default = "max_consecutive")]
         max_consecutive: u64,
     },
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
-pub enum Precision {
-    #[default]
-    F32,
-    F64,
-}
-
-/// When the chief writes checkpoints.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CheckpointTrigger {
-    Steps(u64),
-    Secs(u64),
-}
-
-/// TensorFlow's default when neither `save_checkpoints_steps` nor `_secs` is set.
-pub const DEFAULT_SAVE_CHECKPOINTS_SECS: u64 = 600;
-
 impl RunConfig {
-    pub fn seed(&self) -> u64 {
-        self.random_seed.unwrap_or(0)
+    /// The estimator's settings as this section gives them: the one step from a spec to a
+    /// `RunConfig`, which flags then override (`cli::settings`). Devices and the cluster
+    /// are not spec fields; they keep the estimator's defaults here.
+    pub fn to_estimator(&self) -> engine_estimator::RunConfig {
+        let mut config = engine_estimator::RunConfig {
+            model_dir: self.model_dir.clone(),
+            random_seed: self.random_seed,
+            save_summary_steps: self.save_summary_steps,
+            save_checkpoints_steps: self.save_checkpoints_steps,
+            save_checkpoints_secs: self.save_checkpoints_secs,
+            keep_checkpoint_max: self.keep_checkpoint_max,
+            keep_checkpoint_every_n_hours: self.keep_checkpoint_every_n_hours,
+            log_step_count_steps: self.log_step_count_steps,
+            train_distribute: self.train_distribute.unwrap_or_default(),
+            eval_distribute: self.eval_distribute,
+            precision: self.precision,
+            non_finite: match self.non_finite {
+                NonFinite::Stop => NonFinitePolicy::Stop,
+                NonFinite::Skip { max_consecutive } => NonFinitePolicy::Skip { max_consecutive },
+            },
+            ..defaults()
+        };
+        config.strategy.communication = self.communication;
+        config.strategy.variable_partitioner = self.variable_partitioner.map(VariablePartitioner::to_pass);
+        config
     }
+}
 
-    /// Valid once the spec is validated (at most one of the two is set).
-    pub fn checkpoint_trigger(&self) -> CheckpointTrigger {
-        match (self.save_checkpoints_steps, self.save_checkpoints_secs) {
-            (Some(steps), _) => CheckpointTrigger::Steps(steps),
-            (None, Some(secs)) => CheckpointTrigger::Secs(secs),
-            (None, None) => CheckpointTrigger::Secs(DEFAULT_SAVE_CHECKPOINTS_SECS),
+impl VariablePartitioner {
+    /// The partitioner as the pass takes it (validated: sizes fit).
+    pub fn to_pass(self) -> engine_graph::passes::strategy::Partitioner {
+        use engine_graph::passes::strategy::Partitioner;
+        let size = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
+        match self {
+            VariablePartitioner::MinSize { min_shard_bytes, max_shards } => {
+                Partitioner::MinSize { min_shard_bytes: size(min_shard_bytes), max_shards: size(max_shards) }
+            }
+            VariablePartitioner::FixedShards(n) => Partitioner::FixedShards(size(n)),
         }
     }
 }
@@ -161,12 +179,24 @@ impl Default for EvalSpec {
     }
 }
 
-fn five() -> usize {
-    5
+fn save_summary_steps() -> u64 {
+    defaults().save_summary_steps
 }
 
-fn hundred() -> u64 {
-    100
+fn keep_checkpoint_max() -> usize {
+    defaults().keep_checkpoint_max
+}
+
+fn keep_checkpoint_every_n_hours() -> f64 {
+    defaults().keep_checkpoint_every_n_hours
+}
+
+fn log_step_count_steps() -> u64 {
+    defaults().log_step_count_steps
+}
+
+fn max_consecutive() -> u64 {
+    NonFinitePolicy::DEFAULT_MAX_CONSECUTIVE
 }
 
 fn hundred_twenty() -> u64 {
@@ -175,8 +205,4 @@ fn hundred_twenty() -> u64 {
 
 fn six_hundred() -> u64 {
     600
-}
-
-fn ten_thousand() -> f64 {
-    10_000.0
 }

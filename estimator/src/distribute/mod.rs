@@ -5,7 +5,7 @@
 //!
 //! | TensorFlow | here |
 //! |---|---|
-//! | `tf.distribute.MultiWorkerMirroredStrategy()` | [`DistributionStrategy::from_name`]`("multi_worker")` |
+//! | `tf.distribute.MultiWorkerMirroredStrategy()` | [`DistributionStrategy::new`]`(StrategyKind::MultiWorker)` |
 //! | `strategy.distribute_datasets_from_function(fn)` | [`DistributionStrategy::distribute_datasets_from_function`] |
 //! | `@tf.function def train_step` + `strategy.run(step_fn, args)` | [`DistributionStrategy::compile_step`] once, then [`DistributionStrategy::run`] |
 //! | `strategy.reduce(SUM, per_replica_losses, axis=None)` | [`DistributionStrategy::reduce`]`(ReduceOp::Sum, &out.losses())` |

@@ -7,7 +7,7 @@ use crate::{
     input::{Batch, Dataset, InputContext, InputError},
     metrics::MetricState,
     session::{Replicas, compile_step},
-    strategy::{Strategy, strategy_by_name},
+    strategy::{Strategy, StrategyKind},
 };
 use engine_graph::ops::ReduceOp;
 use engine_runtime::{
@@ -34,33 +34,34 @@ pub struct DistributionStrategy {
 }
 
 impl DistributionStrategy {
-    /// The strategy `name` as `engine run --strategy name` builds it: `multi_worker` and
+    /// The strategy of `kind` as `engine run --strategy` builds it: `multi_worker` and
     /// `parameter_server` find their cluster in `TF_CONFIG`, torchrun's variables or Slurm's
     /// (in that order), and the cluster's secret in `ENGINE_CLUSTER_TOKEN`.
-    pub fn from_name(name: &str) -> Result<Self> {
-        Self::with_config(name, &RunConfig::new(""))
+    pub fn new(kind: StrategyKind) -> Result<Self> {
+        Self::with_config(kind, &RunConfig::new(""))
     }
 
-    /// As [`from_name`](Self::from_name), with the devices, precision, seed, timeouts and
+    /// As [`new`](Self::new), with the devices, precision, seed, timeouts and
     /// cluster of `config` (its model_dir and checkpoint settings are not used: the loop
     /// saves with its own [`LoopCheckpointManager`]).
-    pub fn with_config(name: &str, config: &RunConfig) -> Result<Self> {
+    pub fn with_config(kind: StrategyKind, config: &RunConfig) -> Result<Self> {
         let mut config = config.clone();
-        if matches!(name, "multi_worker" | "parameter_server") {
-            if config.cluster.is_none() {
-                config.cluster = resolve_from_process_env(&ClusterFlags::default())
+        let options = &mut config.strategy;
+        if kind.spans_processes() {
+            if options.cluster.is_none() {
+                options.cluster = resolve_from_process_env(&ClusterFlags::default())
                     .map_err(|e| EstimatorError::Config(format!("the cluster: {e}")))?;
-                if let Some(c) = &config.cluster {
+                if let Some(c) = &options.cluster {
                     log::info!("Cluster from {}: {} ({c})", c.source(), c.spec());
                 }
             }
-            if config.cluster_token.is_none() {
-                config.cluster_token =
+            if options.cluster_token.is_none() {
+                options.cluster_token =
                     std::env::var(CLUSTER_TOKEN_ENV).ok().filter(|t| !t.is_empty()).map(crate::ClusterToken);
             }
         }
-        config.train_distribute = Some(name.to_string());
-        let strategy: Arc<dyn Strategy> = strategy_by_name(name, &config.strategy_options())?.into();
+        config.train_distribute = kind;
+        let strategy: Arc<dyn Strategy> = kind.build(&config.strategy)?.into();
         let seed = config.seed();
         if config.random_seed.is_none() {
             log::info!("No random_seed set; using {seed}");
@@ -71,8 +72,8 @@ impl DistributionStrategy {
         Ok(DistributionStrategy { strategy, precision: config.precision, seed, group: Mutex::new(None) })
     }
 
-    pub fn name(&self) -> &str {
-        self.strategy.name()
+    pub fn kind(&self) -> StrategyKind {
+        self.strategy.kind()
     }
 
     /// Replicas across the job: the global batch is this many per-replica batches.

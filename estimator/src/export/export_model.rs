@@ -8,7 +8,7 @@ use crate::{
     input::Schema,
     model_dir::ModelDir,
     session::{build_model, compile_plan},
-    strategy::{StrategyOptions, strategy_by_name},
+    strategy::{StrategyKind, StrategyOptions},
 };
 use engine_graph::{Graph, HostTensor, Op, onnx};
 use std::collections::BTreeMap;
@@ -55,7 +55,7 @@ impl Estimator {
         let variables = variables_of(&graph, &checkpoint.tensors, &checkpoint.path)?;
 
         // ONNX from the plan the engine runs: optimized, placed on the CPU.
-        let strategy = strategy_by_name("default", &StrategyOptions::default())?;
+        let strategy = StrategyKind::Default.build(&StrategyOptions::default())?;
         let plan = compile_plan(graph.clone(), None, strategy.as_ref())?;
         let mut metadata = BTreeMap::new();
         metadata.insert("checkpoint".to_string(), checkpoint.path.clone());

@@ -7,7 +7,7 @@ use crate::{
     input::{Batch, FeatureInfo, Schema},
     model_dir::{ModelDir, S3Options},
     session::{Compiled, Replicas, compile},
-    strategy::{StrategyOptions, strategy_by_name},
+    strategy::{StrategyKind, StrategyOptions},
 };
 use engine_graph::{GraphDef, HostTensor, Outlet};
 use engine_runtime::{Precision, RunOptions};
@@ -84,14 +84,14 @@ pub struct Predictor {
 }
 
 impl Predictor {
-    /// Compiles the export's graph for `device` (`cpu`, `wgpu:0`, ...) as `predict` would.
-    pub fn new(model: &LoadedModel, device: &str, precision: Precision) -> Result<Self> {
+    /// Compiles the export's graph for `device` as `predict` would.
+    pub fn new(model: &LoadedModel, device: engine_runtime::DeviceName, precision: Precision) -> Result<Self> {
         let signature = model.manifest.signature.clone();
         let features =
             signature.inputs.iter().map(|t| FeatureInfo::new(&t.name, t.dtype, t.example_shape())).collect::<Vec<_>>();
         let schema = Schema::new(features, None)?;
-        let options = StrategyOptions { device: device.to_string(), ..StrategyOptions::default() };
-        let strategy = strategy_by_name("default", &options)?;
+        let options = StrategyOptions { device, ..StrategyOptions::default() };
+        let strategy = StrategyKind::Default.build(&options)?;
         let model_fn = SavedGraph { def: model.graph.clone() };
         let compiled = compile(&model_fn, &serde_json::Value::Null, Mode::Predict, &schema, strategy.as_ref(), &[])?;
         let mut replicas = Replicas::new(&compiled, strategy.as_ref(), precision)?;

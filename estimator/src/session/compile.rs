@@ -257,6 +257,20 @@ pub(crate) fn run_passes(
     Ok(passes.log().to_vec())
 }
 
+/// The plan `train`, `evaluate` or `predict` compiles for `mode` (placeholders from
+/// `input_fn`'s schema under `strategy`'s input context, the same pass pipeline), for
+/// showing it: `engine plan` prints what training runs, not a lookalike.
+pub fn plan_for(
+    model_fn: &dyn ModelFn,
+    params: &Params,
+    mode: Mode,
+    input_fn: &dyn crate::InputFn,
+    strategy: &dyn Strategy,
+) -> Result<Arc<Plan>> {
+    let schema = input_fn.dataset(mode, &strategy.input_context())?.schema()?;
+    Ok(compile(model_fn, params, mode, &schema, strategy, &[])?.plan)
+}
+
 /// Compiles a graph whose model is already built (with its roles set) into a plan with a
 /// strategy: what `engine plan` prints is exactly what training runs.
 pub fn compile_plan(mut graph: Graph, optimizer: Option<OptimizerConfig>, strategy: &dyn Strategy) -> Result<Plan> {

@@ -27,8 +27,8 @@ impl CentralStorageStrategy {
 }
 
 impl Strategy for CentralStorageStrategy {
-    fn name(&self) -> &str {
-        "central_storage"
+    fn kind(&self) -> super::StrategyKind {
+        super::StrategyKind::CentralStorage
     }
     fn local_devices(&self) -> Vec<Device> {
         self.devices.clone()

@@ -1,24 +1,25 @@
 //! `default` and `one_device`: one replica on one device; placement is the only pass.
 
-use super::{Stage, Strategy};
+use super::{Stage, Strategy, StrategyKind};
 use crate::input::InputContext;
 use engine_graph::passes::{Pass, strategy::Placement};
 use engine_runtime::Device;
 
 pub struct DefaultStrategy {
-    name: String,
+    /// `Default` or `OneDevice`: the same strategy under TensorFlow's two names.
+    kind: StrategyKind,
     device: Device,
 }
 
 impl DefaultStrategy {
-    pub fn new(name: &str, device: Device) -> Self {
-        DefaultStrategy { name: name.to_string(), device }
+    pub fn new(kind: StrategyKind, device: Device) -> Self {
+        DefaultStrategy { kind, device }
     }
 }
 
 impl Strategy for DefaultStrategy {
-    fn name(&self) -> &str {
-        &self.name
+    fn kind(&self) -> StrategyKind {
+        self.kind
     }
     fn local_devices(&self) -> Vec<Device> {
         vec![self.device.clone()]

@@ -60,8 +60,8 @@ pub(crate) fn all_reduce_passes(
 }
 
 impl Strategy for MirroredStrategy {
-    fn name(&self) -> &str {
-        "mirrored"
+    fn kind(&self) -> super::StrategyKind {
+        super::StrategyKind::Mirrored
     }
     fn local_devices(&self) -> Vec<Device> {
         self.devices.clone()

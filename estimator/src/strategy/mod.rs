@@ -1,4 +1,4 @@
-//! Distribution strategies, chosen by name.
+//! Distribution strategies, chosen by kind.
 //!
 //! A strategy is graph passes (at three stages of compilation) plus the run-time shape of
 //! its replicas: how many, on which devices, joined by which collective. The training
@@ -10,12 +10,14 @@ mod central_storage;
 mod default;
 #[cfg(test)]
 mod evaluator_input;
+mod kind;
 mod mirrored;
 mod multi_worker;
 mod parameter_server;
 
 pub use central_storage::CentralStorageStrategy;
 pub use default::DefaultStrategy;
+pub use kind::{StrategyKind, UnknownStrategy};
 pub use mirrored::MirroredStrategy;
 pub use multi_worker::MultiWorkerStrategy;
 pub(crate) use multi_worker::trains;
@@ -24,7 +26,7 @@ pub use parameter_server::ParameterServerStrategy;
 use crate::{EstimatorError, Result, input::InputContext};
 use engine_graph::passes::Pass;
 use engine_runtime::{
-    Collective, CrossDeviceOps, Device, Precision,
+    Collective, CrossDeviceOps, Device, DeviceName, Precision,
     cluster::Cluster,
     transport::{Communication, ps::ParameterClients},
 };
@@ -43,7 +45,10 @@ pub enum Stage {
 }
 
 pub trait Strategy: Send + Sync {
-    fn name(&self) -> &str;
+    fn kind(&self) -> StrategyKind;
+    fn name(&self) -> &'static str {
+        self.kind().name()
+    }
     /// Replicas in this process, one device each.
     fn local_devices(&self) -> Vec<Device>;
     /// Replicas across the whole job (the global batch is per-replica batch times this).
@@ -102,18 +107,14 @@ pub trait Strategy: Send + Sync {
     }
 }
 
-/// The strategy names the engine knows, in one place.
-pub const STRATEGY_NAMES: [&str; 6] =
-    ["default", "one_device", "mirrored", "central_storage", "multi_worker", "parameter_server"];
-
-/// What a strategy is built from besides its name.
-#[derive(Debug, Clone)]
+/// What a strategy is built from besides its kind.
+#[derive(Debug, Clone, PartialEq)]
 pub struct StrategyOptions {
-    /// `cpu`, `cuda:0`, ... — the device of single-device strategies, and the kind of
-    /// device replicas use when `devices` is not given.
-    pub device: String,
+    /// The device of single-device strategies, and the kind of device replicas use when
+    /// `devices` is not given.
+    pub device: DeviceName,
     /// Explicit replica devices (`cpu:0,cpu:1`); by default one CPU replica per core.
-    pub devices: Option<Vec<String>>,
+    pub devices: Option<Vec<DeviceName>>,
     pub cross_device_ops: CrossDeviceOps,
     /// Bytes per gradient bucket (PyTorch's 25 MiB by default; the first bucket is 1 MiB).
     pub all_reduce_bucket_bytes: usize,
@@ -132,7 +133,7 @@ pub struct StrategyOptions {
 impl Default for StrategyOptions {
     fn default() -> Self {
         StrategyOptions {
-            device: "cpu".into(),
+            device: DeviceName::CPU,
             devices: None,
             cross_device_ops: CrossDeviceOps::default(),
             all_reduce_bucket_bytes: 25 << 20,
@@ -147,24 +148,29 @@ impl Default for StrategyOptions {
 }
 
 impl StrategyOptions {
+    /// The device of single-device strategies, opened.
+    pub fn open_device(&self) -> Result<Device> {
+        Ok(Device::open(self.device)?)
+    }
+
     /// The replica devices: explicit ones, else one CPU device per available core.
     pub fn replica_devices(&self) -> Result<Vec<Device>> {
         match &self.devices {
-            Some(list) => list.iter().map(|d| Ok(announced(Device::parse(d)?))).collect(),
+            Some(list) => list.iter().map(|d| Ok(announced(Device::open(*d)?))).collect(),
             None => {
-                let base = announced(Device::parse(&self.device)?);
-                if base.kind != engine_runtime::DeviceKind::Cpu {
+                let base = announced(self.open_device()?);
+                if !self.device.is_cpu() {
                     return Ok(vec![base]);
                 }
                 let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).max(2);
-                (0..cores).map(|i| Ok(Device::parse(&format!("cpu:{i}"))?)).collect()
+                (0..cores).map(|i| Ok(Device::open(DeviceName::cpu(i))?)).collect()
             }
         }
     }
 }
 
 /// Logs which hardware a device is (an accelerator's name), once per process and device.
-fn announced(device: Device) -> Device {
+pub(crate) fn announced(device: Device) -> Device {
     static SEEN: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
     if let Some(hardware) = device.hardware() {
         let mut seen = SEEN.lock().unwrap_or_else(|p| p.into_inner());
@@ -175,24 +181,6 @@ fn announced(device: Device) -> Device {
         }
     }
     device
-}
-
-/// Resolves a strategy by name.
-pub fn strategy_by_name(name: &str, options: &StrategyOptions) -> Result<Box<dyn Strategy>> {
-    match name {
-        "default" | "one_device" => {
-            Ok(Box::new(DefaultStrategy::new(name, announced(Device::parse(&options.device)?))))
-        }
-        "mirrored" => Ok(Box::new(MirroredStrategy::new(options)?)),
-        "central_storage" => Ok(Box::new(CentralStorageStrategy::new(options)?)),
-        "multi_worker" => Ok(Box::new(MultiWorkerStrategy::new(options)?)),
-        "parameter_server" => Ok(Box::new(ParameterServerStrategy::new(options)?)),
-        other => Err(EstimatorError::UnknownName {
-            what: "strategy",
-            name: other.to_string(),
-            valid: STRATEGY_NAMES.to_vec(),
-        }),
-    }
 }
 
 /// Threads per replica when `replicas` share this machine's cores.

@@ -51,7 +51,7 @@ impl MultiWorkerStrategy {
         }
         Ok(MultiWorkerStrategy {
             cluster,
-            device: Device::parse(&options.device)?,
+            device: options.open_device()?,
             bucket_bytes: options.all_reduce_bucket_bytes,
             collective_timeout: options.collective_timeout,
             connect_timeout: options.connect_timeout,
@@ -67,8 +67,8 @@ impl MultiWorkerStrategy {
 }
 
 impl Strategy for MultiWorkerStrategy {
-    fn name(&self) -> &str {
-        "multi_worker"
+    fn kind(&self) -> super::StrategyKind {
+        super::StrategyKind::MultiWorker
     }
     fn local_devices(&self) -> Vec<Device> {
         vec![self.device.clone()]

@@ -58,7 +58,7 @@ impl ParameterServerStrategy {
         }
         Ok(ParameterServerStrategy {
             cluster,
-            device: Device::parse(&options.device)?,
+            device: options.open_device()?,
             call_timeout: options.collective_timeout,
             connect_timeout: options.connect_timeout,
             token: options.cluster_token.as_ref().map(|t| t.0.clone()),
@@ -78,8 +78,8 @@ impl ParameterServerStrategy {
 }
 
 impl Strategy for ParameterServerStrategy {
-    fn name(&self) -> &str {
-        "parameter_server"
+    fn kind(&self) -> super::StrategyKind {
+        super::StrategyKind::ParameterServer
     }
     fn local_devices(&self) -> Vec<Device> {
         vec![self.device.clone()]

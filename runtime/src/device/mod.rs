@@ -8,25 +8,19 @@ use crate::{Result, RuntimeError};
 use burn::backend::{DispatchDevice, FlexDevice};
 use std::fmt;
 
+mod name;
 mod reads;
+pub use name::{BadDeviceName, DeviceKind, DeviceName, MAX_DEVICE_INDEX};
 pub(crate) use reads::count_read;
 pub use reads::device_reads;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum DeviceKind {
-    Cpu,
-    Wgpu,
-    Cuda,
-}
-
-/// A named device the executor can run on.
+/// An opened device the executor can run on.
 #[derive(Clone)]
 pub struct Device {
-    pub kind: DeviceKind,
-    pub index: usize,
+    name: DeviceName,
     inner: DispatchDevice,
     /// What the backend calls the hardware (the adapter's name), for logs and plans.
-    name: Option<String>,
+    hardware: Option<String>,
     /// The largest buffer the device allocates, where it has a limit below its memory
     /// (wgpu's storage-buffer binding size): a tensor past it fails inside cubecl with an
     /// IO error, so the executor names the node and the limit before the step instead.
@@ -36,28 +30,34 @@ pub struct Device {
 impl Device {
     pub fn cpu() -> Self {
         Device {
-            kind: DeviceKind::Cpu,
-            index: 0,
+            name: DeviceName::CPU,
             inner: DispatchDevice::Flex(FlexDevice),
-            name: None,
+            hardware: None,
             max_buffer: None,
         }
     }
 
-    /// Parses `cpu`, `cpu:N`, `wgpu[:N]`, `cuda[:N]`. CPU indices name logical devices
-    /// (replicas that each own a thread pool) on the one host CPU.
-    pub fn parse(spec: &str) -> Result<Self> {
-        let err = |reason: &str| RuntimeError::Device { spec: spec.to_string(), reason: reason.to_string() };
-        let (name, index) = match spec.split_once(':') {
-            Some((n, i)) => (n, i.parse::<usize>().map_err(|_| err("the index after ':' must be a number"))?),
-            None => (spec, 0),
-        };
-        match name {
-            "cpu" => Ok(Device { index, ..Device::cpu() }),
-            "wgpu" => wgpu_device(index).map_err(|reason| err(&reason)),
-            "cuda" => cuda_device(index).map_err(|reason| err(&reason)),
-            _ => Err(err("unknown device kind; valid kinds: cpu, wgpu, cuda")),
+    /// Opens the device `name` stands for: a GPU's adapter and runtime are created here, so
+    /// a missing driver or a build without the backend is an error naming the device.
+    pub fn open(name: DeviceName) -> Result<Self> {
+        let err = |reason: String| RuntimeError::Device { spec: name.to_string(), reason };
+        match name.kind {
+            DeviceKind::Cpu => Ok(Device { name, ..Device::cpu() }),
+            DeviceKind::Wgpu => wgpu_device(name.index).map_err(err),
+            DeviceKind::Cuda => cuda_device(name.index).map_err(err),
         }
+    }
+
+    pub fn name(&self) -> DeviceName {
+        self.name
+    }
+
+    pub fn kind(&self) -> DeviceKind {
+        self.name.kind
+    }
+
+    pub fn index(&self) -> usize {
+        self.name.index
     }
 
     pub fn dispatch(&self) -> &DispatchDevice {
@@ -66,7 +66,7 @@ impl Device {
 
     /// The hardware's own name where the backend reports one (`NVIDIA H100 80GB HBM3`).
     pub fn hardware(&self) -> Option<&str> {
-        self.name.as_deref()
+        self.hardware.as_deref()
     }
 
     /// The largest tensor, in bytes, that the device holds in one buffer, where it has
@@ -96,7 +96,7 @@ mod wgpu;
 fn wgpu_device(index: usize) -> std::result::Result<Device, String> {
     let (dev, name) = wgpu::open(index)?;
     let max_buffer = Some(max_buffer(&dev));
-    Ok(Device { kind: DeviceKind::Wgpu, index, inner: DispatchDevice::Cube(dev), name: Some(name), max_buffer })
+    Ok(Device { name: DeviceName::new(DeviceKind::Wgpu, index), inner: DispatchDevice::Cube(dev), hardware: Some(name), max_buffer })
 }
 
 #[cfg(not(feature = "wgpu"))]
@@ -111,7 +111,7 @@ mod cuda;
 fn cuda_device(index: usize) -> std::result::Result<Device, String> {
     let (dev, name) = cuda::open(index)?;
     let max_buffer = Some(cuda::initialize(&dev, index)?);
-    Ok(Device { kind: DeviceKind::Cuda, index, inner: DispatchDevice::Cube(dev), name: Some(name), max_buffer })
+    Ok(Device { name: DeviceName::new(DeviceKind::Cuda, index), inner: DispatchDevice::Cube(dev), hardware: Some(name), max_buffer })
 }
 
 #[cfg(not(feature = "cuda"))]
@@ -121,12 +121,7 @@ fn cuda_device(_: usize) -> std::result::Result<Device, String> {
 
 impl fmt::Display for Device {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let kind = match self.kind {
-            DeviceKind::Cpu => "cpu",
-            DeviceKind::Wgpu => "wgpu",
-            DeviceKind::Cuda => "cuda",
-        };
-        write!(f, "{kind}:{}", self.index)
+        fmt::Display::fmt(&self.name, f)
     }
 }
 
@@ -140,26 +135,27 @@ impl fmt::Debug for Device {
 mod tests {
     use super::*;
 
+    fn open(name: &str) -> Result<Device> {
+        Device::open(name.parse::<DeviceName>()?)
+    }
+
     #[test]
-    fn parses_names_and_refuses_unknown_ones() {
-        assert_eq!(Device::parse("cpu").map(|d| d.to_string()).ok(), Some("cpu:0".into()));
-        assert_eq!(Device::parse("cpu:1").map(|d| d.index).ok(), Some(1));
-        let e = Device::parse("tpu:0").err().map(|e| e.to_string()).unwrap_or_default();
-        assert!(e.contains("valid kinds: cpu, wgpu, cuda"), "{e}");
-        assert!(Device::parse("cpu:x").is_err());
+    fn opens_cpu_devices_by_name() {
+        assert_eq!(open("cpu").map(|d| d.to_string()).ok(), Some("cpu:0".into()));
+        assert_eq!(open("cpu:1").map(|d| d.index()).ok(), Some(1));
     }
 
     #[cfg(not(feature = "wgpu"))]
     #[test]
     fn a_build_without_wgpu_says_how_to_get_it() {
-        let e = Device::parse("wgpu:0").err().map(|e| e.to_string()).unwrap_or_default();
+        let e = open("wgpu:0").err().map(|e| e.to_string()).unwrap_or_default();
         assert!(e.contains("rebuild with `--features wgpu`"), "{e}");
     }
 
     #[cfg(not(feature = "cuda"))]
     #[test]
     fn a_build_without_cuda_says_how_to_get_it() {
-        let e = Device::parse("cuda:0").err().map(|e| e.to_string()).unwrap_or_default();
+        let e = open("cuda:0").err().map(|e| e.to_string()).unwrap_or_default();
         assert!(e.contains("rebuild with `--features cuda`"), "{e}");
     }
 
@@ -169,7 +165,7 @@ mod tests {
     #[test]
     fn cuda_without_a_driver_says_what_is_missing() {
         let loaded = std::path::Path::new("/proc/driver/nvidia").exists();
-        match Device::parse("cuda:0") {
+        match open("cuda:0") {
             Ok(d) => assert!(loaded, "cuda:0 opened as {d} with no NVIDIA driver loaded"),
             Err(e) => {
                 let e = e.to_string();

@@ -83,7 +83,7 @@ pub fn check_with(
     let forward = (Arc::new(Plan::new(lg, vec![])?), forward_loss);
     let values: Vec<Vec<f64>> = inputs.iter().map(|inp| draw(&mut rng, inp)).collect();
     for backend in backends()? {
-        let checked = if backend.device.kind == DeviceKind::Cpu {
+        let checked = if backend.device.kind() == DeviceKind::Cpu {
             compare(&plan, &forward, &backend, inputs, &values, &fetches, h, tolerance)
         } else {
             same_as_cpu(&plan, &backend, inputs, &values, &fetches)
@@ -161,7 +161,7 @@ pub fn backends() -> Result<Vec<Backend>> {
         Backend { name: "generic kernels on flex".into(), device: Device::cpu(), native: false },
     ];
     for name in std::env::var("ENGINE_TEST_DEVICES").unwrap_or_default().split(',').filter(|s| !s.is_empty()) {
-        let device = Device::parse(name.trim())?;
+        let device = Device::open(name.trim().parse()?)?;
         out.push(Backend { name: format!("generic kernels on {device}"), device, native: false });
     }
     Ok(out)

@@ -6,7 +6,8 @@ mod http;
 mod json;
 mod stream;
 
-use super::{CliError, Device};
+use super::CliError;
+use engine_runtime::DeviceName;
 use batcher::{BatchOptions, Batcher};
 use clap::Args;
 use engine_estimator::export::{LoadedModel, Predictor};
@@ -50,8 +51,8 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub request_timeout_secs: u64,
     /// `cpu`, `wgpu[:N]` or `cuda[:N]`.
-    #[arg(long, default_value = "cpu")]
-    pub device: Device,
+    #[arg(long, value_name = "DEVICE", default_value_t = DeviceName::CPU)]
+    pub device: DeviceName,
 }
 
 pub fn serve(args: &ServeArgs) -> Result<(), CliError> {
@@ -63,7 +64,7 @@ pub fn serve(args: &ServeArgs) -> Result<(), CliError> {
         .next()
         .filter(|v| v.parse::<u64>().is_ok())
         .map_or_else(|| model.manifest.global_step.to_string(), str::to_string);
-    let predictor = Predictor::new(&model, &args.device.to_string(), Precision::default())?;
+    let predictor = Predictor::new(&model, args.device, Precision::default())?;
     let signature = predictor.signature().clone();
     let options = BatchOptions {
         max_batch_size: args.max_batch_size as usize,
