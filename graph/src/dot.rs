@@ -14,8 +14,8 @@ impl Graph {
         let mut clusters: BTreeMap<String, Vec<NodeId>> = BTreeMap::new();
         let mut loose = Vec::new();
         for (id, n) in self.nodes() {
-            match &n.device {
-                Some(d) => clusters.entry(d.clone()).or_default().push(id),
+            match n.placement {
+                Some(p) => clusters.entry(p.to_string()).or_default().push(id),
                 None => loose.push(id),
             }
         }

@@ -31,7 +31,7 @@ impl Graph {
             return Err(GraphError::DuplicateName(name));
         }
         let outputs = self.infer(&name, &op, &inputs)?;
-        let id = self.inner.add_node(Node { name: name.clone(), op, inputs: inputs.clone(), outputs, device: None });
+        let id = self.inner.add_node(Node { name: name.clone(), op, inputs: inputs.clone(), outputs, placement: None });
         for (i, src) in inputs.iter().enumerate() {
             self.inner.add_edge(src.node, id, Edge { output: src.output, input: i });
         }
@@ -129,8 +129,8 @@ impl Graph {
         self.consumers(o.node).into_iter().filter(|c| c.2 == o.output).map(|c| (c.0, c.1)).collect()
     }
 
-    pub fn set_device(&mut self, id: NodeId, device: Option<String>) {
-        self.inner[id].device = device;
+    pub fn set_placement(&mut self, id: NodeId, placement: Option<crate::Placement>) {
+        self.inner[id].placement = placement;
     }
 
     /// Points every consumer (and role) of `old` at `new`. Facts must agree.

@@ -24,7 +24,8 @@ pub struct NodeDef {
     #[serde(default)]
     pub inputs: Vec<OutletDef>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub device: Option<String>,
+    /// The node's placement, written as its name (`cpu:0`, `replica`, `ps:1`).
+    pub device: Option<crate::Placement>,
 }
 
 /// The nodes in topological order and what their outputs mean.
@@ -55,7 +56,7 @@ impl Graph {
                     name: n.name.clone(),
                     op: n.op.clone(),
                     inputs: n.inputs.iter().map(|o| outlet(*o)).collect(),
-                    device: n.device.clone(),
+                    device: n.placement,
                 }
             })
             .collect();
@@ -81,7 +82,7 @@ impl Graph {
         for n in &def.nodes {
             let inputs = n.inputs.iter().map(|o| resolve(&ids, o, &n.name)).collect::<Result<Vec<_>>>()?;
             let id = g.add_node(n.name.clone(), n.op.clone(), inputs)?;
-            g.set_device(id, n.device.clone());
+            g.set_placement(id, n.device);
             ids.insert(n.name.as_str(), id);
         }
         let map = |m: &BTreeMap<String, OutletDef>, what: &str| -> Result<BTreeMap<String, Outlet>> {

@@ -19,6 +19,7 @@
 
 pub mod autodiff;
 mod builder;
+mod device_name;
 mod dot;
 mod dtype;
 mod error;
@@ -33,6 +34,7 @@ pub mod onnx;
 pub mod ops;
 pub mod optimizer;
 pub mod passes;
+mod placement;
 mod plan;
 mod roles;
 pub mod row_sparse;
@@ -41,6 +43,7 @@ mod tensor;
 mod tensor_rows;
 
 pub use builder::GraphBuilder;
+pub use device_name::{BadDeviceName, DeviceKind, DeviceName, MAX_DEVICE_INDEX};
 pub use dtype::DType;
 pub use error::{GraphError, Result, fmt_error_chain};
 pub use fact::Fact;
@@ -49,6 +52,7 @@ pub use graph_def::{GraphDef, NodeDef, OutletDef};
 pub use init::{Initializer, derive_seed};
 pub use node::{Edge, Node, NodeId, Outlet};
 pub use ops::Op;
+pub use placement::{BadPlacement, Placement};
 pub use plan::{Plan, PlanStats, human_bytes};
 pub use roles::Roles;
 pub use shape::{Dim, Shape};

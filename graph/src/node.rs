@@ -42,9 +42,8 @@ pub struct Node {
     pub op: Op,
     pub inputs: Vec<Outlet>,
     pub outputs: Vec<Fact>,
-    /// Where the node runs, once a placement pass has decided (`"cpu:0"`, `"replica"`,
-    /// `"host"`); `None` before placement.
-    pub device: Option<String>,
+    /// Where the node runs, once a placement pass has decided; `None` before placement.
+    pub placement: Option<crate::Placement>,
 }
 
 /// An edge's payload: which output of the source feeds which input of the target.

@@ -28,8 +28,8 @@ pub struct PlanStats {
     pub peak_activation_bytes: usize,
     /// Bytes each replica all-reduces per step.
     pub all_reduce_bytes: usize,
-    /// Per device label: `(variable bytes, peak activation bytes)`.
-    pub per_device: BTreeMap<String, (usize, usize)>,
+    /// Per placement (`None`: unplaced): `(variable bytes, peak activation bytes)`.
+    pub per_device: BTreeMap<Option<crate::Placement>, (usize, usize)>,
 }
 
 impl Plan {
@@ -43,14 +43,14 @@ impl Plan {
     pub fn stats(&self, batch: usize) -> PlanStats {
         let mut stats = PlanStats { nodes: self.schedule.len(), ..Default::default() };
         let mut live = 0usize;
-        let mut live_on: BTreeMap<String, usize> = BTreeMap::new();
-        let device_of = |id: NodeId| self.graph.node(id).device.clone().unwrap_or_else(|| "unplaced".into());
+        let mut live_on: BTreeMap<Option<crate::Placement>, usize> = BTreeMap::new();
+        let device_of = |id: NodeId| self.graph.node(id).placement;
         for (pos, &id) in self.schedule.iter().enumerate() {
             let node = self.graph.node(id);
             let inputs: Vec<_> = node.inputs.iter().filter_map(|o| self.graph.fact(*o).ok().cloned()).collect();
             stats.flops += node.op.def().flops(&inputs, &node.outputs, batch);
             let device = device_of(id);
-            let entry = stats.per_device.entry(device.clone()).or_default();
+            let entry = stats.per_device.entry(device).or_default();
             if let Op::Variable(_) = node.op {
                 stats.variable_bytes += node.outputs[0].bytes(batch);
                 entry.0 += node.outputs[0].bytes(batch);
@@ -87,7 +87,7 @@ impl Plan {
             let n = self.graph.node(id);
             let inputs: Vec<String> = n.inputs.iter().map(|o| self.outlet_name(*o)).collect();
             let outs: Vec<String> = n.outputs.iter().map(|f| f.to_string()).collect();
-            let device = n.device.as_deref().map(|d| format!(" @{d}")).unwrap_or_default();
+            let device = n.placement.map(|p| format!(" @{p}")).unwrap_or_default();
             let _ = writeln!(
                 s,
                 "  {pos:>4}  {:<48} {:<22} {:<28} <- {}{device}",
@@ -119,8 +119,9 @@ impl Plan {
         if st.all_reduce_bytes > 0 {
             let _ = writeln!(s, "  all-reduced per step   {}", human_bytes(st.all_reduce_bytes));
         }
-        if st.per_device.len() > 1 || st.per_device.keys().any(|d| d != "unplaced") {
-            for (device, (vars, peak)) in &st.per_device {
+        if st.per_device.len() > 1 || st.per_device.keys().any(Option::is_some) {
+            for (placement, (vars, peak)) in &st.per_device {
+                let device = placement.map(|p| p.to_string()).unwrap_or_else(|| "unplaced".into());
                 let _ = writeln!(
                     s,
                     "  on {device:<18}  variables {:>10}, peak activations {:>10}",

@@ -73,3 +73,9 @@ impl RuntimeError {
         }
     }
 }
+
+impl From<engine_graph::BadDeviceName> for RuntimeError {
+    fn from(e: engine_graph::BadDeviceName) -> Self {
+        RuntimeError::Device { reason: e.to_string(), spec: e.name }
+    }
+}

@@ -173,28 +173,28 @@ impl Executor {
         Self::build(plan, device, precision, None)
     }
 
-    /// An executor for the nodes placed on `label` (`host`, `replica`): values from other
-    /// partitions arrive through `exchange` at their `Transfer` nodes, and values other
-    /// partitions read are sent to it.
+    /// An executor for the nodes placed on partition `label` (the host's, the replicas'):
+    /// values from other partitions arrive through `exchange` at their `Transfer` nodes,
+    /// and values other partitions read are sent to it.
     pub fn for_partition(
         plan: Arc<Plan>,
         device: Device,
         precision: Precision,
-        label: &str,
+        label: engine_graph::Placement,
         exchange: Arc<Exchange>,
     ) -> Result<Self> {
-        Self::build(plan, device, precision, Some((label.to_string(), exchange)))
+        Self::build(plan, device, precision, Some((label, exchange)))
     }
 
     fn build(
         plan: Arc<Plan>,
         device: Device,
         precision: Precision,
-        partition: Option<(String, Arc<Exchange>)>,
+        partition: Option<(engine_graph::Placement, Arc<Exchange>)>,
     ) -> Result<Self> {
         let g = &plan.graph;
-        let label = partition.as_ref().map(|p| p.0.clone());
-        let mine = |id: NodeId| label.as_deref().is_none_or(|l| g.node(id).device.as_deref() == Some(l));
+        let label = partition.as_ref().map(|p| p.0);
+        let mine = |id: NodeId| label.is_none_or(|l| g.node(id).placement == Some(l));
         let order: Vec<NodeId> = plan.schedule.iter().copied().filter(|&id| mine(id)).collect();
         let liveness =
             if partition.is_some() { engine_graph::passes::liveness(g, &order)? } else { plan.liveness.clone() };

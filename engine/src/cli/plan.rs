@@ -5,10 +5,7 @@ use crate::{
     lower::{self, Mode},
     spec::{Spec, StrategyKind, input_batch_size},
 };
-use engine_graph::{
-    Op, Plan,
-    passes::strategy::{HOST, REPLICA, WORKER, transfer_bytes},
-};
+use engine_graph::{Op, Placement, Plan, passes::strategy::transfer_bytes};
 use engine_runtime::cluster::{
     Cluster, ClusterFlags, ClusterSource, ClusterSpec, TaskId, TaskType, resolve_from_process_env,
 };
@@ -73,18 +70,17 @@ pub fn plan(args: &PlanArgs) -> Result<(), CliError> {
 /// a strategy that splits the graph names partitions, and the session gives each a device.
 /// `None` where every node already names its device.
 fn partition_devices(plan: &Plan, local: &[engine_runtime::Device]) -> Option<String> {
-    let labels: std::collections::BTreeSet<&str> =
-        plan.graph.nodes().filter_map(|(_, n)| n.device.as_deref()).collect();
+    let labels: std::collections::BTreeSet<Placement> = plan.graph.nodes().filter_map(|(_, n)| n.placement).collect();
     let replicas = || local.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ");
     let mut parts = Vec::new();
-    if labels.contains(HOST) {
-        parts.push(format!("{HOST} = cpu:0 (variables and their updates)"));
+    if labels.contains(&Placement::Host) {
+        parts.push(format!("{} = cpu:0 (variables and their updates)", Placement::Host));
     }
-    if labels.contains(REPLICA) {
-        parts.push(format!("{REPLICA} = {} (one copy per replica)", replicas()));
+    if labels.contains(&Placement::Replica) {
+        parts.push(format!("{} = {} (one copy per replica)", Placement::Replica, replicas()));
     }
-    if labels.contains(WORKER) {
-        parts.push(format!("{WORKER} = {} (each worker's own)", replicas()));
+    if labels.contains(&Placement::Worker) {
+        parts.push(format!("{} = {} (each worker's own)", Placement::Worker, replicas()));
     }
     (!parts.is_empty()).then(|| format!("devices: {}", parts.join("; ")))
 }
@@ -110,19 +106,20 @@ fn planning_cluster(strategy: StrategyKind, ps: u16) -> Result<Option<Cluster>, 
 /// task reads from and sends to the ps tasks per step.
 fn ps_traffic(plan: &Plan, batch: usize) -> Result<String, CliError> {
     let g = &plan.graph;
-    if !g.nodes().any(|(_, n)| n.device.as_deref() == Some(WORKER)) {
+    if !g.nodes().any(|(_, n)| n.placement == Some(Placement::Worker)) {
         return Ok(String::new());
     }
     let mut s = String::new();
-    let mut per_ps: std::collections::BTreeMap<String, (usize, usize)> = Default::default();
+    let mut per_ps: std::collections::BTreeMap<Option<Placement>, (usize, usize)> = Default::default();
     for id in g.variables() {
         let n = g.node(id);
         let bytes = n.outputs.first().map(|f| f.bytes(batch)).unwrap_or(0);
-        let e = per_ps.entry(n.device.clone().unwrap_or_default()).or_default();
+        let e = per_ps.entry(n.placement).or_default();
         e.0 += 1;
         e.1 += bytes;
     }
     for (ps, (count, bytes)) in &per_ps {
+        let ps = ps.map(|p| p.to_string()).unwrap_or_default();
         let _ = writeln!(s, "{ps}: {count} variables, {}", human_bytes(*bytes));
     }
     let (read, sent) = transfer_bytes(g, batch).map_err(|e| CliError::Usage(e.to_string()))?;
@@ -161,8 +158,10 @@ fn variables(plan: &Plan) -> String {
         if let Op::Variable(v) = &node.op {
             let kind = if v.trainable { "trainable" } else { "" };
             let shape = node.outputs.first().map(|f| f.to_string()).unwrap_or_default();
-            let place =
-                node.device.as_deref().filter(|d| d.starts_with("ps:")).map(|d| format!(" @{d}")).unwrap_or_default();
+            let place = match node.placement {
+                Some(ps @ Placement::Ps(_)) => format!(" @{ps}"),
+                _ => String::new(),
+            };
             let _ = writeln!(s, "  {:<48} {:<22} {:<10} {:?}{place}", node.name, shape, kind, v.init);
         }
     }

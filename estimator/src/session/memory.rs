@@ -2,7 +2,7 @@
 //! first step rather than killed by the kernel's OOM killer in the middle of one.
 
 use crate::{EstimatorError, Resources, Result};
-use engine_graph::{Plan, human_bytes, passes::strategy::REPLICA};
+use engine_graph::{Placement, Plan, human_bytes};
 
 /// Refuses `plan` when its variables and peak live values for `batch` examples per replica
 /// (every `replica` partition counted `local_replicas` times) would not fit, naming the
@@ -13,7 +13,7 @@ pub fn check_model_memory(plan: &Plan, batch: usize, local_replicas: usize, reso
         .per_device
         .iter()
         .map(|(device, (variables, activations))| {
-            let copies = if device == REPLICA { local_replicas.max(1) } else { 1 };
+            let copies = if *device == Some(Placement::Replica) { local_replicas.max(1) } else { 1 };
             (*variables as u64).saturating_add(*activations as u64).saturating_mul(copies as u64)
         })
         .fold(0u64, u64::saturating_add);

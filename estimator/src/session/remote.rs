@@ -3,10 +3,7 @@
 //! (gradients, the learning rate) are pushed to them after, where they are applied.
 
 use crate::{EstimatorError, Result};
-use engine_graph::{
-    HostTensor, Op, Outlet, Plan,
-    passes::strategy::{WORKER, ps_index},
-};
+use engine_graph::{HostTensor, Op, Outlet, Placement, Plan};
 use engine_runtime::{
     Device, Exchange, Precision, Value, VariableStore,
     transport::ps::{ParameterClients, Pushed},
@@ -39,10 +36,12 @@ impl Remote {
         let g = &plan.graph;
         let n = clients.len();
         let (mut reads, mut sends, mut holds) = (vec![Vec::new(); n], vec![Vec::new(); n], vec![Vec::new(); n]);
-        let ps_of = |device: Option<&str>| -> Result<usize> {
-            let k = device.and_then(ps_index).ok_or_else(|| {
-                EstimatorError::Other(format!("the plan places a node on {device:?}, which is not a ps task"))
-            })?;
+        let ps_of = |placement: Option<Placement>| -> Result<usize> {
+            let Some(Placement::Ps(k)) = placement else {
+                return Err(EstimatorError::Other(format!(
+                    "the plan places a node on {placement:?}, which is not a ps task"
+                )));
+            };
             if k >= n {
                 return Err(EstimatorError::Config(format!(
                     "the plan places variables on ps:{k}, and the cluster has {n} ps task(s)"
@@ -54,14 +53,14 @@ impl Remote {
             match &node.op {
                 Op::Transfer(t) => {
                     let src = node.inputs[0];
-                    if t.to == WORKER {
+                    if t.to == Placement::Worker {
                         let var = g.node(src.node);
-                        reads[ps_of(var.device.as_deref())?].push((var.name.clone(), src));
+                        reads[ps_of(var.placement)?].push((var.name.clone(), src));
                     } else {
-                        sends[ps_of(Some(&t.to))?].push(src);
+                        sends[ps_of(Some(t.to))?].push(src);
                     }
                 }
-                Op::Variable(_) => holds[ps_of(node.device.as_deref())?].push(g.node(id).name.clone()),
+                Op::Variable(_) => holds[ps_of(node.placement)?].push(g.node(id).name.clone()),
                 _ => {}
             }
         }

@@ -7,13 +7,9 @@ use crate::{
     EstimatorError, Result,
     input::Batch,
     session::compile::{Compiled, LABELS},
-    strategy::Strategy,
+    strategy::{Partitions, Strategy},
 };
-use engine_graph::{
-    HostData, HostTensor, Outlet,
-    ops::ReduceOp,
-    passes::strategy::{HOST, REPLICA, WORKER},
-};
+use engine_graph::{HostData, HostTensor, Outlet, Placement, ops::ReduceOp};
 use engine_runtime::{Device, Exchange, Executor, Precision, RunOptions, RuntimeError, StepOutput, VariableStore};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -40,10 +36,11 @@ impl Replicas {
     pub fn new(compiled: &Compiled, strategy: &dyn Strategy, precision: Precision) -> Result<Self> {
         let devices = strategy.local_devices();
         let plan = &compiled.plan;
-        if plan.graph.nodes().any(|(_, n)| n.device.as_deref() == Some(WORKER)) {
+        let partitions = strategy.partitions(compiled.train_op.is_some());
+        if partitions == Partitions::WorkerAndPs {
             return Self::remote(compiled, strategy, precision, devices);
         }
-        let partitioned = plan.graph.nodes().any(|(_, n)| n.device.as_deref() == Some(HOST));
+        let partitioned = partitions == Partitions::HostAndReplicas;
         let exchange = partitioned.then(|| Arc::new(Exchange::new(Duration::from_secs(300))));
         let has_collectives = plan.graph.nodes().any(|(_, n)| n.op.is_collective());
         let collectives = match (has_collectives, devices.len() > 1) {
@@ -62,7 +59,7 @@ impl Replicas {
         let mut workers = Vec::new();
         for (i, d) in devices.iter().enumerate() {
             let mut exec = match &exchange {
-                Some(x) => Executor::for_partition(plan.clone(), d.clone(), precision, REPLICA, x.clone())?,
+                Some(x) => Executor::for_partition(plan.clone(), d.clone(), precision, Placement::Replica, x.clone())?,
                 None => Executor::new(plan.clone(), d.clone(), precision)?,
             };
             if let Some(c) = collectives.get(i) {
@@ -75,7 +72,7 @@ impl Replicas {
             workers.push(Worker { exec, store: VariableStore::new(), pool, replica: Some(i) });
         }
         if let Some(x) = &exchange {
-            let exec = Executor::for_partition(plan.clone(), Device::cpu(), precision, HOST, x.clone())?;
+            let exec = Executor::for_partition(plan.clone(), Device::cpu(), precision, Placement::Host, x.clone())?;
             workers.push(Worker { exec, store: VariableStore::new(), pool: Some(pool(1)?), replica: None });
         }
         Ok(Replicas { workers, replicas: devices.len(), exchange, collectives, remote: None })
@@ -103,7 +100,13 @@ impl Replicas {
         })?;
         let remote = Remote::new(&compiled.plan, clients, strategy.is_chief())?;
         let exec =
-            Executor::for_partition(compiled.plan.clone(), device.clone(), precision, WORKER, remote.exchange.clone())?;
+            Executor::for_partition(
+                compiled.plan.clone(),
+                device.clone(),
+                precision,
+                Placement::Worker,
+                remote.exchange.clone(),
+            )?;
         Ok(Replicas {
             workers: vec![Worker { exec, store: VariableStore::new(), pool: None, replica: Some(0) }],
             replicas: 1,

@@ -46,6 +46,9 @@ impl Strategy for CentralStorageStrategy {
             Stage::AfterOptimizer => vec![Box::new(CentralStorage)],
         }
     }
+    fn partitions(&self, _training: bool) -> super::Partitions {
+        super::Partitions::HostAndReplicas
+    }
     fn collectives(&self, local: usize, _fingerprint: &str) -> Result<Option<Vec<Arc<dyn Collective>>>> {
         Ok(Some(InProcessGroup::new(local, self.cross_device_ops, self.timeout).handles()))
     }

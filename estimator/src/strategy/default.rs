@@ -2,7 +2,10 @@
 
 use super::{Stage, Strategy, StrategyKind};
 use crate::input::InputContext;
-use engine_graph::passes::{Pass, strategy::Placement};
+use engine_graph::{
+    Placement,
+    passes::{Pass, strategy::PlaceAll},
+};
 use engine_runtime::Device;
 
 pub struct DefaultStrategy {
@@ -29,7 +32,7 @@ impl Strategy for DefaultStrategy {
     }
     fn passes(&self, stage: Stage, _training: bool) -> Vec<Box<dyn Pass>> {
         match stage {
-            Stage::AfterOptimizer => vec![Box::new(Placement { device: self.device.to_string() })],
+            Stage::AfterOptimizer => vec![Box::new(PlaceAll { on: Placement::Device(self.device.name()) })],
             _ => Vec::new(),
         }
     }

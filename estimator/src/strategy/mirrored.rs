@@ -8,7 +8,7 @@ use engine_graph::{
     passes::{
         Pass,
         strategy::{
-            AllReduceFusion, AllReduceGradients, AllReduceLoss, AllReduceUpdates, Placement, ScaleLoss,
+            AllReduceFusion, AllReduceGradients, AllReduceLoss, AllReduceUpdates, PlaceAll, ScaleLoss,
             SyncBatchStatistics,
         },
     },
@@ -54,7 +54,7 @@ pub(crate) fn all_reduce_passes(
             Box::new(AllReduceLoss { reduce: ReduceOp::Sum }),
             Box::new(AllReduceFusion { bucket_bytes, first_bucket_bytes: bucket_bytes.min(1 << 20) }),
         ],
-        (Stage::AfterOptimizer, _) => vec![Box::new(Placement { device: "replica".into() })],
+        (Stage::AfterOptimizer, _) => vec![Box::new(PlaceAll { on: engine_graph::Placement::Replica })],
         _ => Vec::new(),
     }
 }

@@ -33,6 +33,19 @@ use engine_runtime::{
 use std::sync::Arc;
 use std::time::Duration;
 
+/// How a strategy's compiled graph splits into executors in a process: the session builds
+/// this layout because the strategy says so, not by reading the graph's placements.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Partitions {
+    /// One executor per local replica, each running the whole graph on its device.
+    Replicated,
+    /// One executor per local replica for `Placement::Replica`, and one on the host CPU for
+    /// `Placement::Host` (variables and their updates), joined by an exchange.
+    HostAndReplicas,
+    /// One executor for `Placement::Worker`; the variables live on the ps tasks.
+    WorkerAndPs,
+}
+
 /// Where in compilation a strategy's passes run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Stage {
@@ -59,6 +72,11 @@ pub trait Strategy: Send + Sync {
     fn input_context(&self) -> InputContext;
     /// Passes for a graph of this mode at `stage`.
     fn passes(&self, stage: Stage, training: bool) -> Vec<Box<dyn Pass>>;
+    /// How those passes partition the graph of this mode.
+    fn partitions(&self, training: bool) -> Partitions {
+        let _ = training;
+        Partitions::Replicated
+    }
     /// Collectives for `local` replicas of this process, one handle per replica, for the
     /// graph with job `fingerprint` (a cross-process group refuses peers whose differs).
     fn collectives(&self, local: usize, fingerprint: &str) -> Result<Option<Vec<Arc<dyn Collective>>>> {

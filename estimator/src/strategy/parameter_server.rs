@@ -114,6 +114,10 @@ impl Strategy for ParameterServerStrategy {
             _ => Vec::new(),
         }
     }
+    /// Training graphs are split between this task and the ps tasks; evaluation runs here.
+    fn partitions(&self, training: bool) -> super::Partitions {
+        if training { super::Partitions::WorkerAndPs } else { super::Partitions::Replicated }
+    }
     fn parameter_servers(&self, fingerprint: &str) -> Result<Option<Arc<ParameterClients>>> {
         let task = self.cluster.task();
         let mut slot =

@@ -106,7 +106,7 @@ pub fn graph_def(graph: &Graph) -> GraphDef {
                 name: n.name.clone(),
                 op: n.op.name().to_string(),
                 input,
-                device: n.device.clone().unwrap_or_default(),
+                device: n.placement.map(|p| p.to_string()).unwrap_or_default(),
                 attr,
             }
         })

@@ -27,7 +27,7 @@ impl Pass for CommonSubexpressionElimination {
                 let other = g.node(k);
                 // Equal computations on different devices are not the same value: merging
                 // them would create an edge between devices without a transfer.
-                other.inputs == node.inputs && other.op == node.op && other.device == node.device
+                other.inputs == node.inputs && other.op == node.op && other.placement == node.placement
             });
             match twin {
                 Some(t) => {

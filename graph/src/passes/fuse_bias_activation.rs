@@ -40,7 +40,7 @@ impl Pass for FuseBiasActivation {
             };
             let name = g.unique_name(&format!("{}/fused", p.name));
             let fused = g.add_node(name, op, vec![p.inputs[0], p.inputs[1], bias])?;
-            g.set_device(fused, p.device.clone());
+            g.set_placement(fused, p.placement);
             g.replace_uses(Outlet::from(last), Outlet::from(fused))?;
             if let Some(r) = relu {
                 g.remove_node(r)?;

@@ -34,7 +34,7 @@ impl Pass for FuseBiasIntoFilterGrad {
             let name = g.unique_name(&format!("{}/with_bias", node.name));
             let op = Conv2dBackpropFilter { with_bias: true, ..f.clone() };
             let fused = g.add_node(name, op.into(), node.inputs.clone())?;
-            g.set_device(fused, node.device.clone());
+            g.set_placement(fused, node.placement);
             g.replace_uses(Outlet::from(id), Outlet::new(fused, 0))?;
             g.replace_uses(Outlet::from(sum), Outlet::new(fused, 1))?;
             g.remove_node(id)?;

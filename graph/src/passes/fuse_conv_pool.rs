@@ -54,7 +54,7 @@ fn fuse_block(g: &mut Graph, pool_id: NodeId) -> Result<bool> {
     let y = pool.inputs[0];
     let conv = g.node(y.node).clone();
     let Op::FusedConv2d(c) = &conv.op else { return Ok(false) };
-    if g.roles.outlets().contains(&y) || conv.device != pool.device {
+    if g.roles.outlets().contains(&y) || conv.placement != pool.placement {
         return Ok(false);
     }
     let relu = c.activation == Activation::Relu;
@@ -89,14 +89,14 @@ fn fuse_block(g: &mut Graph, pool_id: NodeId) -> Result<bool> {
         residual: c.residual,
     };
     let fused = g.add_node(name, op.into(), conv.inputs.clone())?;
-    g.set_device(fused, conv.device.clone());
+    g.set_placement(fused, conv.placement);
     let (pooled, argmax) = (Outlet::new(fused, 0), Outlet::new(fused, 1));
     for grad_id in grads {
         let grad = g.node(grad_id).clone();
         let op = MaxPoolGradWithArgmax { window: p.window, input_hw: conv_hw, relu_mask: relu };
         let name = g.unique_name(&format!("{}/with_argmax", grad.name));
         let unpooled = g.add_node(name, op.into(), vec![pooled, argmax, grad.inputs[2]])?;
-        g.set_device(unpooled, grad.device.clone());
+        g.set_placement(unpooled, grad.placement);
         g.replace_uses(Outlet::from(grad_id), Outlet::from(unpooled))?;
         g.remove_node(grad_id)?;
     }
@@ -118,7 +118,7 @@ fn fuse_filter_grad(g: &mut Graph, id: NodeId) -> Result<bool> {
     let gy = node.inputs[1];
     let unpool = g.node(gy.node).clone();
     let Op::MaxPoolGradWithArgmax(u) = &unpool.op else { return Ok(false) };
-    if sole_consumer(g, gy) != Some(id) || unpool.device != node.device {
+    if sole_consumer(g, gy) != Some(id) || unpool.placement != node.placement {
         return Ok(false);
     }
     let op = FusedMaxPoolConv2dBackpropFilter {
@@ -134,7 +134,7 @@ fn fuse_filter_grad(g: &mut Graph, id: NodeId) -> Result<bool> {
     inputs.extend(unpool.inputs.iter().copied());
     let name = g.unique_name(&format!("{}/from_pool", node.name));
     let fused = g.add_node(name, op.into(), inputs)?;
-    g.set_device(fused, node.device.clone());
+    g.set_placement(fused, node.placement);
     for output in 0..node.outputs.len() {
         g.replace_uses(Outlet::new(id, output), Outlet::new(fused, output))?;
     }

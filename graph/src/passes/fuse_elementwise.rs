@@ -65,7 +65,7 @@ fn element_op(node: &Node) -> Option<ElementOp> {
 fn absorbed_by_consumer(g: &Graph, id: NodeId) -> Result<bool> {
     let out = Outlet::from(id);
     let Some(consumer) = sole_consumer(g, out) else { return Ok(false) };
-    if element_op(g.node(consumer)).is_none() || g.node(consumer).device != g.node(id).device {
+    if element_op(g.node(consumer)).is_none() || g.node(consumer).placement != g.node(id).placement {
         return Ok(false);
     }
     Ok(g.fact(out)? == g.fact(Outlet::from(consumer))?)
@@ -74,7 +74,7 @@ fn absorbed_by_consumer(g: &Graph, id: NodeId) -> Result<bool> {
 /// What the tree rooted at one node reads and computes.
 struct Tree {
     root_fact: Fact,
-    device: Option<String>,
+    placement: Option<crate::Placement>,
     inputs: Vec<Outlet>,
     program: Vec<Instr>,
     nodes: Vec<NodeId>,
@@ -91,7 +91,7 @@ impl Tree {
             let fusable = input.output == 0
                 && element_op(g.node(input.node)).is_some()
                 && sole_consumer(g, input) == Some(id)
-                && g.node(input.node).device == self.device
+                && g.node(input.node).placement == self.placement
                 && *g.fact(input)? == self.root_fact;
             args[slot] = if fusable {
                 match self.grow(g, input.node)? {
@@ -126,7 +126,7 @@ impl Tree {
 fn unbroadcast(g: &Graph, input: Outlet) -> Result<Outlet> {
     let node = g.node(input.node);
     if let (Op::BroadcastTo(_), Some(&source)) = (&node.op, node.inputs.first())
-        && node.device == g.node(source.node).device
+        && node.placement == g.node(source.node).placement
         && is_single(g.fact(source)?)
     {
         return Ok(source);
@@ -141,7 +141,7 @@ fn fuse_tree(g: &mut Graph, root: NodeId) -> Result<bool> {
     }
     let mut tree = Tree {
         root_fact,
-        device: g.node(root).device.clone(),
+        placement: g.node(root).placement,
         inputs: Vec::new(),
         program: Vec::new(),
         nodes: Vec::new(),
@@ -155,7 +155,7 @@ fn fuse_tree(g: &mut Graph, root: NodeId) -> Result<bool> {
     let name = g.unique_name(&format!("{}/fused", g.node(root).name));
     let op = FusedElementwise { program: tree.program, inputs: tree.inputs.len() };
     let fused = g.add_node(name, op.into(), tree.inputs)?;
-    g.set_device(fused, tree.device);
+    g.set_placement(fused, tree.placement);
     g.replace_uses(Outlet::from(root), Outlet::from(fused))?;
     // The root first, then each interior node once its only reader is gone.
     for id in tree.nodes.into_iter().rev() {

@@ -30,7 +30,7 @@ impl Pass for FuseReluIntoPoolGrad {
             let name = g.unique_name(&format!("{}/relu", pool_grad.name));
             let op = MaxPool2dGrad { window: p.window, relu_mask: true };
             let fused = g.add_node(name, op.into(), pool_grad.inputs.clone())?;
-            g.set_device(fused, pool_grad.device.clone());
+            g.set_placement(fused, pool_grad.placement);
             g.replace_uses(Outlet::from(id), Outlet::from(fused))?;
             g.remove_node(id)?;
             g.remove_node(grad.node)?;

@@ -41,7 +41,7 @@ fn fuse(g: &mut Graph, add: NodeId) -> Result<bool> {
     let conv = g.node(conv_id).clone();
     let Op::FusedConv2d(c) = &conv.op else { return Ok(false) };
     let relu = sole_consumer(g, Outlet::from(add))
-        .filter(|&r| matches!(g.node(r).op, Op::Relu(_)) && g.node(r).device == conv.device);
+        .filter(|&r| matches!(g.node(r).op, Op::Relu(_)) && g.node(r).placement == conv.placement);
     let op = FusedConv2d {
         strides: c.strides,
         padding: c.padding,
@@ -53,7 +53,7 @@ fn fuse(g: &mut Graph, add: NodeId) -> Result<bool> {
     let mut inputs = conv.inputs.clone();
     inputs.push(skip);
     let fused = g.add_node(name, op.into(), inputs)?;
-    g.set_device(fused, conv.device.clone());
+    g.set_placement(fused, conv.placement);
     g.replace_uses(Outlet::from(last), Outlet::from(fused))?;
     if let Some(r) = relu {
         g.remove_node(r)?;
@@ -76,7 +76,7 @@ fn conv_and_skip(g: &Graph, add: NodeId) -> Result<Option<(NodeId, Outlet)>> {
             || main.output != 0
             || main == skip
             || sole_consumer(g, main) != Some(add)
-            || conv.device != node.device
+            || conv.placement != node.placement
         {
             continue;
         }

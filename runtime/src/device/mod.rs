@@ -8,9 +8,8 @@ use crate::{Result, RuntimeError};
 use burn::backend::{DispatchDevice, FlexDevice};
 use std::fmt;
 
-mod name;
 mod reads;
-pub use name::{BadDeviceName, DeviceKind, DeviceName, MAX_DEVICE_INDEX};
+pub use engine_graph::{BadDeviceName, DeviceKind, DeviceName, MAX_DEVICE_INDEX};
 pub(crate) use reads::count_read;
 pub use reads::device_reads;
 

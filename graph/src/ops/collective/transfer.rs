@@ -9,8 +9,8 @@ use crate::{
 
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Transfer {
-    /// The device the value is delivered to.
-    pub to: String,
+    /// The partition the value is delivered to.
+    pub to: crate::Placement,
 }
 
 impl OpDef for Transfer {
@@ -37,7 +37,7 @@ impl OpDef for Transfer {
 }
 
 impl GraphBuilder<'_> {
-    pub fn transfer(&mut self, x: Outlet, to: &str) -> Result<Outlet> {
-        self.op(Transfer { to: to.to_string() }.into(), &[x])
+    pub fn transfer(&mut self, x: Outlet, to: crate::Placement) -> Result<Outlet> {
+        self.op(Transfer { to }.into(), &[x])
     }
 }

@@ -141,9 +141,9 @@ impl Pass for AllReduceFusion {
             };
             let inputs: Vec<Outlet> = group.iter().map(|&id| g.node(id).inputs[0]).collect();
             let name = g.unique_name(&format!("allreduce/bucket_{index}"));
-            let device = g.node(group[0]).device.clone();
+            let placement = g.node(group[0]).placement;
             let fused = g.add_node(name, AllReduce { reduce, bucket: index, immediate: false }.into(), inputs)?;
-            g.set_device(fused, device);
+            g.set_placement(fused, placement);
             for (i, &old) in group.iter().enumerate() {
                 g.replace_uses(Outlet::from(old), Outlet::new(fused, i))?;
                 g.remove_node(old)?;

@@ -1,12 +1,7 @@
 //! Central storage: variables and their updates on the host, computation on the replicas.
 
-use crate::{Graph, GraphBuilder, NodeId, Op, Outlet, Result, passes::Pass};
+use crate::{Graph, GraphBuilder, NodeId, Op, Outlet, Placement, Result, passes::Pass};
 use std::collections::{BTreeMap, BTreeSet};
-
-/// The device label of the host partition.
-pub const HOST: &str = "host";
-/// The device label of the replica partition (run once per replica).
-pub const REPLICA: &str = "replica";
 
 /// TensorFlow's CentralStorageStrategy as placement. Runs after the optimizer pass:
 /// - on the host: every variable, everything computed from variables alone (the learning
@@ -68,8 +63,8 @@ impl Pass for CentralStorage {
         }
         let host = |id: NodeId| on_host.contains(&id);
         for &id in &order {
-            let device = if host(id) { super::HOST } else { super::REPLICA };
-            g.set_device(id, Some(device.to_string()));
+            let placement = if host(id) { Placement::Host } else { Placement::Replica };
+            g.set_placement(id, Some(placement));
         }
         // A transfer per crossing edge (one per source value and destination).
         let mut transfers: BTreeMap<(Outlet, bool), Outlet> = BTreeMap::new();
@@ -83,14 +78,14 @@ impl Pass for CentralStorage {
                 let t = match transfers.get(&(*src, to_host)) {
                     Some(t) => *t,
                     None => {
-                        let label = if to_host { super::HOST } else { super::REPLICA };
+                        let label = if to_host { Placement::Host } else { Placement::Replica };
                         let src_name = g.node(src.node).name.clone();
                         let mut b = GraphBuilder::new(g);
                         let t = b.with_scope(&format!("transfer_to_{label}"), |b| {
                             let name = b.name(&src_name);
-                            b.op_named(&name, crate::ops::Transfer { to: label.to_string() }.into(), &[*src])
+                            b.op_named(&name, crate::ops::Transfer { to: label }.into(), &[*src])
                         })?;
-                        g.set_device(t.node, Some(label.to_string()));
+                        g.set_placement(t.node, Some(label));
                         transfers.insert((*src, to_host), t);
                         t
                     }
@@ -133,27 +128,27 @@ mod tests {
         ApplyOptimizer { config }.run(&mut g)?;
         CentralStorage.run(&mut g)?;
         g.check()?;
-        let device = |name: &str| g.find(name).map(|id| g.node(id).device.clone().unwrap_or_default());
-        assert_eq!(device("w")?, HOST);
-        assert_eq!(device("w/Momentum")?, HOST);
-        assert_eq!(device("x")?, REPLICA);
-        assert_eq!(device("global_step")?, HOST);
+        let device = |name: &str| g.find(name).map(|id| g.node(id).placement);
+        assert_eq!(device("w")?, Some(Placement::Host));
+        assert_eq!(device("w/Momentum")?, Some(Placement::Host));
+        assert_eq!(device("x")?, Some(Placement::Replica));
+        assert_eq!(device("global_step")?, Some(Placement::Host));
         // The matmul reads the variable through a transfer to the replica.
         let mm =
-            g.nodes().find(|(_, n)| n.op.name() == "MatMul" && n.device.as_deref() == Some(REPLICA)).map(|(id, _)| id);
+            g.nodes().find(|(_, n)| n.op.name() == "MatMul" && n.placement == Some(Placement::Replica)).map(|(id, _)| id);
         let mm = mm.ok_or_else(|| crate::GraphError::invalid("test", "no replica matmul"))?;
         let src = g.node(mm).inputs[1];
-        assert!(matches!(&g.node(src.node).op, Op::Transfer(t) if t.to == REPLICA));
+        assert!(matches!(&g.node(src.node).op, Op::Transfer(t) if t.to == Placement::Replica));
         // Every assignment is on the host, and every host node reads host values.
         for (_, n) in g.nodes() {
             if matches!(n.op, Op::Assign(_)) {
-                assert_eq!(n.device.as_deref(), Some(HOST));
+                assert_eq!(n.placement, Some(Placement::Host));
             }
             if !matches!(n.op, Op::Transfer(_)) {
                 for o in &n.inputs {
                     assert_eq!(
-                        g.node(o.node).device,
-                        n.device,
+                        g.node(o.node).placement,
+                        n.placement,
                         "{} reads {} across devices",
                         n.name,
                         g.node(o.node).name

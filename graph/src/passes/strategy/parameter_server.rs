@@ -1,21 +1,11 @@
 //! Parameter servers: every variable (with its optimizer slots) lives on one `ps:k` task,
 //! which also applies its updates; the workers compute gradients on their batches.
 
-use crate::{Graph, GraphBuilder, NodeId, Op, Outlet, Result, passes::Pass, row_sparse::row_sparse};
+use crate::{Graph, GraphBuilder, NodeId, Op, Outlet, Placement, Result, passes::Pass, row_sparse::row_sparse};
 use std::collections::{BTreeMap, BTreeSet};
 
-/// The device label of the worker partition (run by every chief and worker task).
-pub const WORKER: &str = "worker";
-
-/// The device label of parameter server `k`'s partition.
-pub fn ps_device(k: usize) -> String {
-    format!("ps:{k}")
-}
-
-/// Which ps task a device label names (`ps:3` → 3).
-pub fn ps_index(device: &str) -> Option<usize> {
-    device.strip_prefix("ps:").and_then(|k| k.parse().ok())
-}
+/// The worker partition, run by every chief and worker task.
+const WORKER: Placement = Placement::Worker;
 
 /// TensorFlow's `replica_device_setter` as a pass, after the optimizer:
 /// - variables go to the ps tasks round-robin in creation order (`global_step` on `ps:0`),
@@ -206,9 +196,9 @@ impl Pass for ParameterServerPlacement {
                 place.insert(id, k);
             }
         }
-        let device_of = |id: NodeId| place.get(&id).map(|&k| ps_device(k)).unwrap_or_else(|| WORKER.to_string());
+        let device_of = |id: NodeId| place.get(&id).map(|&k| Placement::Ps(k)).unwrap_or(WORKER);
         for &id in &order {
-            g.set_device(id, Some(device_of(id)));
+            g.set_placement(id, Some(device_of(id)));
         }
         // Assignments per ps task, for their groups.
         let mut assigns: BTreeMap<usize, Vec<Outlet>> = BTreeMap::new();
@@ -225,7 +215,7 @@ impl Pass for ParameterServerPlacement {
         }
         // A transfer per crossing edge, one per source value and destination; ps to ps
         // goes through the worker.
-        let mut transfers: BTreeMap<(Outlet, String), Outlet> = BTreeMap::new();
+        let mut transfers: BTreeMap<(Outlet, Placement), Outlet> = BTreeMap::new();
         let mut sent: Vec<Outlet> = Vec::new();
         let nodes: Vec<NodeId> = g.topological_order()?;
         for id in nodes {
@@ -241,7 +231,7 @@ impl Pass for ParameterServerPlacement {
                 }
                 let via_worker =
                     if from != WORKER && to != WORKER { transfer(g, &mut transfers, *src, WORKER)? } else { *src };
-                let t = transfer(g, &mut transfers, via_worker, &to)?;
+                let t = transfer(g, &mut transfers, via_worker, to)?;
                 if to != WORKER && !sent.contains(&via_worker) {
                     sent.push(via_worker);
                 }
@@ -251,32 +241,37 @@ impl Pass for ParameterServerPlacement {
         // The worker's step is done when everything it sends is computed.
         let mut b = GraphBuilder::new(g);
         let train_op = b.group("train_op", &sent)?;
-        g.set_device(train_op.node, Some(WORKER.to_string()));
+        g.set_placement(train_op.node, Some(WORKER));
         g.roles.train_op = Some(train_op);
         for (k, outlets) in assigns {
             let mut b = GraphBuilder::new(g);
             let group = b.group(&format!("train_op_ps_{k}"), &outlets)?;
-            g.set_device(group.node, Some(ps_device(k)));
-            g.roles.fetches.insert(format!("train_op/{}", ps_device(k)), group);
+            g.set_placement(group.node, Some(Placement::Ps(k)));
+            g.roles.fetches.insert(format!("train_op/{}", Placement::Ps(k)), group);
         }
         Ok(true)
     }
 }
 
 /// The transfer of `src` to `to`, made once.
-fn transfer(g: &mut Graph, made: &mut BTreeMap<(Outlet, String), Outlet>, src: Outlet, to: &str) -> Result<Outlet> {
-    if let Some(t) = made.get(&(src, to.to_string())) {
+fn transfer(
+    g: &mut Graph,
+    made: &mut BTreeMap<(Outlet, Placement), Outlet>,
+    src: Outlet,
+    to: Placement,
+) -> Result<Outlet> {
+    if let Some(t) = made.get(&(src, to)) {
         return Ok(*t);
     }
     let src_name = g.node(src.node).name.clone();
     let mut b = GraphBuilder::new(g);
-    let scope = format!("transfer_to_{}", to.replace(':', "_"));
+    let scope = format!("transfer_to_{}", to.to_string().replace(':', "_"));
     let t = b.with_scope(&scope, |b| {
         let name = b.name(&src_name);
-        b.op_named(&name, crate::ops::Transfer { to: to.to_string() }.into(), &[src])
+        b.op_named(&name, crate::ops::Transfer { to }.into(), &[src])
     })?;
-    g.set_device(t.node, Some(to.to_string()));
-    made.insert((src, to.to_string()), t);
+    g.set_placement(t.node, Some(to));
+    made.insert((src, to), t);
     Ok(t)
 }
 
@@ -288,7 +283,7 @@ pub fn transfer_bytes(g: &Graph, batch: usize) -> Result<(usize, usize)> {
         if let Op::Transfer(t) = &n.op
             && let Some(src) = n.inputs.first()
         {
-            let from = g.node(src.node).device.as_deref().unwrap_or(WORKER);
+            let from = g.node(src.node).placement.unwrap_or(WORKER);
             let bytes = g.fact(*src)?.bytes(batch);
             match (from == WORKER, t.to == WORKER) {
                 (false, true) => read += bytes,

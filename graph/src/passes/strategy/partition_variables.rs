@@ -73,12 +73,12 @@ impl Pass for PartitionVariables {
                 let partition = Partition { of: name.clone(), full_shape: var.shape.clone(), offset };
                 let op = crate::ops::Variable { shape, partition: Some(partition), ..var.clone() };
                 let part = GraphBuilder::new(g).op_named(&format!("{name}/part_{i}"), op.into(), &[])?;
-                g.set_device(part.node, g.node(id).device.clone());
+                g.set_placement(part.node, g.node(id).placement);
                 parts.push(part);
                 offset += r;
             }
             let whole = GraphBuilder::new(g).with_scope(&name, |b| b.concat(&parts, 0))?;
-            g.set_device(whole.node, g.node(id).device.clone());
+            g.set_placement(whole.node, g.node(id).placement);
             g.replace_uses(Outlet::from(id), whole)?;
             g.remove_node(id)?;
             changed = true;

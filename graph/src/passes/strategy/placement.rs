@@ -1,20 +1,21 @@
-//! Every node on one device (`default`, `one_device`).
+//! Every node in one place: a device (`default`, `one_device`, `multi_worker`) or the
+//! replica partition (`mirrored`).
 
-use crate::{Graph, Result, passes::Pass};
+use crate::{Graph, Placement, Result, passes::Pass};
 
-pub struct Placement {
-    pub device: String,
+pub struct PlaceAll {
+    pub on: Placement,
 }
 
-impl Pass for Placement {
+impl Pass for PlaceAll {
     fn name(&self) -> &str {
         "placement"
     }
     fn run(&self, g: &mut Graph) -> Result<bool> {
         let ids: Vec<_> = g.node_ids().collect();
-        let changed = ids.iter().any(|&id| g.node(id).device.as_deref() != Some(self.device.as_str()));
+        let changed = ids.iter().any(|&id| g.node(id).placement != Some(self.on));
         for id in ids {
-            g.set_device(id, Some(self.device.clone()));
+            g.set_placement(id, Some(self.on));
         }
         Ok(changed)
     }

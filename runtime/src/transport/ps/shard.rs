@@ -2,7 +2,7 @@
 //! (the updates), run once per pushed gradient.
 
 use crate::{Device, Exchange, Executor, Precision, Result, RunOptions, RuntimeError, Value, VariableStore};
-use engine_graph::{HostTensor, Op, Outlet, Plan, passes::strategy::ps_device};
+use engine_graph::{HostTensor, Op, Outlet, Placement, Plan};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -35,11 +35,11 @@ struct State {
 impl ParameterShard {
     /// The shard of ps task `index` for `plan` (placed by `ParameterServerPlacement`).
     pub fn new(plan: Arc<Plan>, index: usize, device: Device, precision: Precision) -> Result<Self> {
-        let label = ps_device(index);
+        let label = Placement::Ps(index);
         let g = &plan.graph;
         let mut inputs = Vec::new();
         for (_, n) in g.nodes() {
-            if matches!(n.op, Op::Transfer(_)) && n.device.as_deref() == Some(label.as_str()) {
+            if matches!(n.op, Op::Transfer(_)) && n.placement == Some(label) {
                 inputs.extend(n.inputs.iter().copied());
             }
         }
@@ -48,7 +48,7 @@ impl ParameterShard {
         // Pushed values are all there before the partition runs: a missing one is an
         // error at once, not a wait.
         let exchange = Arc::new(Exchange::new(Duration::ZERO));
-        let exec = Executor::for_partition(plan.clone(), device, precision, &label, exchange.clone())?;
+        let exec = Executor::for_partition(plan.clone(), device, precision, label, exchange.clone())?;
         Ok(ParameterShard {
             index,
             exec,
@@ -64,16 +64,16 @@ impl ParameterShard {
 
     /// `ps:k`.
     pub fn name(&self) -> String {
-        ps_device(self.index)
+        Placement::Ps(self.index).to_string()
     }
 
     /// The variables this shard holds.
     pub fn variables(&self) -> Vec<String> {
         let g = &self.exec.plan().graph;
-        let label = ps_device(self.index);
+        let label = Placement::Ps(self.index);
         g.variables()
             .into_iter()
-            .filter(|&v| g.node(v).device.as_deref() == Some(label.as_str()))
+            .filter(|&v| g.node(v).placement == Some(label))
             .map(|v| g.node(v).name.clone())
             .collect()
     }

@@ -44,7 +44,7 @@ fn trained(optimizer: Optimizer, num_ps: usize) -> Result<Graph> {
 }
 
 fn device(g: &Graph, name: &str) -> Result<String> {
-    Ok(g.node(g.find(name)?).device.clone().unwrap_or_default())
+    Ok(g.node(g.find(name)?).placement.map(|p| p.to_string()).unwrap_or_default())
 }
 
 fn adam() -> Optimizer {
@@ -59,7 +59,7 @@ fn variables_go_round_robin_with_their_slots() -> Result<()> {
     assert_eq!(device(&g, "w2")?, "ps:1");
     assert_eq!(device(&g, "w2/Adam_1")?, "ps:1");
     assert_eq!(device(&g, "global_step")?, "ps:0");
-    assert_eq!(device(&g, "x")?, WORKER);
+    assert_eq!(device(&g, "x")?, "worker");
     Ok(())
 }
 
@@ -68,16 +68,16 @@ fn updates_run_on_the_variables_ps_and_everything_else_on_the_worker() -> Result
     for num_ps in [1, 2, 3] {
         let g = trained(adam(), num_ps)?;
         for (_, n) in g.nodes() {
-            let here = n.device.clone().unwrap_or_default();
+            let here = n.placement.unwrap_or(WORKER);
             if let Op::Assign(_) = n.op {
                 let var = g.node(n.inputs[0].node);
-                assert_eq!(Some(here.as_str()), var.device.as_deref(), "{} runs away from {}", n.name, var.name);
+                assert_eq!(Some(here), var.placement, "{} runs away from {}", n.name, var.name);
             }
             match &n.op {
                 Op::Transfer(t) => {
                     assert_eq!(here, t.to);
                     let src = g.node(n.inputs[0].node);
-                    let from = src.device.clone().unwrap_or_default();
+                    let from = src.placement.unwrap_or(WORKER);
                     assert_ne!(from, here, "{} transfers within {here}", n.name);
                     assert!(from == WORKER || here == WORKER, "{} goes from {from} to {here} directly", n.name);
                     if here == WORKER {
@@ -92,8 +92,8 @@ fn updates_run_on_the_variables_ps_and_everything_else_on_the_worker() -> Result
                 _ => {
                     for o in &n.inputs {
                         assert_eq!(
-                            g.node(o.node).device,
-                            n.device,
+                            g.node(o.node).placement,
+                            n.placement,
                             "{} reads {} across devices",
                             n.name,
                             g.node(o.node).name
@@ -105,19 +105,19 @@ fn updates_run_on_the_variables_ps_and_everything_else_on_the_worker() -> Result
         // The schedule and, across ps tasks, the global norm are the worker's; the gradients are checked
         // before they leave it.
         let lr = g.roles.fetches["learning_rate"];
-        assert_eq!(g.node(lr.node).device.as_deref(), Some(WORKER));
+        assert_eq!(g.node(lr.node).placement, Some(WORKER));
         // (With one ps task the norm needs only its gradients, and is computed there.)
         assert!(
             num_ps == 1
                 || g.nodes()
-                    .any(|(_, n)| n.name.contains("clip_by_global_norm/Sqrt") && n.device.as_deref() == Some(WORKER))
+                    .any(|(_, n)| n.name.contains("clip_by_global_norm/Sqrt") && n.placement == Some(WORKER))
         );
         for (_, n) in g.nodes().filter(|(_, n)| matches!(n.op, Op::CheckNumerics(_))) {
-            let on_worker = n.device.as_deref() == Some(WORKER);
-            assert_eq!(on_worker, n.name.contains("gradient"), "{} on {:?}", n.name, n.device);
+            let on_worker = n.placement == Some(WORKER);
+            assert_eq!(on_worker, n.name.contains("gradient"), "{} on {:?}", n.name, n.placement);
         }
         let train_op = g.roles.train_op.ok_or_else(|| crate::GraphError::invalid("test", "no train op"))?;
-        assert_eq!(g.node(train_op.node).device.as_deref(), Some(WORKER));
+        assert_eq!(g.node(train_op.node).placement, Some(WORKER));
         for k in 0..num_ps.min(2) {
             assert!(g.roles.fetches.contains_key(&format!("train_op/ps:{k}")), "no assignments grouped on ps:{k}");
         }
@@ -134,7 +134,7 @@ fn the_global_step_is_incremented_on_its_ps() -> Result<()> {
         .map(|(id, _)| id)
         .ok_or_else(|| crate::GraphError::invalid("test", "no global step assignment"))?;
     let value = g.node(g.node(assign).inputs[1].node);
-    assert_eq!(value.device.as_deref(), Some("ps:0"), "{} computes the next step off the ps", value.name);
+    assert_eq!(value.placement, Some(Placement::Ps(0)), "{} computes the next step off the ps", value.name);
     let (read, sent) = transfer_bytes(&g, 8)?;
     // Worker reads: w1, w2 (and the global step); sends: their gradients and the rate.
     assert!(read >= (12 + 8) * 4 && sent >= (12 + 8) * 4, "read {read}, sent {sent}");
@@ -170,7 +170,7 @@ fn an_embedding_gradient_travels_as_its_looked_up_rows() -> Result<()> {
     passes.run(&mut g)?;
     g.check()?;
     let on = |op: fn(&Op) -> bool| -> Vec<String> {
-        g.nodes().filter(|(_, n)| op(&n.op)).map(|(_, n)| n.device.clone().unwrap_or_default()).collect()
+        g.nodes().filter(|(_, n)| op(&n.op)).map(|(_, n)| n.placement.map(|p| p.to_string()).unwrap_or_default()).collect()
     };
     assert_eq!(on(|o| matches!(o, Op::ScatterAddRows(_))), ["ps:0"], "the gradient is assembled with the table");
     assert_eq!(on(|o| matches!(o, Op::RowsTouched(_))), ["ps:0"]);
@@ -180,7 +180,7 @@ fn an_embedding_gradient_travels_as_its_looked_up_rows() -> Result<()> {
         if let Op::CheckNumerics(c) = &n.op
             && c.message.starts_with("gradient")
         {
-            assert_eq!(n.device.as_deref(), Some(WORKER), "{} checks on a ps task", n.name);
+            assert_eq!(n.placement, Some(WORKER), "{} checks on a ps task", n.name);
         }
     }
     // Per example, the worker sends 4 ids and 4 rows of 8; then w's gradient (64 floats)

@@ -1,7 +1,8 @@
 //! Device names (`cpu`, `cpu:1`, `wgpu:0`, `cuda:0`), parsed once where they enter: a flag
 //! (clap calls `FromStr`), a spec (serde), an environment variable. Everything past that
 //! edge holds a `DeviceName`, so no device is compared as a string, and an unknown kind or
-//! a bad index is refused before any work starts.
+//! a bad index is refused before any work starts. It lives in the graph because a node's
+//! placement names one; the runtime opens it.
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::{fmt, str::FromStr};
@@ -57,12 +58,6 @@ impl DeviceName {
 pub struct BadDeviceName {
     pub name: String,
     pub reason: &'static str,
-}
-
-impl From<BadDeviceName> for crate::RuntimeError {
-    fn from(e: BadDeviceName) -> Self {
-        crate::RuntimeError::Device { reason: e.to_string(), spec: e.name }
-    }
 }
 
 /// The largest index a name may carry: far past any machine's adapters, and small enough
