@@ -54,7 +54,7 @@ impl DeviceName {
 
 /// Why a device name was refused, with the forms that are accepted.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown device `{name}`: {reason} (expected cpu[:N], wgpu[:N] or cuda[:N])")]
+#[error("unknown device `{name}` ({reason}), expected one of: cpu, wgpu[:N], cuda[:N]")]
 pub struct BadDeviceName {
     pub name: String,
     pub reason: &'static str,
@@ -116,7 +116,7 @@ mod tests {
         assert_eq!("cuda:1".parse::<DeviceName>().map(|d| d.to_string()), Ok("cuda:1".to_string()));
         assert_eq!("cpu:3".parse(), Ok(DeviceName::cpu(3)));
         let e = "tpu:0".parse::<DeviceName>().err().map(|e| e.to_string()).unwrap_or_default();
-        assert!(e.contains("`tpu:0`") && e.contains("cpu[:N], wgpu[:N] or cuda[:N]"), "{e}");
+        assert!(e.contains("`tpu:0`") && e.contains("expected one of: cpu, wgpu[:N], cuda[:N]"), "{e}");
         assert!("cpu:x".parse::<DeviceName>().is_err());
         assert!("cuda:99999999999".parse::<DeviceName>().is_err());
     }
