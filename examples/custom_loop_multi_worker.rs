@@ -21,6 +21,7 @@
 //! `FASHION_MNIST_DIR` overrides where the data is (`apt-get install dataset-fashion-mnist`).
 
 use anyhow::{Context, Result, bail};
+use engine::estimator::strategy::{StrategyKind, StrategyOptions};
 use engine::estimator::{
     EstimatorSpec, Features, Mode, Params, RunConfig, TrainOp,
     distribute::{DistributionStrategy, LoopSummaries, ReduceOp, Step},
@@ -33,7 +34,6 @@ use engine::graph::{
     ops::Padding,
     optimizer::{LearningRate, Optimizer, OptimizerConfig},
 };
-use engine::estimator::strategy::{StrategyKind, StrategyOptions};
 use engine::runtime::{DeviceName, Precision};
 use std::path::PathBuf;
 

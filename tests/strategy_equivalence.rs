@@ -18,8 +18,8 @@ use engine::cli::{
     spec::{Override, Spec},
 };
 use engine::estimator::{Estimator, RunConfig, StepLimit, strategy::StrategyOptions};
-use engine::runtime::DeviceName;
 use engine::graph::HostTensor;
+use engine::runtime::DeviceName;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, OnceLock};
 

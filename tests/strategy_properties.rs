@@ -3,6 +3,7 @@
 //! `central_storage` with 2 or 3 replicas end a few steps with the variables `one_device`
 //! reaches on the same global batches. In f64, so rounding cannot hide a real difference.
 
+use engine::estimator::strategy::StrategyOptions;
 use engine::estimator::{
     Estimator, EstimatorSpec, Mode, RunConfig, StepLimit, TrainOp,
     input::{Dataset, InputContext, InputError},
@@ -11,7 +12,6 @@ use engine::graph::{
     HostTensor, Initializer,
     optimizer::{LearningRate, Optimizer, OptimizerConfig},
 };
-use engine::estimator::strategy::StrategyOptions;
 use engine::runtime::{DeviceName, Precision};
 use proptest::prelude::*;
 use std::collections::BTreeMap;

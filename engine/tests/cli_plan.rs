@@ -187,7 +187,16 @@ fn plan_and_run_compile_the_same_graph_without_a_seed() -> Result<()> {
     let dir = tempfile::tempdir()?;
     let model_dir = dir.path().join("model").display().to_string();
     let run = engine(&[
-        "run", &spec, "--set", unseeded, "--max-steps", "1", "--model-dir", &model_dir, "--set", "eval_spec.steps=1",
+        "run",
+        &spec,
+        "--set",
+        unseeded,
+        "--max-steps",
+        "1",
+        "--model-dir",
+        &model_dir,
+        "--set",
+        "eval_spec.steps=1",
     ])?;
     ensure!(run.code == Some(0), "{}", run.stderr);
     let checkpoint = engine_estimator::checkpoint::read_checkpoint(&format!("{model_dir}/model.ckpt-1"), None)?;

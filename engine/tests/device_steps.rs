@@ -17,8 +17,8 @@ use engine_cli::{
 };
 use engine_estimator::{
     Estimator, RunConfig, StepLimit,
-    strategy::StrategyOptions,
     hooks::{HookContext, RunArgs, RunValues, SessionRunHook},
+    strategy::StrategyOptions,
 };
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -7,7 +7,7 @@
 
 use crate::{
     Estimator, EvalResult, EvalSpec, Result, StepLimit, TrainSpec, checkpoint::read_checkpoint, strategy::trains,
-    train_and_evaluate::run_exporters,
+    train_eval_spec::run_exporters,
 };
 use engine_runtime::cluster::{Cluster, TaskType};
 use std::time::{Duration, Instant};

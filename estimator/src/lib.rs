@@ -28,6 +28,7 @@ mod session;
 pub mod strategy;
 pub mod summary;
 mod train_and_evaluate;
+mod train_eval_spec;
 mod warm_start;
 
 pub use error::{EstimatorError, Result};
@@ -38,5 +39,6 @@ pub use model_fn::{Features, InputFn, ModelFn, Params};
 pub use resources::Resources;
 pub use run_config::{CheckpointTrigger, ClusterToken, NonFinitePolicy, RunConfig};
 pub use session::{Predictions, TrainOutcome, check_model_memory, compile_plan, plan_for};
-pub use train_and_evaluate::{EvalSpec, Exporter, TrainSpec, train_and_evaluate};
+pub use train_and_evaluate::train_and_evaluate;
+pub use train_eval_spec::{EvalSpec, Exporter, TrainSpec};
 pub use warm_start::WarmStartSettings;

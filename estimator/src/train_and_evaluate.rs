@@ -4,87 +4,12 @@
 //! makes evaluation points depend on machine speed (TensorFlow #21896).
 
 use crate::{
-    CheckpointTrigger, Estimator, EvalResult, Evaluator, InputFn, Result, StepLimit,
+    CheckpointTrigger, Estimator, EvalResult, EvalSpec, Evaluator, Exporter, Result, StepLimit, TrainSpec,
     checkpoint::{CheckpointInfo, read_checkpoint},
-    hooks::{CheckpointSaverListener, HookContext, SessionRunHook},
+    hooks::{CheckpointSaverListener, HookContext},
+    train_eval_spec::run_exporters,
 };
-use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-pub struct TrainSpec {
-    pub input_fn: Arc<dyn InputFn>,
-    pub max_steps: Option<u64>,
-    pub hooks: Vec<Box<dyn SessionRunHook>>,
-}
-
-pub struct EvalSpec {
-    pub input_fn: Arc<dyn InputFn>,
-    /// Batches per evaluation; `None` is one full pass.
-    pub steps: Option<u64>,
-    pub name: Option<String>,
-    pub hooks: Vec<Box<dyn SessionRunHook>>,
-    pub exporters: Vec<Box<dyn Exporter>>,
-    /// Used by a cluster's evaluator task before its first evaluation.
-    pub start_delay_secs: u64,
-    /// Minimum time between evaluations.
-    pub throttle_secs: u64,
-    /// Evaluate every this many steps instead of by time.
-    pub every_n_steps: Option<u64>,
-}
-
-impl TrainSpec {
-    /// `tf.estimator.TrainSpec(input_fn, max_steps)`, without hooks; add them with
-    /// [`TrainSpec::with_hooks`]. `input_fn` is what `Estimator::train` takes: a function or
-    /// closure `(Mode, &InputContext) -> Result<Dataset, InputError>`.
-    pub fn new(input_fn: impl InputFn + 'static, max_steps: Option<u64>) -> Self {
-        Self::from_shared(Arc::new(input_fn), max_steps)
-    }
-
-    /// With an input function shared with other owners.
-    pub fn from_shared(input_fn: Arc<dyn InputFn>, max_steps: Option<u64>) -> Self {
-        TrainSpec { input_fn, max_steps, hooks: Vec::new() }
-    }
-
-    pub fn with_hooks(mut self, hooks: Vec<Box<dyn SessionRunHook>>) -> Self {
-        self.hooks = hooks;
-        self
-    }
-}
-
-impl EvalSpec {
-    /// `tf.estimator.EvalSpec(input_fn)` with TensorFlow's defaults (start after 120 s,
-    /// then at most every 600 s, over the whole input).
-    pub fn new(input_fn: impl InputFn + 'static) -> Self {
-        Self::from_shared(Arc::new(input_fn))
-    }
-
-    /// With an input function shared with other owners.
-    pub fn from_shared(input_fn: Arc<dyn InputFn>) -> Self {
-        EvalSpec {
-            input_fn,
-            steps: None,
-            name: None,
-            hooks: Vec::new(),
-            exporters: Vec::new(),
-            start_delay_secs: 120,
-            throttle_secs: 600,
-            every_n_steps: None,
-        }
-    }
-}
-
-/// Called after each evaluation with the checkpoint evaluated (TensorFlow's Exporter).
-pub trait Exporter: Send {
-    fn name(&self) -> &str;
-    /// Returns where the export went, if anywhere.
-    fn export(
-        &mut self,
-        estimator: &Estimator,
-        checkpoint: &str,
-        result: &EvalResult,
-        is_the_final_export: bool,
-    ) -> Result<Option<String>>;
-}
 
 struct EvaluateAfterSave<'e> {
     evaluator: Evaluator<'e>,
@@ -210,22 +135,6 @@ pub fn train_and_evaluate(
         _ => log::info!("Training finished at step {final_step}; no checkpoint was evaluated"),
     }
     last_result.ok_or(crate::EstimatorError::NoCheckpoint("evaluate"))
-}
-
-/// Hands an evaluation result to every exporter (local and distributed evaluation alike).
-pub(crate) fn run_exporters(
-    exporters: &mut [Box<dyn Exporter>],
-    estimator: &Estimator,
-    path: &str,
-    result: &EvalResult,
-    is_final: bool,
-) -> Result<()> {
-    for e in exporters.iter_mut() {
-        if let Some(out) = e.export(estimator, path, result, is_final)? {
-            log::info!("Exporter {} wrote {out}", e.name());
-        }
-    }
-    Ok(())
 }
 
 /// Lends a listener to the saver hook for the duration of training.

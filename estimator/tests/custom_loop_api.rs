@@ -8,13 +8,13 @@
 mod estimator_common;
 
 use anyhow::{Result, ensure};
+use engine_estimator::strategy::StrategyOptions;
 use engine_estimator::{
     EstimatorError, Params, RunConfig,
     distribute::{DistributedDataset, DistributionStrategy, LoopCheckpointManager, LoopSummaries, ReduceOp, Step},
     input::Dataset,
 };
 use engine_graph::HostTensor;
-use engine_estimator::strategy::StrategyOptions;
 use engine_runtime::{DeviceName, Precision};
 use estimator_common::{dataset, linear_model};
 use std::collections::BTreeMap;

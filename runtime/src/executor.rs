@@ -8,6 +8,7 @@
 //! makes the order of updates irrelevant to the result, and lets a step that produced a
 //! NaN or an infinity (seen by a `CheckNumerics` node) commit nothing at all.
 
+use crate::shapes::{batch_of, resolve};
 use crate::{
     Collective, Device, Exchange, Precision, Result, RuntimeError, Value, VariableStore,
     kernels::{self, Finiteness, KernelCtx},
@@ -15,7 +16,7 @@ use crate::{
     value::B,
 };
 use burn::backend::{Backend, ProfileDuration, ProfileOptions, read_sync};
-use engine_graph::{Dim, HostTensor, NodeId, Op, Outlet, Plan, Shape};
+use engine_graph::{Dim, HostTensor, NodeId, Op, Outlet, Plan};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
@@ -764,25 +765,4 @@ fn device_times(timings: &mut [OpTiming], pending: Vec<(usize, ProfileDuration)>
             });
         }
     }
-}
-
-/// The batch size under which `shape` resolves to `got`, if one does.
-pub(crate) fn batch_of(shape: &Shape, got: &[usize]) -> Option<usize> {
-    let (k, n) = shape.dims().iter().zip(got).find_map(|(d, &n)| match d {
-        Dim::Batch(k) => Some((*k, n)),
-        Dim::Known(_) => None,
-    })?;
-    let batch = (n % k == 0).then_some(n / k)?;
-    (got.len() == shape.rank() && resolve(shape, Some(batch)).as_deref() == Some(got)).then_some(batch)
-}
-
-pub(crate) fn resolve(shape: &Shape, batch: Option<usize>) -> Option<Vec<usize>> {
-    shape
-        .dims()
-        .iter()
-        .map(|d| match d {
-            Dim::Known(n) => Some(*n),
-            Dim::Batch(k) => batch.map(|b| b * k),
-        })
-        .collect()
 }

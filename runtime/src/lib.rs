@@ -16,6 +16,7 @@ mod exchange;
 mod executor;
 mod kernels;
 mod readback;
+mod shapes;
 pub mod transport;
 mod value;
 mod variables;

@@ -33,6 +33,18 @@ pub enum CliError {
     Launch { message: String, code: Option<u8> },
 }
 
+/// A job error is the spec's, the model's or the estimator's, with their exit statuses.
+impl From<crate::job::JobError> for CliError {
+    fn from(e: crate::job::JobError) -> Self {
+        use crate::job::JobError;
+        match e {
+            JobError::Spec(e) => CliError::Spec(e),
+            JobError::Lower(e) => CliError::Lower(e),
+            JobError::Estimator(e) => CliError::Estimator(e),
+        }
+    }
+}
+
 /// The exit statuses of `engine`, as the README documents them. Kubeflow's
 /// `restartPolicy: ExitCode` restarts a task on 128-255 and gives up on 1-127.
 pub mod exit {

@@ -26,11 +26,11 @@ use super::{
     cpu_bind::{self, CpuBind},
     run::{LAUNCHER_FD_ENV, TOKEN_ENV},
 };
+use engine_estimator::strategy::StrategyKind;
 use engine_estimator::{
     hooks::RESTART_COUNT_ENV,
     preemption::{self, Signal},
 };
-use engine_estimator::strategy::StrategyKind;
 use engine_runtime::{
     DeviceName,
     cluster::{Cluster, ClusterSource, ClusterSpec, TaskId, TaskType},

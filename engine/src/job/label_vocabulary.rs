@@ -80,7 +80,7 @@ fn fingerprint(text: &str) -> String {
 
 /// Writes the vocabulary into the model dir unless it holds one (every task of a cluster
 /// may try; the first write wins and the content is the same).
-pub fn save_label_vocabulary(spec: &Spec, classes: &[String]) -> Result<(), crate::cli::CliError> {
+pub fn save_label_vocabulary(spec: &Spec, classes: &[String]) -> Result<(), super::JobError> {
     let dir = ModelDir::open(&spec.job.run_config.model_dir).map_err(engine_estimator::EstimatorError::from)?;
     let text = classes.iter().map(|c| format!("{c}\n")).collect::<String>();
     // The fingerprint first: a vocabulary is never there without it (a crash between the

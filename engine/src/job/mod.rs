@@ -2,12 +2,14 @@
 //! sections input functions, its run config a RunConfig, its hooks hooks. `engine run`
 //! and the Rust API then share one code path.
 
+mod error;
 mod hooks;
 mod hparams;
 mod input_fn;
 mod label_vocabulary;
 mod model_fn;
 
+pub use error::JobError;
 pub use hooks::hooks_of;
 pub use input_fn::SpecInputFn;
 pub use label_vocabulary::{LABEL_VOCABULARY_FILE, label_vocabulary, save_label_vocabulary};
@@ -89,7 +91,7 @@ pub fn predict_input_fn(spec: &Spec) -> Result<Option<Arc<SpecInputFn>>, SpecErr
 
 /// What a served model receives: the features of `eval_input` (else `train_input`), as
 /// `predict` feeds them, after the input's transforms.
-pub fn serving_input(spec: &Spec) -> Result<engine_estimator::export::ServingInput, crate::cli::CliError> {
+pub fn serving_input(spec: &Spec) -> Result<engine_estimator::export::ServingInput, JobError> {
     let input: Arc<SpecInputFn> = match predict_input_fn(spec)? {
         Some(i) => i,
         None => {
@@ -103,7 +105,7 @@ pub fn serving_input(spec: &Spec) -> Result<engine_estimator::export::ServingInp
 }
 
 /// `eval_spec.exporters` as the estimator's exporters, serving the model's features.
-pub fn exporters(spec: &Spec) -> Result<Vec<Box<dyn engine_estimator::Exporter>>, crate::cli::CliError> {
+pub fn exporters(spec: &Spec) -> Result<Vec<Box<dyn engine_estimator::Exporter>>, JobError> {
     use crate::spec::Exporter as E;
     use engine_estimator::export::{BestExporter, Compare, FinalExporter, LatestExporter};
     let specs = &spec.job.eval_spec.exporters;
@@ -158,11 +160,7 @@ pub fn input_error(spec: &Spec, section: &FieldPath, error: InputError) -> SpecE
 /// Lowers the spec's model onto the placeholders `input` provides for `mode` (one pipeline),
 /// as training does: a model that does not fit its input (a missing feature, another shape)
 /// is refused at `model...` by `engine plan` as by `engine run`.
-pub fn check_model_inputs(
-    spec: &Spec,
-    input: &SpecInputFn,
-    mode: crate::lower::Mode,
-) -> Result<(), crate::cli::CliError> {
+pub fn check_model_inputs(spec: &Spec, input: &SpecInputFn, mode: crate::lower::Mode) -> Result<(), JobError> {
     use engine_estimator::input::InputContext;
     use engine_graph::{Graph, GraphBuilder, Shape};
     let single = InputContext { num_input_pipelines: 1, input_pipeline_id: 0, num_replicas_in_sync: 1 };

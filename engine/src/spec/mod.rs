@@ -42,6 +42,8 @@ mod validate;
 
 pub use attention::{AddPositionEmbedding, Embedding, MultiHeadAttention};
 pub use de::{RawSection, SectionKinds};
+pub use engine_estimator::strategy::{StrategyKind, UnknownStrategy};
+pub use engine_runtime::Precision;
 pub use error::{ErrorKind, Location, Origin, SpecError};
 pub use exporter::{Exporter, MAX_EXPORTS_TO_KEEP};
 pub use input::{HookSection, InputSection, input_batch_size};
@@ -56,8 +58,6 @@ pub use normalization::{BatchNormalization, LayerNormalization};
 pub use optimizer::{Adagrad, Adam, AdamW, LearningRateSpec, OptimizerSpec, RmsProp, Sgd};
 pub use overrides::Override;
 pub use path::{FieldPath, Segment};
-pub use engine_estimator::strategy::{StrategyKind, UnknownStrategy};
-pub use engine_runtime::Precision;
 pub use run_config::{EvalSpec, MAX_SHARDS, NonFinite, RunConfig, TrainSpec, VariablePartitioner};
 
 use serde::de::DeserializeOwned;

@@ -150,9 +150,9 @@ pub struct EvalSpec {
     pub steps: Option<u64>,
     #[serde(default)]
     pub name: Option<String>,
-    #[serde(default = "hundred_twenty")]
+    #[serde(default = "start_delay_secs")]
     pub start_delay_secs: u64,
-    #[serde(default = "six_hundred")]
+    #[serde(default = "throttle_secs_default")]
     pub throttle_secs: u64,
     /// Evaluate every this many steps, in addition to TensorFlow's time-based throttle.
     #[serde(default)]
@@ -170,8 +170,8 @@ impl Default for EvalSpec {
         EvalSpec {
             steps: None,
             name: None,
-            start_delay_secs: hundred_twenty(),
-            throttle_secs: six_hundred(),
+            start_delay_secs: start_delay_secs(),
+            throttle_secs: throttle_secs_default(),
             every_n_steps: None,
             hooks: Vec::new(),
             exporters: Vec::new(),
@@ -199,10 +199,10 @@ fn max_consecutive() -> u64 {
     NonFinitePolicy::DEFAULT_MAX_CONSECUTIVE
 }
 
-fn hundred_twenty() -> u64 {
-    120
+fn start_delay_secs() -> u64 {
+    engine_estimator::EvalSpec::DEFAULT_START_DELAY_SECS
 }
 
-fn six_hundred() -> u64 {
-    600
+fn throttle_secs_default() -> u64 {
+    engine_estimator::EvalSpec::DEFAULT_THROTTLE_SECS
 }

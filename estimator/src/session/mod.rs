@@ -9,8 +9,8 @@ mod remote;
 mod replicas;
 mod training;
 
-pub use compile::{compile_plan, plan_for};
 pub(crate) use compile::{Compiled, ReplicaLosses, build_model, compile, compile_step, tensor_name};
+pub use compile::{compile_plan, plan_for};
 pub(crate) use eval_hooks::EvalHooks;
 pub(crate) use evaluation::{EvalObserver, EvalOutcome, evaluate_dataset};
 pub use memory::check_model_memory;

@@ -99,14 +99,13 @@ impl Replicas {
             ))
         })?;
         let remote = Remote::new(&compiled.plan, clients, strategy.is_chief())?;
-        let exec =
-            Executor::for_partition(
-                compiled.plan.clone(),
-                device.clone(),
-                precision,
-                Placement::Worker,
-                remote.exchange.clone(),
-            )?;
+        let exec = Executor::for_partition(
+            compiled.plan.clone(),
+            device.clone(),
+            precision,
+            Placement::Worker,
+            remote.exchange.clone(),
+        )?;
         Ok(Replicas {
             workers: vec![Worker { exec, store: VariableStore::new(), pool: None, replica: Some(0) }],
             replicas: 1,

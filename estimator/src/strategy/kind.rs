@@ -105,7 +105,10 @@ impl FromStr for StrategyKind {
     type Err = UnknownStrategy;
 
     fn from_str(s: &str) -> std::result::Result<Self, UnknownStrategy> {
-        StrategyKind::ALL.into_iter().find(|kind| kind.name() == s).ok_or_else(|| UnknownStrategy { name: s.to_string() })
+        StrategyKind::ALL
+            .into_iter()
+            .find(|kind| kind.name() == s)
+            .ok_or_else(|| UnknownStrategy { name: s.to_string() })
     }
 }
 

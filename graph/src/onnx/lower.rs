@@ -7,7 +7,7 @@ use super::{
 };
 use crate::{
     Dim, Graph, GraphError, HostData, HostTensor, Node, NodeId, Op, Outlet, Result,
-    ops::{Activation, Conv2d, ElementOp, Operand, Window},
+    ops::{Conv2d, ElementOp, FusedActivation, Operand, Window},
 };
 use std::collections::{BTreeMap, HashMap};
 
@@ -304,10 +304,10 @@ impl Lowering<'_> {
         })
     }
 
-    fn activation(&mut self, n: &str, y: String, a: Activation) -> String {
+    fn activation(&mut self, n: &str, y: String, a: FusedActivation) -> String {
         match a {
-            Activation::Linear => y,
-            Activation::Relu => self.w.node("Relu", n, vec![y], vec![]),
+            FusedActivation::Linear => y,
+            FusedActivation::Relu => self.w.node("Relu", n, vec![y], vec![]),
         }
     }
 

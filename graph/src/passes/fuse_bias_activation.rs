@@ -3,7 +3,7 @@
 use super::Pass;
 use crate::{
     Graph, NodeId, Op, Outlet, Result,
-    ops::{Activation, FusedConv2d, FusedMatMul},
+    ops::{FusedActivation, FusedConv2d, FusedMatMul},
 };
 
 /// TensorFlow's remapper fusion. Runs after autodiff: the backward pass reads the ReLU's
@@ -26,7 +26,7 @@ impl Pass for FuseBiasActivation {
             }
             let Some((producer, bias)) = bias_add_of(g, id) else { continue };
             let relu = sole_consumer(g, Outlet::from(id)).filter(|&r| matches!(g.node(r).op, Op::Relu(_)));
-            let activation = if relu.is_some() { Activation::Relu } else { Activation::Linear };
+            let activation = if relu.is_some() { FusedActivation::Relu } else { FusedActivation::Linear };
             let last = relu.unwrap_or(id);
             let p = g.node(producer).clone();
             let op: Op = match &p.op {

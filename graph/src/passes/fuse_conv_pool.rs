@@ -5,7 +5,8 @@ use super::{Pass, fuse_bias_activation::sole_consumer};
 use crate::{
     Graph, NodeId, Op, Outlet, Result,
     ops::{
-        Activation, FusedConv2dMaxPool, FusedMaxPoolConv2dBackpropFilter, MaxPoolGradWithArgmax, nn::padding::spatial,
+        FusedActivation, FusedConv2dMaxPool, FusedMaxPoolConv2dBackpropFilter, MaxPoolGradWithArgmax,
+        nn::padding::spatial,
     },
 };
 
@@ -57,7 +58,7 @@ fn fuse_block(g: &mut Graph, pool_id: NodeId) -> Result<bool> {
     if g.roles.outlets().contains(&y) || conv.placement != pool.placement {
         return Ok(false);
     }
-    let relu = c.activation == Activation::Relu;
+    let relu = c.activation == FusedActivation::Relu;
     let mut grads = Vec::new();
     for (consumer, input) in g.outlet_consumers(y) {
         if consumer == pool_id {

@@ -3,7 +3,7 @@
 use super::{Pass, fuse_bias_activation::sole_consumer};
 use crate::{
     Graph, NodeId, Op, Outlet, Result,
-    ops::{Activation, FusedConv2d},
+    ops::{FusedActivation, FusedConv2d},
 };
 
 /// A residual block ends in `activation(conv(x) + bias + skip)`. Unfused, the sum and the
@@ -45,7 +45,7 @@ fn fuse(g: &mut Graph, add: NodeId) -> Result<bool> {
     let op = FusedConv2d {
         strides: c.strides,
         padding: c.padding,
-        activation: if relu.is_some() { Activation::Relu } else { Activation::Linear },
+        activation: if relu.is_some() { FusedActivation::Relu } else { FusedActivation::Linear },
         residual: true,
     };
     let last = relu.unwrap_or(add);
@@ -71,7 +71,7 @@ fn conv_and_skip(g: &Graph, add: NodeId) -> Result<Option<(NodeId, Outlet)>> {
     let out = g.fact(Outlet::from(add))?;
     for (main, skip) in [(node.inputs[0], node.inputs[1]), (node.inputs[1], node.inputs[0])] {
         let conv = g.node(main.node);
-        let plain = matches!(&conv.op, Op::FusedConv2d(c) if c.activation == Activation::Linear && !c.residual);
+        let plain = matches!(&conv.op, Op::FusedConv2d(c) if c.activation == FusedActivation::Linear && !c.residual);
         if !plain
             || main.output != 0
             || main == skip
@@ -125,7 +125,7 @@ mod tests {
         let fused = fused.expect("a residual _FusedConv2D");
         assert_eq!(g.roles.loss, Some(Outlet::from(fused)));
         let Op::FusedConv2d(c) = &g.node(fused).op else { unreachable!() };
-        assert_eq!(c.activation, Activation::Relu);
+        assert_eq!(c.activation, FusedActivation::Relu);
         assert_eq!(g.node(fused).inputs.len(), 4);
         Ok(())
     }
@@ -153,9 +153,9 @@ mod tests {
         FuseBiasActivation.run(&mut g)?;
         assert!(FuseResidualAdd.run(&mut g)?);
         g.check()?;
-        let fused = g
-            .nodes()
-            .find(|(_, n)| matches!(&n.op, Op::FusedConv2d(c) if c.residual && c.activation == Activation::Linear));
+        let fused = g.nodes().find(
+            |(_, n)| matches!(&n.op, Op::FusedConv2d(c) if c.residual && c.activation == FusedActivation::Linear),
+        );
         assert!(fused.is_some(), "{:?}", ops(&g));
         Ok(())
     }

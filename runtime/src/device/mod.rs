@@ -28,12 +28,7 @@ pub struct Device {
 
 impl Device {
     pub fn cpu() -> Self {
-        Device {
-            name: DeviceName::CPU,
-            inner: DispatchDevice::Flex(FlexDevice),
-            hardware: None,
-            max_buffer: None,
-        }
+        Device { name: DeviceName::CPU, inner: DispatchDevice::Flex(FlexDevice), hardware: None, max_buffer: None }
     }
 
     /// Opens the device `name` stands for: a GPU's adapter and runtime are created here, so
@@ -95,7 +90,12 @@ mod wgpu;
 fn wgpu_device(index: usize) -> std::result::Result<Device, String> {
     let (dev, name) = wgpu::open(index)?;
     let max_buffer = Some(max_buffer(&dev));
-    Ok(Device { name: DeviceName::new(DeviceKind::Wgpu, index), inner: DispatchDevice::Cube(dev), hardware: Some(name), max_buffer })
+    Ok(Device {
+        name: DeviceName::new(DeviceKind::Wgpu, index),
+        inner: DispatchDevice::Cube(dev),
+        hardware: Some(name),
+        max_buffer,
+    })
 }
 
 #[cfg(not(feature = "wgpu"))]
@@ -110,7 +110,12 @@ mod cuda;
 fn cuda_device(index: usize) -> std::result::Result<Device, String> {
     let (dev, name) = cuda::open(index)?;
     let max_buffer = Some(cuda::initialize(&dev, index)?);
-    Ok(Device { name: DeviceName::new(DeviceKind::Cuda, index), inner: DispatchDevice::Cube(dev), hardware: Some(name), max_buffer })
+    Ok(Device {
+        name: DeviceName::new(DeviceKind::Cuda, index),
+        inner: DispatchDevice::Cube(dev),
+        hardware: Some(name),
+        max_buffer,
+    })
 }
 
 #[cfg(not(feature = "cuda"))]

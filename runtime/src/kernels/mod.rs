@@ -25,13 +25,13 @@ mod transfer;
 
 use crate::{
     Precision, Result, RuntimeError, Value,
-    executor::resolve,
+    shapes::resolve,
     value::{B, T},
 };
 use burn::backend::ops::{ActivationOps, FloatTensorOps};
 use burn::backend::{DispatchDevice, TensorMetadata};
 use burn::tensor::Shape as BurnShape;
-use engine_graph::{Node, Op, ops::Activation};
+use engine_graph::{Node, Op, ops::FusedActivation};
 
 pub(crate) struct KernelCtx<'a> {
     pub node: &'a Node,
@@ -155,7 +155,7 @@ pub(crate) fn generic(op: &Op, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Resul
             let (head, bias) = split_bias(inputs, ctx)?;
             let y = conv::forward(&f.conv().conv(), head, ctx)?;
             let y = match skip {
-                Some(s) => activation(B::float_add(bias_activation(y, bias, Activation::Linear), s), f.activation),
+                Some(s) => activation(B::float_add(bias_activation(y, bias, FusedActivation::Linear), s), f.activation),
                 None => bias_activation(y, bias, f.activation),
             };
             pool::max_forward(&engine_graph::ops::MaxPool2d { window: f.pool }, vec![Value::Float(y)], ctx)
@@ -165,7 +165,7 @@ pub(crate) fn generic(op: &Op, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Resul
             let skip = pop_float(&mut inputs, ctx)?;
             let (head, bias) = split_bias(inputs, ctx)?;
             let y = conv::forward(&f.conv(), head, ctx)?;
-            let y = bias_activation(y, bias, Activation::Linear);
+            let y = bias_activation(y, bias, FusedActivation::Linear);
             one(activation(B::float_add(y, skip), f.activation))
         }
         FusedConv2d(f) => {
@@ -309,15 +309,15 @@ fn pop_float(inputs: &mut Vec<Value>, ctx: &KernelCtx<'_>) -> Result<T> {
 }
 
 /// `activation(y + bias)` with the bias broadcast over the last axis.
-fn bias_activation(y: T, bias: T, act: engine_graph::ops::Activation) -> T {
+fn bias_activation(y: T, bias: T, act: engine_graph::ops::FusedActivation) -> T {
     let rank = y.shape().num_dims();
     activation(B::float_add(y, align_float(bias, rank)), act)
 }
 
-fn activation(z: T, act: engine_graph::ops::Activation) -> T {
+fn activation(z: T, act: engine_graph::ops::FusedActivation) -> T {
     match act {
-        engine_graph::ops::Activation::Linear => z,
-        engine_graph::ops::Activation::Relu => B::relu(z),
+        engine_graph::ops::FusedActivation::Linear => z,
+        engine_graph::ops::FusedActivation::Relu => B::relu(z),
     }
 }
 

@@ -7,10 +7,10 @@ mod json;
 mod stream;
 
 use super::CliError;
-use engine_runtime::DeviceName;
 use batcher::{BatchOptions, Batcher};
 use clap::Args;
 use engine_estimator::export::{LoadedModel, Predictor};
+use engine_runtime::DeviceName;
 use engine_runtime::Precision;
 use hyper_util::rt::TokioIo;
 use std::sync::Arc;

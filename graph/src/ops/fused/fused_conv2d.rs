@@ -1,7 +1,7 @@
 //! `activation(conv2d(x, w) + bias)`, or `activation(conv2d(x, w) + bias + addend)` (a
 //! residual block's skip connection), in one op.
 
-use super::Activation;
+use super::FusedActivation;
 use crate::{
     Fact,
     ops::{Arity, Conv2d, OpDef, nn::Padding},
@@ -13,7 +13,7 @@ use crate::{
 pub struct FusedConv2d {
     pub strides: [usize; 2],
     pub padding: Padding,
-    pub activation: Activation,
+    pub activation: FusedActivation,
     /// Whether a fourth input is added before the activation.
     #[serde(default)]
     pub residual: bool,

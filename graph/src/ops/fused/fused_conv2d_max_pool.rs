@@ -2,7 +2,7 @@
 //! largest tensor of a CNN's usual block, is pooled while it is still in cache and never
 //! written to memory.
 
-use super::{Activation, FusedConv2d};
+use super::{FusedActivation, FusedConv2d};
 use crate::{
     DType, Fact,
     ops::{
@@ -19,7 +19,7 @@ use crate::{
 pub struct FusedConv2dMaxPool {
     pub strides: [usize; 2],
     pub padding: Padding,
-    pub activation: Activation,
+    pub activation: FusedActivation,
     pub pool: Window,
     #[serde(default)]
     pub residual: bool,

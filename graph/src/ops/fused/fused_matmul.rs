@@ -1,6 +1,6 @@
 //! `activation(matmul(a, b) + bias)` in one op.
 
-use super::Activation;
+use super::FusedActivation;
 use crate::{
     Fact,
     ops::{Arity, MatMul, OpDef},
@@ -11,7 +11,7 @@ use crate::{
 pub struct FusedMatMul {
     pub transpose_a: bool,
     pub transpose_b: bool,
-    pub activation: Activation,
+    pub activation: FusedActivation,
 }
 
 impl FusedMatMul {

@@ -3,14 +3,14 @@
 //! elementwise step; they have no gradient rule because they never appear before
 //! differentiation.
 
-mod activation;
+mod fused_activation;
 mod fused_conv2d;
 mod fused_conv2d_max_pool;
 mod fused_elementwise;
 mod fused_matmul;
 mod fused_max_pool_conv2d_backprop_filter;
 
-pub use activation::Activation;
+pub use fused_activation::FusedActivation;
 pub use fused_conv2d::FusedConv2d;
 pub use fused_conv2d_max_pool::FusedConv2dMaxPool;
 pub use fused_elementwise::{ElementOp, FusedElementwise, Instr, Operand, is_single};

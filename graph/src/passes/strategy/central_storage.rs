@@ -134,8 +134,10 @@ mod tests {
         assert_eq!(device("x")?, Some(Placement::Replica));
         assert_eq!(device("global_step")?, Some(Placement::Host));
         // The matmul reads the variable through a transfer to the replica.
-        let mm =
-            g.nodes().find(|(_, n)| n.op.name() == "MatMul" && n.placement == Some(Placement::Replica)).map(|(id, _)| id);
+        let mm = g
+            .nodes()
+            .find(|(_, n)| n.op.name() == "MatMul" && n.placement == Some(Placement::Replica))
+            .map(|(id, _)| id);
         let mm = mm.ok_or_else(|| crate::GraphError::invalid("test", "no replica matmul"))?;
         let src = g.node(mm).inputs[1];
         assert!(matches!(&g.node(src.node).op, Op::Transfer(t) if t.to == Placement::Replica));

@@ -11,7 +11,9 @@ use super::{
     simd::{OutputLines, multiversion, prefetch_next_image},
 };
 use crate::{Result, Value, kernels::KernelCtx, value::T};
-use engine_graph::ops::{Activation, Conv2d, Conv2dBackpropFilter, Conv2dBackpropInput, FusedConv2d, Padding, Window};
+use engine_graph::ops::{
+    Conv2d, Conv2dBackpropFilter, Conv2dBackpropInput, FusedActivation, FusedConv2d, Padding, Window,
+};
 use rayon::prelude::*;
 use std::borrow::Cow;
 
@@ -168,7 +170,7 @@ fn convolve<E: Elem>(
     c: &Conv2d,
     x: T,
     w: T,
-    post: Option<(&[E], Activation)>,
+    post: Option<(&[E], FusedActivation)>,
     skip: Option<&[E]>,
     ctx: &KernelCtx<'_>,
 ) -> Result<T> {
@@ -273,7 +275,7 @@ pub(super) fn conv_image<E: Elem>(
     method: &Method,
     ws: &[E],
     f: usize,
-    post: Option<(&[E], Activation)>,
+    post: Option<(&[E], FusedActivation)>,
     y: &mut [E],
     scratch: &mut Vec<E>,
     threads: usize,
@@ -282,7 +284,7 @@ pub(super) fn conv_image<E: Elem>(
         Method::Direct(index) => {
             let (bias, act) = match post {
                 Some((b, a)) => (Some(b), a),
-                None => (None, Activation::Linear),
+                None => (None, FusedActivation::Linear),
             };
             super::direct_conv::forward_image(x, g, index, ws, f, bias, act, y, scratch);
             return true;
@@ -312,7 +314,7 @@ pub(super) fn conv_image_uninit<E: Elem>(
     method: &Method,
     ws: &[E],
     f: usize,
-    post: Option<(&[E], Activation)>,
+    post: Option<(&[E], FusedActivation)>,
     y: &mut [std::mem::MaybeUninit<E>],
     scratch: &mut Vec<E>,
     threads: usize,
@@ -335,7 +337,7 @@ pub(super) fn conv_image_plus<E: Elem>(
     method: &Method,
     ws: &[E],
     f: usize,
-    post: Option<(&[E], Activation)>,
+    post: Option<(&[E], FusedActivation)>,
     skip: &[E],
     y: &mut [E],
     scratch: &mut Vec<E>,
@@ -345,8 +347,8 @@ pub(super) fn conv_image_plus<E: Elem>(
         return super::winograd::forward_image(*tile, x, g, ws, f, post, Some(skip), y, scratch, threads);
     }
     let (linear, act) = match post {
-        Some((b, a)) => (Some((b, Activation::Linear)), a),
-        None => (None, Activation::Linear),
+        Some((b, a)) => (Some((b, FusedActivation::Linear)), a),
+        None => (None, FusedActivation::Linear),
     };
     if !conv_image(x, g, method, ws, f, linear, y, scratch, threads) || skip.len() != y.len() {
         return false;

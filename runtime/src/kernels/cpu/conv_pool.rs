@@ -20,7 +20,7 @@ use crate::{
     kernels::{KernelCtx, dims},
     value::T,
 };
-use engine_graph::ops::{Activation, FusedConv2dMaxPool, FusedMaxPoolConv2dBackpropFilter};
+use engine_graph::ops::{FusedActivation, FusedConv2dMaxPool, FusedMaxPoolConv2dBackpropFilter};
 use rayon::prelude::*;
 use std::mem::MaybeUninit;
 
@@ -184,7 +184,7 @@ fn pooled_in_registers<E: Elem>(
     index: &PatchIndex,
     w: &[E],
     bias: &[E],
-    act: Activation,
+    act: FusedActivation,
     pl: &Plane,
     pooled: &mut [MaybeUninit<E>],
     argmax: &mut [MaybeUninit<i64>],
@@ -200,7 +200,7 @@ fn pooled_in_registers<E: Elem>(
     else {
         return false;
     };
-    conv_max_pool_f32(taps, k, w, bias, act == Activation::Relu, pl, out, argmax)
+    conv_max_pool_f32(taps, k, w, bias, act == FusedActivation::Relu, pl, out, argmax)
 }
 
 /// The f32 SIMD path of the fused backward for one image: the unpooled gradient is built in
@@ -263,7 +263,7 @@ mod probe {
         for _ in 0..5 {
             let t = std::time::Instant::now();
             for _ in 0..64 {
-                conv_image(&x, &g, &method, &w, 32, Some((&bias, Activation::Relu)), &mut y, &mut cols, 1);
+                conv_image(&x, &g, &method, &w, 32, Some((&bias, FusedActivation::Relu)), &mut y, &mut cols, 1);
             }
             let conv = t.elapsed();
             let t = std::time::Instant::now();
@@ -277,7 +277,7 @@ mod probe {
                     let w = &w[..];
                     // SAFETY: the kernel writes only initialized values.
                     let (o, a) = unsafe { (as_uninit(&mut out), as_uninit(&mut arg)) };
-                    pooled_in_registers(&x, &g, index, w, &bias, Activation::Relu, &pl, o, a, &mut cols);
+                    pooled_in_registers(&x, &g, index, w, &bias, FusedActivation::Relu, &pl, o, a, &mut cols);
                 }
             }
             let fused = t.elapsed();

@@ -10,7 +10,7 @@ use super::{
     microkernel::{Taps, conv_f32, filter_grad_f32},
     patches::PatchIndex,
 };
-use engine_graph::ops::Activation;
+use engine_graph::ops::FusedActivation;
 
 /// Patches up to this many taps (`kh * kw * channels`) are convolved directly.
 pub(super) const MAX_DIRECT_PATCH: usize = 256;
@@ -30,13 +30,13 @@ pub(super) fn forward_image<E: Elem>(
     w: &[E],
     f: usize,
     bias: Option<&[E]>,
-    act: Activation,
+    act: FusedActivation,
     y: &mut [E],
     padded: &mut Vec<E>,
 ) {
     let (m, k) = (g.pixels(), g.patch());
     let image = index.image(x, g, padded);
-    let relu = act == Activation::Relu;
+    let relu = act == FusedActivation::Relu;
     if let (Some(taps), Some(b), Some(out)) = (taps_f32(image, index), as_f32(w), as_f32_mut(y)) {
         let init = bias.and_then(as_f32);
         if (bias.is_none() || init.is_some()) && conv_f32(taps, b, init, relu, out, (m, k, f)) {
@@ -136,7 +136,7 @@ mod tests {
             let w: Vec<E> = (0..g.patch() * f).map(|i| value(i, 13, 7)).collect();
             let mut y = vec![E::zero(); g.pixels() * f];
             let index = PatchIndex::new(&g);
-            forward_image(&x, &g, &index, &w, f, None, Activation::Linear, &mut y, &mut Vec::new());
+            forward_image(&x, &g, &index, &w, f, None, FusedActivation::Linear, &mut y, &mut Vec::new());
             let want = naive(&x, &g, &w, f);
             assert!(
                 y.iter().zip(&want).all(|(a, b)| (*a - *b).abs() <= tolerance),
@@ -175,7 +175,7 @@ mod tests {
         for _ in 0..5 {
             let t = std::time::Instant::now();
             for _ in 0..64 {
-                forward_image(&x, &g, &index, &w, 32, Some(&bias), Activation::Relu, &mut y, &mut padded);
+                forward_image(&x, &g, &index, &w, 32, Some(&bias), FusedActivation::Relu, &mut y, &mut padded);
             }
             let fwd = t.elapsed();
             let t = std::time::Instant::now();

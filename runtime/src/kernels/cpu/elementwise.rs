@@ -15,7 +15,7 @@ use crate::{
     kernels::{KernelCtx, dims},
     value::T,
 };
-use engine_graph::{Op, ops::Activation};
+use engine_graph::{Op, ops::FusedActivation};
 use rayon::prelude::*;
 
 const PARALLEL_MIN: usize = 1 << 16;
@@ -199,10 +199,10 @@ multiversion! {
 
 multiversion! {
     /// `y = activation(y + skip)`, element by element (a residual convolution's epilogue).
-    pub(super) fn add_activation<E: Elem>(y: &mut [E], skip: &[E], act: Activation) {
+    pub(super) fn add_activation<E: Elem>(y: &mut [E], skip: &[E], act: FusedActivation) {
         match act {
-            Activation::Linear => y.iter_mut().zip(skip).for_each(|(v, s)| *v = *v + *s),
-            Activation::Relu => y.iter_mut().zip(skip).for_each(|(v, s)| {
+            FusedActivation::Linear => y.iter_mut().zip(skip).for_each(|(v, s)| *v = *v + *s),
+            FusedActivation::Relu => y.iter_mut().zip(skip).for_each(|(v, s)| {
                 let t = *v + *s;
                 *v = if t > E::zero() { t } else { E::zero() };
             }),
@@ -212,11 +212,11 @@ multiversion! {
 
 multiversion! {
     /// `y = activation(y + bias)` over rows of `bias.len()` (fused ops' epilogue).
-    pub(super) fn bias_activation<E: Elem>(y: &mut [E], bias: &[E], act: Activation) {
+    pub(super) fn bias_activation<E: Elem>(y: &mut [E], bias: &[E], act: FusedActivation) {
         for row in y.chunks_exact_mut(bias.len().max(1)) {
             match act {
-                Activation::Linear => row.iter_mut().zip(bias).for_each(|(v, b)| *v = *v + *b),
-                Activation::Relu => row.iter_mut().zip(bias).for_each(|(v, b)| {
+                FusedActivation::Linear => row.iter_mut().zip(bias).for_each(|(v, b)| *v = *v + *b),
+                FusedActivation::Relu => row.iter_mut().zip(bias).for_each(|(v, b)| {
                     let s = *v + *b;
                     *v = if s > E::zero() { s } else { E::zero() };
                 }),

@@ -9,7 +9,7 @@ use crate::{
     kernels::{KernelCtx, dims},
     value::T,
 };
-use engine_graph::ops::{Activation, FusedMatMul, MatMul};
+use engine_graph::ops::{FusedActivation, FusedMatMul, MatMul};
 
 pub(super) fn matmul<E: Elem>(mm: &MatMul, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Result<T> {
     let [a, b] = ctx.floats(inputs)?;
@@ -22,7 +22,7 @@ pub(super) fn fused<E: Elem>(fm: &FusedMatMul, inputs: Vec<Value>, ctx: &KernelC
     product::<E>(&fm.matmul(), a, b, Some((&bias, fm.activation)), ctx)
 }
 
-fn product<E: Elem>(mm: &MatMul, a: T, b: T, post: Option<(&[E], Activation)>, ctx: &KernelCtx<'_>) -> Result<T> {
+fn product<E: Elem>(mm: &MatMul, a: T, b: T, post: Option<(&[E], FusedActivation)>, ctx: &KernelCtx<'_>) -> Result<T> {
     let (ad, bd) = (dims(&a), dims(&b));
     let rank = ad.len();
     if rank < 2 || bd.len() != rank || ad[..rank - 2] != bd[..rank - 2] {

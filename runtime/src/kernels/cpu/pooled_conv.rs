@@ -326,7 +326,7 @@ mod tests {
         pool::{Plane, pool_image, unpool_image},
     };
     use super::*;
-    use engine_graph::ops::{Activation, Padding, Window};
+    use engine_graph::ops::{FusedActivation, Padding, Window};
 
     /// Initialized elements as slots the kernel writes.
     fn uninit<T>(s: &mut [T]) -> &mut [MaybeUninit<T>] {
@@ -354,7 +354,7 @@ mod tests {
             let x: Vec<f32> = (0..g.image()).map(|i| ((i * 37) % 11) as f32 - 5.0).collect();
             let w: Vec<f32> = (0..g.patch() * f).map(|i| ((i * 13) % 7) as f32 - 3.0).collect();
             let bias: Vec<f32> = (0..f).map(|i| (i % 3) as f32 - 1.0).collect();
-            let act = if relu { Activation::Relu } else { Activation::Linear };
+            let act = if relu { FusedActivation::Relu } else { FusedActivation::Linear };
             let (mut y, mut scratch, mut pos) = (vec![0.0f32; g.pixels() * f], Vec::new(), vec![0i32; f]);
             let (mut want, mut want_at) = (vec![0.0f32; pl.pooled()], vec![0i64; pl.pooled()]);
             let method = Method::of(&g, f);

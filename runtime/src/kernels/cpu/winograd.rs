@@ -24,7 +24,7 @@ use super::{
     simd::multiversion,
     winograd4, winograd512,
 };
-use engine_graph::ops::Activation;
+use engine_graph::ops::FusedActivation;
 
 /// Positions of a transformed 4×4 tile: the number of products per image.
 pub(super) const TILE: usize = 16;
@@ -210,7 +210,7 @@ pub(super) fn forward_image<E: Elem>(
     g: &Geometry,
     u: &[E],
     f: usize,
-    post: Option<(&[E], Activation)>,
+    post: Option<(&[E], FusedActivation)>,
     skip: Option<&[E]>,
     y: &mut [E],
     scratch: &mut Vec<E>,
@@ -231,7 +231,7 @@ pub(super) fn forward_image_uninit<E: Elem>(
     g: &Geometry,
     u: &[E],
     f: usize,
-    post: Option<(&[E], Activation)>,
+    post: Option<(&[E], FusedActivation)>,
     skip: Option<&[E]>,
     y: &mut [std::mem::MaybeUninit<E>],
     scratch: &mut Vec<E>,
@@ -251,16 +251,16 @@ pub(super) fn forward_image_uninit<E: Elem>(
     }
     let (bias, act) = match post {
         Some((b, a)) => (Some(b), a),
-        None => (None, Activation::Linear),
+        None => (None, FusedActivation::Linear),
     };
-    let relu = act == Activation::Relu;
+    let relu = act == FusedActivation::Relu;
     if kind == Tile::F4 {
         return winograd4::transform_output(m, &t.layout(g), f, bias, skip, relu, &mut y[..pixels]);
     }
     let y = super::buffer::zeroed(&mut y[..pixels]);
     // F(2×2, 3×3) adds the skip in a pass of its own, after the bias, before the activation.
     if let Some(s) = skip {
-        forward_output_f2(m, g, &t, f, bias, Activation::Linear, y);
+        forward_output_f2(m, g, &t, f, bias, FusedActivation::Linear, y);
         super::elementwise::add_activation(&mut y[..pixels], &s[..pixels], act);
         return true;
     }
@@ -276,10 +276,10 @@ fn forward_output_f2<E: Elem>(
     t: &Tiles,
     f: usize,
     bias: Option<&[E]>,
-    act: Activation,
+    act: FusedActivation,
     y: &mut [E],
 ) {
-    let relu = act == Activation::Relu;
+    let relu = act == FusedActivation::Relu;
     if let (Some(mf), Some(yf), Some(bf)) = (as_f32(m), as_f32_mut(y), optional_f32(bias))
         && winograd512::transform_output(mf, &t.layout(g), f, bf, relu, yf)
     {
@@ -675,14 +675,14 @@ mod tests {
 
             let m = data::<f32>(TILE * count * c, 12);
             let bias = data::<f32>(c, 13);
-            for (b, act) in [(None, Activation::Linear), (Some(&bias[..]), Activation::Relu)] {
+            for (b, act) in [(None, FusedActivation::Linear), (Some(&bias[..]), FusedActivation::Relu)] {
                 let mut want = vec![0f32; oh * ow * c];
                 transform_output(&m, oh, ow, c, t.th, t.tw, &mut want);
                 if let Some(b) = b {
                     crate::kernels::cpu::elementwise::bias_activation(&mut want, b, act);
                 }
                 let mut got = vec![f32::NAN; oh * ow * c];
-                assert!(winograd512::transform_output(&m, &l, c, b, act == Activation::Relu, &mut got));
+                assert!(winograd512::transform_output(&m, &l, c, b, act == FusedActivation::Relu, &mut got));
                 assert!(want.iter().zip(&got).all(|(a, b)| a.to_bits() == b.to_bits()), "output {h}x{w}x{c}");
             }
 

@@ -145,16 +145,15 @@ impl ParameterShard {
         let g = &self.exec.plan().graph;
         // Values sized by the batch (an embedding's looked-up rows) must all come from one
         // batch size; every other value has the variable's fixed shape.
-        let batch = values
-            .iter()
-            .find_map(|(o, t)| g.fact(*o).ok().and_then(|f| crate::executor::batch_of(&f.shape, &t.shape)));
+        let batch =
+            values.iter().find_map(|(o, t)| g.fact(*o).ok().and_then(|f| crate::shapes::batch_of(&f.shape, &t.shape)));
         for (outlet, tensor) in values {
             if !self.inputs.contains(&outlet) {
                 return Err(self.refuse(format!("a push sends {outlet}, which this task does not receive")));
             }
             let fact = g.fact(outlet)?;
             if fact.dtype != tensor.dtype()
-                || crate::executor::resolve(&fact.shape, batch).as_deref() != Some(&tensor.shape[..])
+                || crate::shapes::resolve(&fact.shape, batch).as_deref() != Some(&tensor.shape[..])
             {
                 return Err(RuntimeError::Variable {
                     name: g.node(outlet.node).name.clone(),

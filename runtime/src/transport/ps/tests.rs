@@ -41,7 +41,10 @@ fn plan() -> Arc<Plan> {
 /// What a training task sends the ps task: the outlets its transfers read.
 fn sends(plan: &Plan) -> Vec<Outlet> {
     let g = &plan.graph;
-    g.nodes().filter(|(_, n)| matches!(&n.op, Op::Transfer(t) if t.to == engine_graph::Placement::Ps(0))).map(|(_, n)| n.inputs[0]).collect()
+    g.nodes()
+        .filter(|(_, n)| matches!(&n.op, Op::Transfer(t) if t.to == engine_graph::Placement::Ps(0)))
+        .map(|(_, n)| n.inputs[0])
+        .collect()
 }
 
 fn ports() -> (u16, u16) {

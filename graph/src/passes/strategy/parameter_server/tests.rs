@@ -109,8 +109,7 @@ fn updates_run_on_the_variables_ps_and_everything_else_on_the_worker() -> Result
         // (With one ps task the norm needs only its gradients, and is computed there.)
         assert!(
             num_ps == 1
-                || g.nodes()
-                    .any(|(_, n)| n.name.contains("clip_by_global_norm/Sqrt") && n.placement == Some(WORKER))
+                || g.nodes().any(|(_, n)| n.name.contains("clip_by_global_norm/Sqrt") && n.placement == Some(WORKER))
         );
         for (_, n) in g.nodes().filter(|(_, n)| matches!(n.op, Op::CheckNumerics(_))) {
             let on_worker = n.placement == Some(WORKER);
@@ -170,7 +169,10 @@ fn an_embedding_gradient_travels_as_its_looked_up_rows() -> Result<()> {
     passes.run(&mut g)?;
     g.check()?;
     let on = |op: fn(&Op) -> bool| -> Vec<String> {
-        g.nodes().filter(|(_, n)| op(&n.op)).map(|(_, n)| n.placement.map(|p| p.to_string()).unwrap_or_default()).collect()
+        g.nodes()
+            .filter(|(_, n)| op(&n.op))
+            .map(|(_, n)| n.placement.map(|p| p.to_string()).unwrap_or_default())
+            .collect()
     };
     assert_eq!(on(|o| matches!(o, Op::ScatterAddRows(_))), ["ps:0"], "the gradient is assembled with the table");
     assert_eq!(on(|o| matches!(o, Op::RowsTouched(_))), ["ps:0"]);
