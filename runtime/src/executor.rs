@@ -134,6 +134,40 @@ struct CommJob {
 
 type CommReply = (Result<Vec<Value>>, Duration, Duration);
 
+/// What a step in progress holds: values by slot, what it will commit, what its checks
+/// found, collectives in flight, timings.
+struct Flight {
+    slots: Vec<Option<Value>>,
+    assignments: Vec<(String, Value)>,
+    non_finite: Vec<NonFinite>,
+    /// Device-side finiteness probes: (probe, step index, the checked value).
+    probes: Vec<(crate::value::T, usize, Value)>,
+    timings: Vec<OpTiming>,
+    collectives: Vec<CollectiveTiming>,
+    /// Launched collectives by step index, and which of their output slots are still
+    /// waiting for them.
+    launched: HashMap<usize, mpsc::Receiver<CommReply>>,
+    waiting: HashMap<usize, usize>,
+    /// Device profiling windows by timing index.
+    pending: Vec<(usize, ProfileDuration)>,
+}
+
+impl Flight {
+    fn new(slots: usize) -> Self {
+        Flight {
+            slots: vec![None; slots],
+            assignments: Vec::new(),
+            non_finite: Vec::new(),
+            probes: Vec::new(),
+            timings: Vec::new(),
+            collectives: Vec::new(),
+            launched: HashMap::new(),
+            waiting: HashMap::new(),
+            pending: Vec::new(),
+        }
+    }
+}
+
 /// Where a step's input comes from.
 #[derive(Debug, Clone, Copy)]
 enum Input {
@@ -383,7 +417,6 @@ impl Executor {
         options: RunOptions,
         comm: Option<(&mpsc::Sender<CommJob>, Instant)>,
     ) -> Result<StepOutput> {
-        let g = &self.plan.graph;
         let batch = self.bind_batch(feeds)?;
         self.check_labels(feeds, options.replica)?;
         self.check_buffer_sizes(batch)?;
@@ -391,51 +424,15 @@ impl Executor {
             return Err(RuntimeError::Graph(engine_graph::GraphError::UnknownNode(format!("fetch {missing}"))));
         }
         let keep: HashSet<usize> = fetches.iter().filter_map(|o| self.slot_of.get(o).copied()).collect();
-        let mut slots: Vec<Option<Value>> = vec![None; self.slots];
-        let mut assignments: Vec<(String, Value)> = Vec::new();
-        let mut non_finite: Vec<NonFinite> = Vec::new();
-        // Device-side finiteness probes: (probe, step index, the checked value).
-        let mut probes: Vec<(crate::value::T, usize, Value)> = Vec::new();
-        let mut timings = Vec::new();
-        let mut collectives = Vec::new();
-        // Launched collectives by step index, and which of their output slots are still
-        // waiting for them.
-        let mut launched: HashMap<usize, mpsc::Receiver<CommReply>> = HashMap::new();
-        let mut waiting: HashMap<usize, usize> = HashMap::new();
+        let mut flight = Flight::new(self.slots);
         let t0 = comm.map(|c| c.1).unwrap_or_else(Instant::now);
         // A profiled step on a queued device opens a window per op on the device's clock:
         // the host only launches there, so its own timings would show the launch.
         let profile_device = options.profile && self.device.is_queued();
-        let mut pending: Vec<(usize, ProfileDuration)> = Vec::new();
         for (index, step) in self.steps.iter().enumerate() {
-            let node = g.node(step.node);
+            let node = self.plan.graph.node(step.node);
             let started = t0.elapsed();
-            let mut inputs = Vec::with_capacity(step.inputs.len());
-            for input in &step.inputs {
-                if let Input::Slot(slot, _) = *input
-                    && let Some(owner) = waiting.get(&slot).copied()
-                {
-                    self.land(owner, &mut launched, &mut waiting, &mut slots, &mut collectives, batch)?;
-                }
-                let v = match *input {
-                    Input::Slot(slot, moved) => {
-                        if moved && !keep.contains(&slot) {
-                            slots[slot].take()
-                        } else {
-                            slots[slot].clone()
-                        }
-                    }
-                    Input::Remote(o) => match &self.exchange {
-                        Some(x) => Some(x.recv(o, &node.name)?),
-                        None => None,
-                    },
-                };
-                inputs.push(v.ok_or_else(|| RuntimeError::Kernel {
-                    node: node.name.clone(),
-                    op: node.op.name(),
-                    reason: "an input was freed before its last use".into(),
-                })?);
-            }
+            let inputs = self.gather_inputs(step, &keep, &mut flight, batch)?;
             if let (Some((tx, _)), true) = (comm, node.op.is_collective()) {
                 let (reply, rx) = mpsc::channel();
                 tx.send(CommJob { node: step.node, inputs, reply }).map_err(|_| RuntimeError::Collective {
@@ -443,73 +440,28 @@ impl Executor {
                     reason: "the communication thread stopped".into(),
                     retryable: false,
                 })?;
-                launched.insert(index, rx);
+                flight.launched.insert(index, rx);
                 for &slot in &step.outputs {
-                    waiting.insert(slot, index);
+                    flight.waiting.insert(slot, index);
                 }
                 continue;
             }
             let window = if profile_device { B::profile_start(self.device.dispatch()).ok().flatten() } else { None };
-            let outputs = (|| -> Result<Vec<Value>> {
-                Ok(match &node.op {
-                    Op::Placeholder(_) => {
-                        let fed = feeds.get(&node.name).ok_or_else(|| RuntimeError::MissingFeed(node.name.clone()))?;
-                        vec![Value::from_host(fed, self.device.dispatch(), self.precision)]
-                    }
-                    Op::Variable(_) => vec![vars.get(&node.name).cloned().ok_or_else(|| RuntimeError::Variable {
-                        name: node.name.clone(),
-                        reason: "not initialized or restored".into(),
-                    })?],
-                    Op::Constant(_) => vec![self.constants.get(&step.node).cloned().unwrap_or(Value::Unit)],
-                    Op::Assign(_) => {
-                        let var = g.node(node.inputs[0].node).name.clone();
-                        let value = inputs.pop().unwrap_or(Value::Unit);
-                        assignments.push((var, value.clone()));
-                        vec![value]
-                    }
-                    op => {
-                        let ctx = KernelCtx {
-                            node,
-                            device: self.device.dispatch(),
-                            precision: self.precision,
-                            batch,
-                            step: options.step,
-                            replica: options.replica,
-                            native: self.native_kernels,
-                            collective: self.collective.as_deref(),
-                        };
-                        match op {
-                            Op::CheckNumerics(check) => {
-                                let value = inputs.pop().ok_or_else(|| ctx.err("missing input"))?;
-                                match kernels::finiteness(&value, &ctx) {
-                                    Finiteness::Counted(nan, infinite) if nan + infinite > 0 => {
-                                        non_finite.push(NonFinite::new(check, node, nan, infinite, &value));
-                                    }
-                                    Finiteness::Counted(..) => {}
-                                    Finiteness::Probe(p) => probes.push((p, index, value.clone())),
-                                }
-                                vec![value]
-                            }
-                            op => kernels::run(op, inputs, &ctx)?,
-                        }
-                    }
-                })
-            })();
+            let outputs = self.compute(index, inputs, vars, feeds, &options, batch, &mut flight);
             // Closed even when the op failed: an open window costs the backend until then.
             let device_time =
                 window.and_then(|w| B::profile_end(self.device.dispatch(), w, ProfileOptions::default()).ok());
-            let outputs = outputs?;
-            self.store(index, outputs, &mut slots, batch)?;
+            self.store(index, outputs?, &mut flight.slots, batch)?;
             for &slot in &step.free {
-                if !keep.contains(&slot) && !waiting.contains_key(&slot) {
-                    slots[slot] = None;
+                if !keep.contains(&slot) && !flight.waiting.contains_key(&slot) {
+                    flight.slots[slot] = None;
                 }
             }
             if options.profile {
                 if let Some(d) = device_time {
-                    pending.push((timings.len(), d));
+                    flight.pending.push((flight.timings.len(), d));
                 }
-                timings.push(OpTiming {
+                flight.timings.push(OpTiming {
                     node: node.name.clone(),
                     op: node.op.name(),
                     start: started,
@@ -518,27 +470,143 @@ impl Executor {
                 });
             }
         }
+        self.finish(flight, vars, fetches, batch, t0)
+    }
+
+    /// A step's inputs from their slots (a collective's outputs landed first) or, across
+    /// partitions, from the exchange. An input read for the last time is moved out.
+    fn gather_inputs(
+        &self,
+        step: &Step,
+        keep: &HashSet<usize>,
+        flight: &mut Flight,
+        batch: Option<usize>,
+    ) -> Result<Vec<Value>> {
+        let node = self.plan.graph.node(step.node);
+        let mut inputs = Vec::with_capacity(step.inputs.len());
+        for input in &step.inputs {
+            if let Input::Slot(slot, _) = *input
+                && let Some(owner) = flight.waiting.get(&slot).copied()
+            {
+                self.land(owner, flight, batch)?;
+            }
+            let v = match *input {
+                Input::Slot(slot, moved) => {
+                    if moved && !keep.contains(&slot) {
+                        flight.slots[slot].take()
+                    } else {
+                        flight.slots[slot].clone()
+                    }
+                }
+                Input::Remote(o) => match &self.exchange {
+                    Some(x) => Some(x.recv(o, &node.name)?),
+                    None => None,
+                },
+            };
+            inputs.push(v.ok_or_else(|| RuntimeError::Kernel {
+                node: node.name.clone(),
+                op: node.op.name(),
+                reason: "an input was freed before its last use".into(),
+            })?);
+        }
+        Ok(inputs)
+    }
+
+    /// Runs step `index` on the host's side of the graph: feeds, variables, constants and
+    /// assignments here (an assignment is held until the step commits), checks into the
+    /// step's findings or probes, every other op through its kernel.
+    #[allow(clippy::too_many_arguments)]
+    fn compute(
+        &self,
+        index: usize,
+        mut inputs: Vec<Value>,
+        vars: &VariableStore,
+        feeds: &BTreeMap<String, HostTensor>,
+        options: &RunOptions,
+        batch: Option<usize>,
+        flight: &mut Flight,
+    ) -> Result<Vec<Value>> {
+        let g = &self.plan.graph;
+        let step = &self.steps[index];
+        let node = g.node(step.node);
+        Ok(match &node.op {
+            Op::Placeholder(_) => {
+                let fed = feeds.get(&node.name).ok_or_else(|| RuntimeError::MissingFeed(node.name.clone()))?;
+                vec![Value::from_host(fed, self.device.dispatch(), self.precision)]
+            }
+            Op::Variable(_) => vec![vars.get(&node.name).cloned().ok_or_else(|| RuntimeError::Variable {
+                name: node.name.clone(),
+                reason: "not initialized or restored".into(),
+            })?],
+            Op::Constant(_) => vec![self.constants.get(&step.node).cloned().unwrap_or(Value::Unit)],
+            Op::Assign(_) => {
+                let var = g.node(node.inputs[0].node).name.clone();
+                let value = inputs.pop().unwrap_or(Value::Unit);
+                flight.assignments.push((var, value.clone()));
+                vec![value]
+            }
+            op => {
+                let ctx = KernelCtx {
+                    node,
+                    device: self.device.dispatch(),
+                    precision: self.precision,
+                    batch,
+                    step: options.step,
+                    replica: options.replica,
+                    native: self.native_kernels,
+                    collective: self.collective.as_deref(),
+                };
+                match op {
+                    Op::CheckNumerics(check) => {
+                        let value = inputs.pop().ok_or_else(|| ctx.err("missing input"))?;
+                        match kernels::finiteness(&value, &ctx) {
+                            Finiteness::Counted(nan, infinite) if nan + infinite > 0 => {
+                                flight.non_finite.push(NonFinite::new(check, node, nan, infinite, &value));
+                            }
+                            Finiteness::Counted(..) => {}
+                            Finiteness::Probe(p) => flight.probes.push((p, index, value.clone())),
+                        }
+                        vec![value]
+                    }
+                    op => kernels::run(op, inputs, &ctx)?,
+                }
+            }
+        })
+    }
+
+    /// The end of a step: collectives still in flight land, the fetches and the probes'
+    /// flag come back in one read, the checks the flag names are counted, and the step's
+    /// assignments commit unless a check saw a value that is not finite.
+    fn finish(
+        &self,
+        mut flight: Flight,
+        vars: &mut VariableStore,
+        fetches: &[Outlet],
+        batch: Option<usize>,
+        t0: Instant,
+    ) -> Result<StepOutput> {
         // Collectives nobody read in this partition still finish (their values may be
         // fetched or sent to another partition).
-        let mut rest: Vec<usize> = launched.keys().copied().collect();
+        let mut rest: Vec<usize> = flight.launched.keys().copied().collect();
         rest.sort_unstable();
         for index in rest {
-            self.land(index, &mut launched, &mut waiting, &mut slots, &mut collectives, batch)?;
+            self.land(index, &mut flight, batch)?;
         }
         let fetched: Vec<Value> = fetches
             .iter()
-            .map(|o| self.slot_of.get(o).and_then(|&s| slots[s].clone()).unwrap_or(Value::Unit))
+            .map(|o| self.slot_of.get(o).and_then(|&s| flight.slots[s].clone()).unwrap_or(Value::Unit))
             .collect();
         let end = readback::read_back(
-            probes.iter().map(|p| p.0.clone()).collect(),
+            flight.probes.iter().map(|p| p.0.clone()).collect(),
             fetched,
             self.device.is_queued(),
             self.precision,
         )?;
-        device_times(&mut timings, pending, t0);
-        for ((_, index, value), flag) in probes.iter().zip(end.probes.unwrap_or_default()) {
+        device_times(&mut flight.timings, flight.pending, t0);
+        let mut non_finite = flight.non_finite;
+        for ((_, index, value), flag) in flight.probes.iter().zip(end.probes.unwrap_or_default()) {
             if flag != 0.0 {
-                let node = g.node(self.steps[*index].node);
+                let node = self.plan.graph.node(self.steps[*index].node);
                 if let Op::CheckNumerics(check) = &node.op {
                     let (nan, infinite) = kernels::count_non_finite(value)?;
                     non_finite.push(NonFinite::new(check, node, nan, infinite, value));
@@ -548,12 +616,12 @@ impl Executor {
         // The step commits all of its assignments or, when a check saw a value that is not
         // finite, none: a NaN never reaches the variables.
         if non_finite.is_empty() {
-            for (name, value) in assignments {
+            for (name, value) in flight.assignments {
                 vars.set(&name, value);
             }
         }
         non_finite.sort_by_key(|n| n.order);
-        Ok(StepOutput { fetched: end.fetched, timings, collectives, non_finite })
+        Ok(StepOutput { fetched: end.fetched, timings: flight.timings, collectives: flight.collectives, non_finite })
     }
 
     /// Stores a step's outputs (checked against their facts) and sends what other
@@ -580,16 +648,8 @@ impl Executor {
     }
 
     /// Waits for a launched collective and stores its outputs.
-    fn land(
-        &self,
-        index: usize,
-        launched: &mut HashMap<usize, mpsc::Receiver<CommReply>>,
-        waiting: &mut HashMap<usize, usize>,
-        slots: &mut [Option<Value>],
-        collectives: &mut Vec<CollectiveTiming>,
-        batch: Option<usize>,
-    ) -> Result<()> {
-        let Some(rx) = launched.remove(&index) else { return Ok(()) };
+    fn land(&self, index: usize, flight: &mut Flight, batch: Option<usize>) -> Result<()> {
+        let Some(rx) = flight.launched.remove(&index) else { return Ok(()) };
         let step = &self.steps[index];
         let node = self.plan.graph.node(step.node);
         let wait_started = Instant::now();
@@ -601,18 +661,18 @@ impl Executor {
         let waited = wait_started.elapsed();
         let outputs = result?;
         for slot in &step.outputs {
-            waiting.remove(slot);
+            flight.waiting.remove(slot);
         }
         let bytes = node.outputs.iter().map(|f| f.bytes(batch.unwrap_or(1))).sum();
         let duration = end.saturating_sub(start);
-        collectives.push(CollectiveTiming {
+        flight.collectives.push(CollectiveTiming {
             node: node.name.clone(),
             start,
             duration,
             waited: waited.min(duration),
             bytes,
         });
-        self.store(index, outputs, slots, batch)
+        self.store(index, outputs, &mut flight.slots, batch)
     }
 
     /// A tensor larger than the device's largest buffer fails inside cubecl with a bare IO

@@ -78,21 +78,73 @@ impl Pass for ParameterServerPlacement {
     fn run(&self, g: &mut Graph) -> Result<bool> {
         let order = g.topological_order()?;
         let var_ps = self.assign_variables(g);
-        // Batch computation: downstream of a placeholder.
-        let mut batch: BTreeSet<NodeId> = BTreeSet::new();
+        let kinds = NodeKinds::of(g, &order);
+        // The old train op is replaced below; it must not pull assignments to the worker.
+        let old_train_op = g.roles.train_op.map(|o| o.node).filter(|&n| matches!(g.node(n).op, Op::Group(_)));
+        let mut place = self.claim_updates(g, &order, &var_ps, &kinds);
+        // What a role names is read by the worker (the learning rate for logs).
+        let role_nodes: BTreeSet<NodeId> =
+            g.roles.outlets().iter().map(|o| o.node).filter(|n| !kinds.sparse.contains(n)).collect();
+        serve_only_variables(g, &order, &var_ps, old_train_op, &role_nodes, &mut place);
+        co_locate_constants(g, &order, &kinds, &role_nodes, &mut place);
+        let device_of = |id: NodeId| place.get(&id).map(|&k| Placement::Ps(k)).unwrap_or(WORKER);
         for &id in &order {
+            g.set_placement(id, Some(device_of(id)));
+        }
+        // Assignments per ps task, for their groups.
+        let mut assigns: BTreeMap<usize, Vec<Outlet>> = BTreeMap::new();
+        for &id in &order {
+            if matches!(g.node(id).op, Op::Assign(_))
+                && let Some(&k) = place.get(&id)
+            {
+                assigns.entry(k).or_default().push(Outlet::from(id));
+            }
+        }
+        if let Some(old) = old_train_op {
+            g.roles.train_op = None;
+            g.remove_node(old)?;
+        }
+        let sent = insert_transfers(g, &device_of)?;
+        // The worker's step is done when everything it sends is computed.
+        let mut b = GraphBuilder::new(g);
+        let train_op = b.group("train_op", &sent)?;
+        g.set_placement(train_op.node, Some(WORKER));
+        g.roles.train_op = Some(train_op);
+        for (k, outlets) in assigns {
+            let mut b = GraphBuilder::new(g);
+            let group = b.group(&format!("train_op_ps_{k}"), &outlets)?;
+            g.set_placement(group.node, Some(Placement::Ps(k)));
+            g.roles.fetches.insert(format!("train_op/{}", Placement::Ps(k)), group);
+        }
+        Ok(true)
+    }
+}
+
+/// What kind of computation each node is, for placing it.
+struct NodeKinds {
+    /// Downstream of a placeholder: batch computation.
+    batch: BTreeSet<NodeId>,
+    /// Downstream of a gradient (or a non-optimizer update such as moving statistics):
+    /// what the optimizer makes of it, committed where its variables live.
+    update: BTreeSet<NodeId>,
+    /// A row-sparse gradient is assembled where it is applied: the worker sends the
+    /// looked-up rows and their indices, and the ps task adds them into the table's shape
+    /// (and the mask of rows its sparse update is restricted to).
+    sparse: BTreeSet<NodeId>,
+    /// The gradients' checks, which stay on the worker so a NaN never leaves it.
+    checks: BTreeSet<NodeId>,
+}
+
+impl NodeKinds {
+    fn of(g: &Graph, order: &[NodeId]) -> Self {
+        let mut batch: BTreeSet<NodeId> = BTreeSet::new();
+        for &id in order {
             let n = g.node(id);
             if matches!(n.op, Op::Placeholder(_)) || n.inputs.iter().any(|o| batch.contains(&o.node)) {
                 batch.insert(id);
             }
         }
-        // Downstream of a gradient: what the optimizer makes of it.
-        // Non-optimizer updates (moving statistics) are committed where their variables
-        // live, like the optimizer's.
         let grads: BTreeSet<Outlet> = g.roles.gradients.iter().chain(&g.roles.updates).map(|(_, o)| *o).collect();
-        // A row-sparse gradient is assembled where it is applied: the worker sends the
-        // looked-up rows and their indices, and the ps task adds them into the table's
-        // shape (and the mask of rows its sparse update is restricted to).
         let sparse: BTreeSet<NodeId> = g
             .roles
             .gradients
@@ -102,25 +154,36 @@ impl Pass for ParameterServerPlacement {
             .chain(g.nodes().filter(|(_, n)| matches!(n.op, Op::RowsTouched(_))).map(|(id, _)| id))
             .collect();
         let mut update: BTreeSet<NodeId> = BTreeSet::new();
-        for &id in &order {
+        for &id in order {
             if sparse.contains(&id) || g.node(id).inputs.iter().any(|o| grads.contains(o) || update.contains(&o.node)) {
                 update.insert(id);
             }
         }
-        // Gradients are checked on the worker, so a NaN never leaves it.
         let checks: BTreeSet<NodeId> = grads
             .iter()
             .flat_map(|o| g.outlet_consumers(*o))
             .map(|(c, _)| c)
             .filter(|&c| matches!(g.node(c).op, Op::CheckNumerics(_)))
             .collect();
-        // The old train op is replaced below; it must not pull assignments to the worker.
-        let old_train_op = g.roles.train_op.map(|o| o.node).filter(|&n| matches!(g.node(n).op, Op::Group(_)));
-        // For each ps task: descendants of its variables, ancestors of its assignments.
+        NodeKinds { batch, update, sparse, checks }
+    }
+}
+
+impl ParameterServerPlacement {
+    /// The variables' ps tasks, and for each ps task what lies between its variables and
+    /// their assignments (not batch computation, except the updates): a node two ps tasks
+    /// want is computed once, on the worker.
+    fn claim_updates(
+        &self,
+        g: &Graph,
+        order: &[NodeId],
+        var_ps: &BTreeMap<NodeId, usize>,
+        kinds: &NodeKinds,
+    ) -> BTreeMap<NodeId, usize> {
         let mut place: BTreeMap<NodeId, usize> = var_ps.clone();
         for k in 0..self.num_ps {
             let mut below: BTreeSet<NodeId> = BTreeSet::new();
-            for &id in &order {
+            for &id in order {
                 let n = g.node(id);
                 if var_ps.get(&id) == Some(&k) || n.inputs.iter().any(|o| below.contains(&o.node)) {
                     below.insert(id);
@@ -139,118 +202,106 @@ impl Pass for ParameterServerPlacement {
                     stack.extend(g.node(id).inputs.iter().map(|o| o.node));
                 }
             }
-            for &id in &order {
+            for &id in order {
                 let candidate = below.contains(&id)
                     && above.contains(&id)
-                    && (!batch.contains(&id) || update.contains(&id))
+                    && (!kinds.batch.contains(&id) || kinds.update.contains(&id))
                     && !var_ps.contains_key(&id)
-                    && !checks.contains(&id);
-                if candidate {
-                    // Wanted by two ps tasks: computed once, on the worker.
-                    if place.insert(id, k).is_some() {
-                        place.insert(id, usize::MAX);
-                    }
+                    && !kinds.checks.contains(&id);
+                if candidate && place.insert(id, k).is_some() {
+                    place.insert(id, usize::MAX);
                 }
             }
         }
         place.retain(|_, k| *k != usize::MAX);
-        // What a role names is read by the worker (the learning rate for logs).
-        let role_nodes: BTreeSet<NodeId> =
-            g.roles.outlets().iter().map(|o| o.node).filter(|n| !sparse.contains(n)).collect();
-        // A computed value another partition reads is computed on the worker instead, so
-        // that ps tasks serve only variables: until nothing moves.
-        loop {
-            let mut moved = false;
-            for &id in order.iter().rev() {
-                let Some(&k) = place.get(&id) else { continue };
-                if var_ps.contains_key(&id) || Some(id) == old_train_op {
-                    continue;
-                }
-                let read_elsewhere = role_nodes.contains(&id)
-                    || g.consumers(id).iter().any(|(c, _, _)| Some(*c) != old_train_op && place.get(c) != Some(&k));
-                if read_elsewhere {
-                    place.remove(&id);
-                    moved = true;
-                }
-            }
-            if !moved {
-                break;
-            }
-        }
-        // Constant expressions (no variable, no batch behind them) live with their
-        // consumers when those are all on one ps task, so no transfer carries a constant.
-        let mut stateful: BTreeSet<NodeId> = BTreeSet::new();
-        for &id in &order {
-            let n = g.node(id);
-            if matches!(n.op, Op::Variable(_)) || n.inputs.iter().any(|o| stateful.contains(&o.node)) {
-                stateful.insert(id);
-            }
-        }
-        for &id in order.iter().rev() {
-            if batch.contains(&id) || stateful.contains(&id) || role_nodes.contains(&id) {
-                continue;
-            }
-            let homes: BTreeSet<Option<usize>> =
-                g.consumers(id).iter().map(|(c, _, _)| place.get(c).copied()).collect();
-            if let [Some(k)] = homes.into_iter().collect::<Vec<_>>()[..] {
-                place.insert(id, k);
-            }
-        }
-        let device_of = |id: NodeId| place.get(&id).map(|&k| Placement::Ps(k)).unwrap_or(WORKER);
-        for &id in &order {
-            g.set_placement(id, Some(device_of(id)));
-        }
-        // Assignments per ps task, for their groups.
-        let mut assigns: BTreeMap<usize, Vec<Outlet>> = BTreeMap::new();
-        for &id in &order {
-            if matches!(g.node(id).op, Op::Assign(_))
-                && let Some(&k) = place.get(&id)
-            {
-                assigns.entry(k).or_default().push(Outlet::from(id));
-            }
-        }
-        if let Some(old) = old_train_op {
-            g.roles.train_op = None;
-            g.remove_node(old)?;
-        }
-        // A transfer per crossing edge, one per source value and destination; ps to ps
-        // goes through the worker.
-        let mut transfers: BTreeMap<(Outlet, Placement), Outlet> = BTreeMap::new();
-        let mut sent: Vec<Outlet> = Vec::new();
-        let nodes: Vec<NodeId> = g.topological_order()?;
-        for id in nodes {
-            if matches!(g.node(id).op, Op::Transfer(_)) {
-                continue;
-            }
-            let to = device_of(id);
-            let inputs = g.node(id).inputs.clone();
-            for (i, src) in inputs.iter().enumerate() {
-                let from = device_of(src.node);
-                if from == to {
-                    continue;
-                }
-                let via_worker =
-                    if from != WORKER && to != WORKER { transfer(g, &mut transfers, *src, WORKER)? } else { *src };
-                let t = transfer(g, &mut transfers, via_worker, to)?;
-                if to != WORKER && !sent.contains(&via_worker) {
-                    sent.push(via_worker);
-                }
-                g.set_input(id, i, t);
-            }
-        }
-        // The worker's step is done when everything it sends is computed.
-        let mut b = GraphBuilder::new(g);
-        let train_op = b.group("train_op", &sent)?;
-        g.set_placement(train_op.node, Some(WORKER));
-        g.roles.train_op = Some(train_op);
-        for (k, outlets) in assigns {
-            let mut b = GraphBuilder::new(g);
-            let group = b.group(&format!("train_op_ps_{k}"), &outlets)?;
-            g.set_placement(group.node, Some(Placement::Ps(k)));
-            g.roles.fetches.insert(format!("train_op/{}", Placement::Ps(k)), group);
-        }
-        Ok(true)
+        place
     }
+}
+
+/// A computed value another partition reads is computed on the worker instead, so that
+/// ps tasks serve only variables: until nothing moves.
+fn serve_only_variables(
+    g: &Graph,
+    order: &[NodeId],
+    var_ps: &BTreeMap<NodeId, usize>,
+    old_train_op: Option<NodeId>,
+    role_nodes: &BTreeSet<NodeId>,
+    place: &mut BTreeMap<NodeId, usize>,
+) {
+    loop {
+        let mut moved = false;
+        for &id in order.iter().rev() {
+            let Some(&k) = place.get(&id) else { continue };
+            if var_ps.contains_key(&id) || Some(id) == old_train_op {
+                continue;
+            }
+            let read_elsewhere = role_nodes.contains(&id)
+                || g.consumers(id).iter().any(|(c, _, _)| Some(*c) != old_train_op && place.get(c) != Some(&k));
+            if read_elsewhere {
+                place.remove(&id);
+                moved = true;
+            }
+        }
+        if !moved {
+            break;
+        }
+    }
+}
+
+/// Constant expressions (no variable, no batch behind them) live with their consumers
+/// when those are all on one ps task, so no transfer carries a constant.
+fn co_locate_constants(
+    g: &Graph,
+    order: &[NodeId],
+    kinds: &NodeKinds,
+    role_nodes: &BTreeSet<NodeId>,
+    place: &mut BTreeMap<NodeId, usize>,
+) {
+    let mut stateful: BTreeSet<NodeId> = BTreeSet::new();
+    for &id in order {
+        let n = g.node(id);
+        if matches!(n.op, Op::Variable(_)) || n.inputs.iter().any(|o| stateful.contains(&o.node)) {
+            stateful.insert(id);
+        }
+    }
+    for &id in order.iter().rev() {
+        if kinds.batch.contains(&id) || stateful.contains(&id) || role_nodes.contains(&id) {
+            continue;
+        }
+        let homes: BTreeSet<Option<usize>> = g.consumers(id).iter().map(|(c, _, _)| place.get(c).copied()).collect();
+        if let [Some(k)] = homes.into_iter().collect::<Vec<_>>()[..] {
+            place.insert(id, k);
+        }
+    }
+}
+
+/// A transfer per crossing edge, one per source value and destination; ps to ps goes
+/// through the worker. Returns what the worker sends the ps tasks.
+fn insert_transfers(g: &mut Graph, device_of: &dyn Fn(NodeId) -> Placement) -> Result<Vec<Outlet>> {
+    let mut transfers: BTreeMap<(Outlet, Placement), Outlet> = BTreeMap::new();
+    let mut sent: Vec<Outlet> = Vec::new();
+    let nodes: Vec<NodeId> = g.topological_order()?;
+    for id in nodes {
+        if matches!(g.node(id).op, Op::Transfer(_)) {
+            continue;
+        }
+        let to = device_of(id);
+        let inputs = g.node(id).inputs.clone();
+        for (i, src) in inputs.iter().enumerate() {
+            let from = device_of(src.node);
+            if from == to {
+                continue;
+            }
+            let via_worker =
+                if from != WORKER && to != WORKER { transfer(g, &mut transfers, *src, WORKER)? } else { *src };
+            let t = transfer(g, &mut transfers, via_worker, to)?;
+            if to != WORKER && !sent.contains(&via_worker) {
+                sent.push(via_worker);
+            }
+            g.set_input(id, i, t);
+        }
+    }
+    Ok(sent)
 }
 
 /// The transfer of `src` to `to`, made once.
