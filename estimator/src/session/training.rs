@@ -134,127 +134,33 @@ impl TrainingSession<'_> {
         let stop = Cell::new(false);
         self.with_ctx(&stop, |ctx| hooks.iter_mut().try_for_each(|h| h.begin(ctx)))?;
         self.with_ctx(&stop, |ctx| hooks.iter_mut().try_for_each(|h| h.after_create_session(ctx)))?;
-        let loss = self.compiled.loss.ok_or_else(|| EstimatorError::Other("training graph has no loss".into()))?;
-        let train_op =
-            self.compiled.train_op.ok_or_else(|| EstimatorError::Other("training graph has no train op".into()))?;
-        let mut last_loss = None;
-        let (mut skipped, mut skipped_in_a_row) = (0u64, 0u64);
-        // In a cluster, tasks agree on the step to stop at (see `AgreeOnStop`).
-        let stop_request = self.compiled.named.get(STOP_REQUEST).copied();
-        let on_device = self.replicas.on_queued_device();
-        let mut announced = false;
+        let graph = StepGraph::of(self.compiled, &self.replicas)?;
+        let mut progress = Progress::default();
         let result = (|| -> Result<()> {
             while !stop.get() {
                 let asked = preemption::requested();
-                if let Some(signal) = asked
-                    && !announced
-                {
-                    announced = true;
-                    match stop_request {
-                        Some(_) => log::info!(
-                            "Received {signal}: the cluster stops after the next step, then the chief saves a checkpoint"
-                        ),
-                        None => {
-                            log::info!("Received {signal}: stopping at step {}; saving a checkpoint", self.global_step)
-                        }
-                    }
-                }
-                if asked.is_some() && stop_request.is_none() {
+                progress.announce(asked, graph.stop_request.is_some(), self.global_step);
+                if asked.is_some() && graph.stop_request.is_none() {
                     self.preempted = Some(asked);
                     break;
                 }
-                let mut args = RunArgs::default();
-                for h in hooks.iter_mut() {
-                    let a = self.with_ctx(&stop, |ctx| h.before_run(ctx))?;
-                    args.fetches.extend(a.fetches);
-                    args.profile |= a.profile;
-                }
-                args.fetches.sort();
-                args.fetches.dedup();
-                let mut fetches: Vec<Outlet> = vec![loss, train_op];
-                for name in &args.fetches {
-                    let o = self.compiled.fetch(name).ok_or_else(|| EstimatorError::Hook {
-                        hook: "before_run".into(),
-                        reason: format!("no tensor named '{name}' (hooks must list node names in required_tensors)"),
-                    })?;
-                    fetches.push(o);
-                }
-                fetches.extend(stop_request);
+                let (args, fetches) = self.step_fetches(hooks, &stop, &graph)?;
                 let waited = Instant::now();
-                let mut batches: Vec<Batch> = Vec::with_capacity(self.replicas.len());
-                for _ in 0..self.replicas.len() {
-                    match self.input.next() {
-                        Some(b) => batches.push(b?),
-                        None => {
-                            log::info!("Input exhausted at step {}", self.global_step);
-                            stop.set(true);
-                            break;
-                        }
-                    }
-                }
-                if batches.len() < self.replicas.len() {
-                    break;
-                }
-                if stop_request.is_some() {
-                    let flag = HostTensor::scalar_f32(if asked.is_some() { 1.0 } else { 0.0 });
-                    // Fed like a feature: batches are the step's feeds.
-                    batches.iter_mut().for_each(|b| {
-                        b.features.insert(STOP_REQUEST.into(), flag.clone());
-                    });
-                }
+                let Some(batches) = self.next_batches(&stop, graph.stop_request.is_some(), asked)? else { break };
                 let input_wait = waited.elapsed();
                 let started = Instant::now();
                 let reads_before = engine_runtime::device_reads();
                 let options = RunOptions { step: self.global_step as i64, replica: 0, profile: args.profile };
                 let ids: Vec<Vec<u64>> = batches.iter().map(|b| b.ids.clone()).collect();
-                let outs = match self.replicas.run(batches, &fetches, options) {
-                    Ok(outs) => outs,
-                    Err(EstimatorError::Runtime(engine_runtime::RuntimeError::LabelOutOfRange {
-                        label,
-                        position,
-                        classes,
-                        replica,
-                        ..
-                    })) => {
-                        // Named by where the example came from, not its row in a batch.
-                        let id = ids.get(replica as usize).and_then(|b| b.get(position)).copied();
-                        let example = match id {
-                            Some(id) => self.input.locate(id),
-                            None => format!("row {position} of the batch"),
-                        };
-                        return Err(EstimatorError::LabelOutOfRange { label, classes, example });
-                    }
-                    Err(e) => return Err(e),
-                };
+                let outs = self.run_replicas(batches, &fetches, options, &ids)?;
                 self.examples_seen += self.global_batch_size as u64;
                 let step_time = started.elapsed();
                 if let Some(values) = outs.first().map(|o| &o.non_finite).filter(|v| !v.is_empty()) {
-                    let error = self.non_finite_error(values, &ids)?;
-                    let NonFinitePolicy::Skip { max_consecutive } = self.non_finite else { return Err(error) };
-                    skipped += 1;
-                    skipped_in_a_row += 1;
-                    if skipped_in_a_row > max_consecutive {
-                        log::error!(
-                            "{skipped_in_a_row} batches in a row were not finite (at most {max_consecutive} may be skipped)"
-                        );
-                        return Err(error);
-                    }
-                    log::warn!("Skipping a batch: {error} ({skipped} skipped so far)");
-                    self.record_skipped(skipped)?;
+                    self.skip_or_fail(values, &ids, &mut progress)?;
                     continue;
                 }
-                skipped_in_a_row = 0;
-                // With ps tasks, the global step counts the updates every task applied.
-                self.global_step = self.replicas.remote_global_step().unwrap_or(self.global_step + 1);
-                if self.replicas.finished() {
-                    log::info!("Training is over (the chief finished) at global step {}", self.global_step);
-                    stop.set(true);
-                }
-                if self.replicas.stopping() {
-                    log::info!("Stopping at global step {}: a ps task was asked to stop", self.global_step);
-                    self.preempted = Some(None);
-                    stop.set(true);
-                }
+                progress.skipped_in_a_row = 0;
+                self.advance(&stop);
                 let first = outs.first().ok_or_else(|| EstimatorError::Other("no replica ran".into()))?;
                 // The logged loss is the global batch's: all-reduced in the graph by the
                 // all-reducing strategies, else combined from the local replicas.
@@ -263,7 +169,7 @@ impl TrainingSession<'_> {
                     .map(|o| Ok(o.fetched[0].to_host()?.scalar_value().unwrap_or(f64::NAN)))
                     .collect::<Result<Vec<f64>>>()?;
                 let step_loss = self.compiled.replica_losses.combine(&losses);
-                last_loss = Some(step_loss);
+                progress.last_loss = Some(step_loss);
                 let mut results = BTreeMap::new();
                 results.insert("loss".to_string(), HostTensor::scalar_f32(step_loss as f32));
                 for (name, value) in args.fetches.iter().zip(&first.fetched[2..]) {
@@ -273,7 +179,7 @@ impl TrainingSession<'_> {
                 }
                 // The step's reads: its own and the fetched results' (the loss comes back
                 // with the numerics flag, so reading it here costs nothing more).
-                let device_reads = on_device.then(|| engine_runtime::device_reads().saturating_sub(reads_before));
+                let device_reads = graph.on_device.then(|| engine_runtime::device_reads().saturating_sub(reads_before));
                 let values = RunValues {
                     results,
                     timings: first.timings.clone(),
@@ -282,7 +188,7 @@ impl TrainingSession<'_> {
                     collectives: first.collectives.clone(),
                     device_reads,
                 };
-                let agreed = match stop_request {
+                let agreed = match graph.stop_request {
                     Some(_) => first
                         .fetched
                         .last()
@@ -310,6 +216,168 @@ impl TrainingSession<'_> {
         // records a state the failure may have left half-advanced (the input position).
         result?;
         self.with_ctx(&stop, |ctx| hooks.iter_mut().try_for_each(|h| h.end(ctx)))?;
-        Ok(TrainOutcome { global_step: self.global_step, loss: last_loss })
+        Ok(TrainOutcome { global_step: self.global_step, loss: progress.last_loss })
+    }
+
+    /// What every step fetches: the loss, the train op, what the hooks ask for (each
+    /// hook's `before_run`), and in a cluster the agreed stop.
+    fn step_fetches(
+        &self,
+        hooks: &mut [Box<dyn SessionRunHook + '_>],
+        stop: &Cell<bool>,
+        graph: &StepGraph,
+    ) -> Result<(RunArgs, Vec<Outlet>)> {
+        let mut args = RunArgs::default();
+        for h in hooks.iter_mut() {
+            let a = self.with_ctx(stop, |ctx| h.before_run(ctx))?;
+            args.fetches.extend(a.fetches);
+            args.profile |= a.profile;
+        }
+        args.fetches.sort();
+        args.fetches.dedup();
+        let mut fetches: Vec<Outlet> = vec![graph.loss, graph.train_op];
+        for name in &args.fetches {
+            let o = self.compiled.fetch(name).ok_or_else(|| EstimatorError::Hook {
+                hook: "before_run".into(),
+                reason: format!("no tensor named '{name}' (hooks must list node names in required_tensors)"),
+            })?;
+            fetches.push(o);
+        }
+        fetches.extend(graph.stop_request);
+        Ok((args, fetches))
+    }
+
+    /// One batch per local replica, or `None` (and a stop) when the input is exhausted. In
+    /// a cluster each batch also carries whether this task was asked to stop.
+    fn next_batches(&mut self, stop: &Cell<bool>, agrees: bool, asked: Option<Signal>) -> Result<Option<Vec<Batch>>> {
+        let mut batches: Vec<Batch> = Vec::with_capacity(self.replicas.len());
+        for _ in 0..self.replicas.len() {
+            match self.input.next() {
+                Some(b) => batches.push(b?),
+                None => {
+                    log::info!("Input exhausted at step {}", self.global_step);
+                    stop.set(true);
+                    return Ok(None);
+                }
+            }
+        }
+        if agrees {
+            let flag = HostTensor::scalar_f32(if asked.is_some() { 1.0 } else { 0.0 });
+            // Fed like a feature: batches are the step's feeds.
+            batches.iter_mut().for_each(|b| {
+                b.features.insert(STOP_REQUEST.into(), flag.clone());
+            });
+        }
+        Ok(Some(batches))
+    }
+
+    /// Runs the step on every replica; a label out of range is named by where its example
+    /// came from, not by its row in a batch.
+    fn run_replicas(
+        &mut self,
+        batches: Vec<Batch>,
+        fetches: &[Outlet],
+        options: RunOptions,
+        ids: &[Vec<u64>],
+    ) -> Result<Vec<engine_runtime::StepOutput>> {
+        match self.replicas.run(batches, fetches, options) {
+            Err(EstimatorError::Runtime(engine_runtime::RuntimeError::LabelOutOfRange {
+                label,
+                position,
+                classes,
+                replica,
+                ..
+            })) => {
+                let id = ids.get(replica as usize).and_then(|b| b.get(position)).copied();
+                let example = match id {
+                    Some(id) => self.input.locate(id),
+                    None => format!("row {position} of the batch"),
+                };
+                Err(EstimatorError::LabelOutOfRange { label, classes, example })
+            }
+            other => other,
+        }
+    }
+
+    /// A step whose values were not finite committed nothing: under `Skip` it is counted
+    /// and training goes on, unless too many came in a row; under `Stop` it is the error.
+    fn skip_or_fail(&self, values: &[NonFinite], ids: &[Vec<u64>], progress: &mut Progress) -> Result<()> {
+        let error = self.non_finite_error(values, ids)?;
+        let NonFinitePolicy::Skip { max_consecutive } = self.non_finite else { return Err(error) };
+        progress.skipped += 1;
+        progress.skipped_in_a_row += 1;
+        if progress.skipped_in_a_row > max_consecutive {
+            log::error!(
+                "{} batches in a row were not finite (at most {max_consecutive} may be skipped)",
+                progress.skipped_in_a_row
+            );
+            return Err(error);
+        }
+        log::warn!("Skipping a batch: {error} ({} skipped so far)", progress.skipped);
+        self.record_skipped(progress.skipped)
+    }
+
+    /// The global step after a step that committed (with ps tasks, the updates every task
+    /// applied), and a stop when the chief finished or a ps task was asked to stop.
+    fn advance(&mut self, stop: &Cell<bool>) {
+        self.global_step = self.replicas.remote_global_step().unwrap_or(self.global_step + 1);
+        if self.replicas.finished() {
+            log::info!("Training is over (the chief finished) at global step {}", self.global_step);
+            stop.set(true);
+        }
+        if self.replicas.stopping() {
+            log::info!("Stopping at global step {}: a ps task was asked to stop", self.global_step);
+            self.preempted = Some(None);
+            stop.set(true);
+        }
+    }
+}
+
+/// What of the compiled graph every step needs.
+struct StepGraph {
+    loss: Outlet,
+    train_op: Outlet,
+    /// In a cluster, the flag tasks agree on the step to stop at (see `AgreeOnStop`).
+    stop_request: Option<Outlet>,
+    /// Whether the replicas run on a queued device (their reads are counted).
+    on_device: bool,
+}
+
+impl StepGraph {
+    fn of(compiled: &Compiled, replicas: &Replicas) -> Result<Self> {
+        let loss = compiled.loss.ok_or_else(|| EstimatorError::Other("training graph has no loss".into()))?;
+        let train_op =
+            compiled.train_op.ok_or_else(|| EstimatorError::Other("training graph has no train op".into()))?;
+        Ok(StepGraph {
+            loss,
+            train_op,
+            stop_request: compiled.named.get(STOP_REQUEST).copied(),
+            on_device: replicas.on_queued_device(),
+        })
+    }
+}
+
+/// What the loop carries from step to step.
+#[derive(Default)]
+struct Progress {
+    last_loss: Option<f64>,
+    skipped: u64,
+    skipped_in_a_row: u64,
+    announced: bool,
+}
+
+impl Progress {
+    /// Says once that a stop was asked for, and how it will happen.
+    fn announce(&mut self, asked: Option<Signal>, agreed: bool, step: u64) {
+        let Some(signal) = asked else { return };
+        if self.announced {
+            return;
+        }
+        self.announced = true;
+        if agreed {
+            log::info!("Received {signal}: the cluster stops after the next step, then the chief saves a checkpoint");
+        } else {
+            log::info!("Received {signal}: stopping at step {step}; saving a checkpoint");
+        }
     }
 }

@@ -1,0 +1,288 @@
+//! `train`'s steps: take the model dir (its writer lease, the newest checkpoint that
+//! loads), compile and start the replicas where the checkpoint left off, assemble the
+//! hooks in TensorFlow's order, run the session, and end together with the cluster.
+
+use super::{Estimator, StepLimit};
+use crate::{
+    EstimatorError, InputFn, Mode, Result,
+    checkpoint::{Checkpoint, RestoredCheckpoint, WriterLock, read_checkpoint},
+    hooks::{
+        CheckpointSaverHook, CheckpointSaverListener, FaultInjectionHook, LoggingTensorHook, NanTensorHook,
+        ProgressBarHook, SessionRunHook, SharedSummaryWriter, StepCounterHook, StopAtStepHook, SummarySaverHook,
+    },
+    input::{Dataset, DatasetIter, IteratorState},
+    session::{Compiled, Replicas, TrainOutcome, TrainingSession, compile},
+    strategy::Strategy,
+    summary::{HParam, SummaryWriter},
+};
+use engine_runtime::cluster::TaskType;
+use std::sync::{Arc, Mutex};
+
+impl Estimator {
+    pub(crate) fn train_with<'l>(
+        &self,
+        input_fn: &dyn InputFn,
+        hooks: Vec<Box<dyn SessionRunHook>>,
+        limit: StepLimit,
+        saving_listeners: Vec<Box<dyn CheckpointSaverListener + 'l>>,
+        trigger: crate::CheckpointTrigger,
+    ) -> Result<TrainOutcome> {
+        if self.train_strategy.cluster().is_some_and(|c| c.task().task_type == TaskType::Ps) {
+            return self.serve_parameters(input_fn, &hooks);
+        }
+        // One writer per model dir, for as long as this training runs (see `WriterLock`).
+        let _writer = match self.train_strategy.is_chief() {
+            true => Some(WriterLock::acquire(&self.model_dir, &command_line(), WRITER_LEASE)?),
+            false => None,
+        };
+        let restored = self.restore_for_training()?;
+        let start = restored.as_ref().map(|r| r.checkpoint.step).unwrap_or(0);
+        let last_step = match limit {
+            StepLimit::Steps(n) => Some(start + n),
+            StepLimit::MaxSteps(m) => Some(m),
+            StepLimit::UntilInputEnds => None,
+        };
+        if let Some(last) = last_step
+            && start >= last
+        {
+            log::info!("Skipping training since max_steps has already saved.");
+            return Ok(TrainOutcome { global_step: start, loss: None });
+        }
+        let strategy = self.train_strategy.clone();
+        let dataset = self.dataset(input_fn, Mode::Train, strategy.as_ref())?;
+        let schema = dataset.schema()?;
+        let required: Vec<String> = hooks.iter().flat_map(|h| h.required_tensors()).collect();
+        let mut compiled =
+            compile(self.model_fn.as_ref(), &self.params, Mode::Train, &schema, strategy.as_ref(), &required)?;
+        self.check_memory(&compiled, &dataset, strategy.as_ref())?;
+        let (mut replicas, input) = self.start_replicas(&compiled, &dataset, restored.as_ref())?;
+        let mut start = start;
+        if strategy.cluster().is_some() {
+            replicas.sync_from_chief(start, self.seed)?;
+            if let Some(step) = replicas.remote_global_step() {
+                start = step;
+            }
+        }
+        let global_batch = schema_batch(&dataset) * strategy.num_replicas_in_sync();
+        let examples_seen = match &restored {
+            Some(r) => r.checkpoint.meta.examples_seen.unwrap_or(start * global_batch as u64),
+            None => 0,
+        };
+        let is_chief = strategy.is_chief();
+        let summary = if is_chief { self.training_summaries(&compiled, start)? } else { None };
+        let mut all_hooks = self.training_hooks(&mut compiled, hooks, last_step)?;
+        // The saver runs last so that a checkpoint includes what other hooks did.
+        if is_chief {
+            all_hooks.push(Box::new(CheckpointSaverHook::new(trigger, saving_listeners)));
+        }
+        let mut session = TrainingSession {
+            compiled: &compiled,
+            replicas,
+            input,
+            global_step: start,
+            model_dir: &self.model_dir,
+            checkpoints: &self.checkpoints,
+            summary,
+            is_chief,
+            global_batch_size: global_batch,
+            non_finite: self.config.non_finite,
+            in_cluster: strategy.cluster().is_some(),
+            preempted: None,
+            examples_seen,
+        };
+        let outcome = session.run(&mut all_hooks)?;
+        // Every task of a cluster ends the same step; the chief arrives after its final
+        // checkpoint, so no task exits while another still needs it.
+        if strategy.cluster().is_some() {
+            session.replicas.barrier()?;
+        }
+        if let Some(signal) = session.preempted {
+            return Err(EstimatorError::Preempted { signal, step: Some(outcome.global_step) });
+        }
+        if let Some(loss) = outcome.loss {
+            log::info!("Loss for final step: {loss:.7}.");
+        }
+        Ok(outcome)
+    }
+
+    /// The newest checkpoint that loads, after the chief clears what interrupted saves
+    /// left; damage skipped on the way is reported.
+    fn restore_for_training(&self) -> Result<Option<RestoredCheckpoint>> {
+        if self.train_strategy.is_chief() {
+            for path in self.checkpoints.remove_interrupted_saves()? {
+                log::info!("Removed {}, left by a save that was interrupted", path.display());
+            }
+        }
+        let restored = self.checkpoints.restore_latest_valid()?;
+        if let Some(r) = restored.as_ref().filter(|r| !r.skipped.is_empty()) {
+            for skipped in &r.skipped {
+                log::warn!("Damage in the model dir: {skipped}");
+            }
+            log::warn!(
+                "Resuming from {}, the newest checkpoint that loads; the next save repairs the state file",
+                r.checkpoint.path
+            );
+        }
+        Ok(restored)
+    }
+
+    /// The replicas with their variables (restored, or initialized and warm-started) and
+    /// the input, resumed where the checkpoint left it.
+    fn start_replicas(
+        &self,
+        compiled: &Compiled,
+        dataset: &Dataset,
+        restored: Option<&RestoredCheckpoint>,
+    ) -> Result<(Replicas, DatasetIter)> {
+        let strategy = self.train_strategy.as_ref();
+        let mut replicas = Replicas::new(compiled, strategy, self.config.precision)?;
+        let input = match restored {
+            Some(r) => {
+                let loaded = replicas.restore(&r.checkpoint.tensors, self.seed)?;
+                log::info!("Restoring parameters from {} ({} variables)", r.checkpoint.path, loaded.len());
+                if r.checkpoint.meta.fingerprint != compiled.fingerprint {
+                    log::warn!(
+                        "checkpoint {} was written by a graph with fingerprint {}, this one is {}; restored by name",
+                        r.checkpoint.path,
+                        r.checkpoint.meta.fingerprint,
+                        compiled.fingerprint
+                    );
+                }
+                resume_input(dataset, &r.checkpoint, strategy, replicas.len() as u64)?
+            }
+            None => {
+                replicas.initialize(self.seed)?;
+                if let Some(ws) = &self.warm_start {
+                    let values = ws.select(&read_checkpoint(&ws.checkpoint, self.config.s3.as_ref())?.tensors)?;
+                    let loaded = replicas.restore(&values, self.seed)?;
+                    log::info!("Warm-started {} variables from {}", loaded.len(), ws.checkpoint);
+                }
+                dataset.iter()?
+            }
+        };
+        Ok((replicas, input))
+    }
+
+    /// The chief's summary writer, with the graph and the hyperparameters written first
+    /// (`None` when summaries are off).
+    fn training_summaries(&self, compiled: &Compiled, start: u64) -> Result<Option<SharedSummaryWriter>> {
+        if self.config.save_summary_steps == 0 {
+            return Ok(None);
+        }
+        let mut writer = SummaryWriter::new(&self.model_dir, "")?;
+        writer.graph(start, &compiled.plan.graph)?;
+        let mut hparams = self.hparams.clone();
+        hparams.insert("strategy".into(), HParam::Text(self.train_strategy.name().to_string()));
+        hparams.insert("random_seed".into(), HParam::Number(self.seed as f64));
+        writer.hparams(&hparams)?;
+        Ok(Some(Arc::new(Mutex::new(writer))))
+    }
+
+    /// Training's hooks in TensorFlow's order: the NaN check and the loss log, a fault
+    /// injected for tests, the stop, the model function's hooks, the chief's defaults
+    /// (unless the spec or the caller configures its own), then the caller's. The saver is
+    /// added after these.
+    fn training_hooks<'l>(
+        &self,
+        compiled: &mut Compiled,
+        mut user_hooks: Vec<Box<dyn SessionRunHook>>,
+        last_step: Option<u64>,
+    ) -> Result<Vec<Box<dyn SessionRunHook + 'l>>> {
+        let strategy = self.train_strategy.as_ref();
+        let mut all_hooks: Vec<Box<dyn SessionRunHook + 'l>> = vec![
+            Box::new(NanTensorHook::default()),
+            Box::new(LoggingTensorHook::new(&["loss", "global_step"], self.config.log_step_count_steps)),
+        ];
+        // A testing aid, armed only by its environment variable: it exits before any other
+        // hook sees the step it fires at.
+        if let Some(fault) = FaultInjectionHook::from_env(strategy.cluster())? {
+            all_hooks.insert(0, Box::new(fault));
+        }
+        if let Some(last) = last_step {
+            all_hooks.push(Box::new(StopAtStepHook::at(last)));
+        }
+        all_hooks.extend(compiled.spec_hooks.drain(..));
+        if strategy.is_chief() {
+            all_hooks.extend(compiled.spec_chief_hooks.drain(..));
+            // A step counter or summary saver the spec or the caller configures replaces
+            // the default one: two would write every scalar twice.
+            let given =
+                |name: &str| all_hooks.iter().any(|h| h.name() == name) || user_hooks.iter().any(|h| h.name() == name);
+            let (counter, saver, bar) = (given("StepCounterHook"), given("SummarySaverHook"), given("ProgressBarHook"));
+            if !bar {
+                all_hooks.push(Box::new(ProgressBarHook::new(last_step)));
+            }
+            if !counter {
+                all_hooks.push(Box::new(StepCounterHook::new(self.config.log_step_count_steps)));
+            }
+            if self.config.save_summary_steps > 0 && !saver {
+                all_hooks.push(Box::new(SummarySaverHook::new(self.config.save_summary_steps, false)));
+            }
+        }
+        all_hooks.extend(user_hooks.drain(..));
+        Ok(all_hooks)
+    }
+}
+
+/// Where this process's input pipeline resumes after `checkpoint`: exactly where it was, when
+/// the checkpoint recorded this pipeline's position for this very dataset; else (another
+/// worker's shard, or a pipeline that changed since: its batch size, shuffle buffer, files
+/// or the strategy's replica count) after as many examples as the job had read, replayed in
+/// the new pipeline's order. TensorFlow restarts its input in the second case; the warning
+/// says what happened.
+fn resume_input(
+    dataset: &Dataset,
+    checkpoint: &Checkpoint,
+    strategy: &dyn Strategy,
+    local_replicas: u64,
+) -> Result<crate::input::DatasetIter> {
+    let context = strategy.input_context();
+    let global_batch = (schema_batch(dataset) * strategy.num_replicas_in_sync()).max(1) as u64;
+    let examples = checkpoint.meta.examples_seen.unwrap_or(checkpoint.step * global_batch);
+    let replay = || dataset.iter_after(examples / global_batch * local_replicas);
+    let why = match IteratorState::from_json(&checkpoint.meta.input_state) {
+        Ok(state)
+            if state.shard_index == context.input_pipeline_id && state.num_shards == context.num_input_pipelines =>
+        {
+            match dataset.iter_from(&state) {
+                Ok(iter) => return Ok(iter),
+                Err(crate::input::InputError::State(_)) => {
+                    "its source, batch size, shuffle buffer, maps or filters changed".to_string()
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        // The chief records its own pipeline's position; another worker's shard is at the
+        // same step, which a replay from its start reaches exactly.
+        Ok(state) if state.num_shards == context.num_input_pipelines => return Ok(replay()?),
+        Ok(state) => format!("{} input pipelines then, {} now", state.num_shards, context.num_input_pipelines),
+        Err(e) => e.to_string(),
+    };
+    log::warn!(
+        "The input pipeline is not the one {} was saved with ({why}): continuing after example {examples}, \
+         in the new pipeline's order (TensorFlow would restart the input)",
+        checkpoint.path
+    );
+    Ok(replay()?)
+}
+
+/// The per-replica batch size of a training dataset (its first batch's rows).
+pub(super) fn schema_batch(dataset: &Dataset) -> usize {
+    dataset.batch_size().unwrap_or(1)
+}
+
+/// How long the chief's writer lease lives without a renewal (renewed every third of it),
+/// for a holder on another host; on the same host a dead holder is seen at once.
+const WRITER_LEASE: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// This process as a user would recognize it: `engine run specs/x.ron --strategy mirrored`.
+fn command_line() -> String {
+    let args: Vec<String> = std::env::args().collect();
+    let mut text = args.join(" ");
+    if let Some(first) = args.first()
+        && let Some(base) = std::path::Path::new(first).file_name().and_then(|b| b.to_str())
+    {
+        text = text.replacen(first.as_str(), base, 1);
+    }
+    text.chars().take(200).collect()
+}
