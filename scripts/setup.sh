@@ -3,7 +3,7 @@
 # (Debian's dataset-fashion-mnist, and the same images as a CSV table in data/) and, with --test, Mesa's lavapipe (Vulkan on the CPU,
 # for the wgpu backend's tests) and the Python packages the tests use to check our files
 # against real readers and writers (TensorBoard, safetensors, tfrecord, moto's S3 server)
-# in ./.venv. Idempotent: re-running does only what is missing.
+# in ./.venv, and rustfmt and clippy, which the test command runs first. Idempotent: re-running does only what is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -38,6 +38,12 @@ if $want_tests && [ ! -f /usr/share/vulkan/icd.d/lvp_icd.x86_64.json ]; then
   export DEBIAN_FRONTEND=noninteractive
   as_root apt-get update -qq
   as_root apt-get install -y -qq mesa-vulkan-drivers libvulkan1 >/dev/null
+fi
+
+if $want_tests && ! { cargo fmt --version && cargo clippy --version; } >/dev/null 2>&1; then
+  # The test command checks formatting and lints first.
+  echo "setup: adding the rustfmt and clippy components" >&2
+  rustup component add rustfmt clippy
 fi
 
 if $want_tests; then

@@ -1,4 +1,5 @@
 //! Every kind of spec error, with its exact `line:col` and field path.
+#![allow(clippy::panic, clippy::expect_used, reason = "test helpers fail the test by panicking")]
 
 use engine_cli::{
     lower::{self, LowerError, Mode},

@@ -3,6 +3,7 @@
 //! is refused with the fields valid there, an unknown name with the names valid there, so
 //! a field or a layer added to the code without a word in the reference fails this test,
 //! listing what is missing.
+#![allow(clippy::panic, clippy::expect_used, reason = "test helpers fail the test by panicking")]
 
 use engine_cli::{
     job,
@@ -162,10 +163,10 @@ fn the_reference_shows_every_command_and_flag() {
             missing.push(format!("engine {name}"));
         }
         for arg in command.get_arguments() {
-            if let Some(long) = arg.get_long().filter(|l| *l != "help") {
-                if !section.contains(&format!("--{long}")) {
-                    missing.push(format!("engine {name} --{long}"));
-                }
+            if let Some(long) = arg.get_long().filter(|l| *l != "help")
+                && !section.contains(&format!("--{long}"))
+            {
+                missing.push(format!("engine {name} --{long}"));
             }
         }
     }

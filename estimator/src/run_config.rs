@@ -153,7 +153,8 @@ impl RunConfig {
         if self.save_checkpoints_steps == Some(0) {
             return Err(EstimatorError::Config("save_checkpoints_steps must be positive".into()));
         }
-        if !(self.keep_checkpoint_every_n_hours > 0.0) {
+        // NaN included.
+        if self.keep_checkpoint_every_n_hours.is_nan() || self.keep_checkpoint_every_n_hours <= 0.0 {
             return Err(EstimatorError::Config("keep_checkpoint_every_n_hours must be positive".into()));
         }
         Ok(())

@@ -40,7 +40,7 @@ pub enum Initializer {
 
 /// Keras scales a truncated normal's standard deviation by this so that the truncated
 /// distribution has the intended variance.
-const TRUNCATED_STDDEV_CORRECTION: f32 = 0.879_625_66;
+const TRUNCATED_STDDEV_CORRECTION: f32 = 0.879_625_7;
 
 impl Initializer {
     /// Draws the initial value of a variable of `shape`.

@@ -41,7 +41,7 @@ impl Dim {
     }
 
     /// `self * other`, if the product is still expressible (at most one factor of `N`).
-    pub fn mul(self, other: Dim) -> Option<Dim> {
+    pub fn times(self, other: Dim) -> Option<Dim> {
         match (self, other) {
             (Dim::Known(a), Dim::Known(b)) => Some(Dim::Known(a * b)),
             (Dim::Known(a), Dim::Batch(k)) | (Dim::Batch(k), Dim::Known(a)) => {
@@ -102,7 +102,7 @@ impl Shape {
 
     /// The number of elements as a dimension (`k * N` or known), if expressible.
     pub fn volume(&self) -> Option<Dim> {
-        self.0.iter().try_fold(Dim::Known(1), |acc, &d| acc.mul(d))
+        self.0.iter().try_fold(Dim::Known(1), |acc, &d| acc.times(d))
     }
 
     /// The concrete dimensions for a batch size.

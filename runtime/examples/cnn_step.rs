@@ -96,7 +96,9 @@ fn main() -> anyhow::Result<()> {
         ),
         ("labels".to_string(), HostTensor::i64(vec![64], (0..64).map(|i| i % 10).collect())?),
     ]);
-    let fetch = [plan.graph.roles.loss.unwrap(), plan.graph.roles.train_op.unwrap()];
+    let roles = &plan.graph.roles;
+    let fetch =
+        [anyhow::Context::context(roles.loss, "no loss")?, anyhow::Context::context(roles.train_op, "no train op")?];
     let mut first = None;
     let steps = 100;
     let mut t = Instant::now();
@@ -129,9 +131,9 @@ fn main() -> anyhow::Result<()> {
         allocations as f64 / (steps - 50) as f64,
         bytes as f64 / (steps - 50) as f64 / 1e6
     );
-    println!("first step at {:?}; {:.2} ms/step; {:.0} examples/s", first.unwrap(), dt * 1000.0, 64.0 / dt);
+    println!("first step at {:?}; {:.2} ms/step; {:.0} examples/s", first.unwrap_or_default(), dt * 1000.0, 64.0 / dt);
     let mut v: Vec<_> = agg.into_iter().collect();
-    v.sort_by(|a, b| b.1.partial_cmp(&a.1).unwrap());
+    v.sort_by(|a, b| b.1.total_cmp(&a.1));
     for (op, ms) in v.iter().take(12) {
         println!("  {op:<60} {ms:.3} ms");
     }

@@ -174,10 +174,10 @@ fn pooling_matches_tensorflow() -> Result<()> {
     ] {
         let x = random(&xs, 3);
         let win = Window { kernel: [k, k], strides: [stride, stride], padding };
-        let y = eval(&[x.clone()], |b, i| b.max_pool2d(i[0], win))?;
+        let y = eval(std::slice::from_ref(&x), |b, i| b.max_pool2d(i[0], win))?;
         let (want, shape) = naive_pool(&x, k, stride, padding, true);
         close(&y, &want, &shape)?;
-        let y = eval(&[x.clone()], |b, i| b.avg_pool2d(i[0], win))?;
+        let y = eval(std::slice::from_ref(&x), |b, i| b.avg_pool2d(i[0], win))?;
         let (want, shape) = naive_pool(&x, k, stride, padding, false);
         close(&y, &want, &shape)?;
     }

@@ -182,6 +182,7 @@ impl Estimator {
     /// injected for tests, the stop, the model function's hooks, the chief's defaults
     /// (unless the spec or the caller configures its own), then the caller's. The saver is
     /// added after these.
+    #[allow(clippy::extend_with_drain, reason = "the hooks' lifetimes differ: `append` cannot take them")]
     fn training_hooks<'l>(
         &self,
         compiled: &mut Compiled,

@@ -114,7 +114,7 @@ impl SessionRunHook for EarlyStoppingHook {
         "EarlyStoppingHook"
     }
     fn after_run(&mut self, ctx: &HookContext<'_>, _: &RunValues) -> Result<()> {
-        if ctx.global_step % self.run_every_steps != 0 {
+        if !ctx.global_step.is_multiple_of(self.run_every_steps) {
             return Ok(());
         }
         let history = self.history(ctx)?;

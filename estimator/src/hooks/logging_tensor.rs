@@ -35,7 +35,7 @@ impl SessionRunHook for LoggingTensorHook {
             .collect()
     }
     fn before_run(&mut self, ctx: &HookContext<'_>) -> Result<RunArgs> {
-        self.due = ctx.global_step % self.every_n_iter == 0;
+        self.due = ctx.global_step.is_multiple_of(self.every_n_iter);
         Ok(RunArgs { fetches: if self.due { self.tensors.clone() } else { Vec::new() }, profile: false })
     }
     fn after_run(&mut self, ctx: &HookContext<'_>, values: &RunValues) -> Result<()> {

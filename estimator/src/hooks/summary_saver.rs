@@ -27,7 +27,7 @@ impl SessionRunHook for SummarySaverHook {
         "SummarySaverHook"
     }
     fn before_run(&mut self, ctx: &HookContext<'_>) -> Result<RunArgs> {
-        self.due = ctx.summary.is_some() && ctx.global_step % self.every_n_steps == 0;
+        self.due = ctx.summary.is_some() && ctx.global_step.is_multiple_of(self.every_n_steps);
         Ok(RunArgs { fetches: if self.due { self.scalars.clone() } else { Vec::new() }, profile: false })
     }
     fn after_run(&mut self, ctx: &HookContext<'_>, values: &RunValues) -> Result<()> {

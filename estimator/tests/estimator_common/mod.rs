@@ -4,7 +4,7 @@
 //! The model is linear regression on two features, `prediction = x @ w + b`, trained with
 //! SGD at the learning rate in `params["learning_rate"]`. A learning rate of 0 keeps the
 //! initial weights (`w = 0.25`, `b = 0`), so results have closed forms.
-
+#![allow(clippy::expect_used, reason = "test helpers fail the test by panicking")]
 #![allow(dead_code)]
 
 use engine_estimator::{

@@ -46,8 +46,8 @@ pub fn liveness(g: &Graph, schedule: &[NodeId]) -> Result<Liveness> {
             }
         }
     }
-    for pos in 0..schedule.len() {
-        if position.get(&schedule[pos]) != Some(&pos) {
+    for (pos, id) in schedule.iter().enumerate() {
+        if position.get(id) != Some(&pos) {
             return Err(crate::GraphError::Inconsistent("schedule lists a node twice".into()));
         }
     }

@@ -61,7 +61,7 @@ fn direct<E: Element>(op: &Op, data: &mut [E], reduce: ReduceOp) -> Result<()> {
         for i in chunk_range(data.len(), n, c) {
             let mut sum = contributions[c][i].widen();
             for step in 1..n {
-                sum = contributions[(c + step) % n][i].widen() + sum;
+                sum += contributions[(c + step) % n][i].widen();
             }
             // `finish` on the f64 sum, then narrowing: what the in-process group does.
             data[i] = E::narrow(if scale != 1.0 { sum / scale } else { sum });

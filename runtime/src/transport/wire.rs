@@ -127,7 +127,7 @@ pub(super) fn elements_per_segment<E: Element>() -> usize {
 pub(super) fn pieces(range: Range<usize>, per_segment: usize) -> Vec<Range<usize>> {
     let per_segment = per_segment.max(1);
     if range.is_empty() {
-        return vec![range.start..range.start];
+        return std::iter::once(range.start..range.start).collect();
     }
     (range.start..range.end).step_by(per_segment).map(|start| start..(start + per_segment).min(range.end)).collect()
 }

@@ -68,10 +68,7 @@ pub(super) fn into_vec<E: Elem>(t: T) -> Vec<E> {
         return view::<E>(&t).into_owned();
     }
     match read_sync(B::float_into_data(t)) {
-        Ok(data) => match data.try_into_vec::<E>() {
-            Ok(v) => v,
-            Err(_) => Vec::new(),
-        },
+        Ok(data) => data.try_into_vec::<E>().unwrap_or_default(),
         Err(_) => Vec::new(),
     }
 }

@@ -86,8 +86,8 @@ pub(super) fn binary<E: Elem>(op: &Op, inputs: Vec<Value>, ctx: &KernelCtx<'_>) 
     let on: usize = out.iter().product();
     // The left operand must fill the output (then it can be the output buffer), or the
     // right one must (then loop over it, with `a` repeating).
-    let a_fills = an == on && trailing_block(&out, &bd).is_some_and(|blk| blk > 0 && on % blk == 0);
-    let b_fills = bn == on && trailing_block(&out, &ad).is_some_and(|blk| blk > 0 && on % blk == 0);
+    let a_fills = an == on && trailing_block(&out, &bd).is_some_and(|blk| blk > 0 && on.is_multiple_of(blk));
+    let b_fills = bn == on && trailing_block(&out, &ad).is_some_and(|blk| blk > 0 && on.is_multiple_of(blk));
     if !a_fills && !b_fills {
         return Err(inputs);
     }
@@ -201,7 +201,7 @@ multiversion! {
     /// `y = activation(y + skip)`, element by element (a residual convolution's epilogue).
     pub(super) fn add_activation<E: Elem>(y: &mut [E], skip: &[E], act: FusedActivation) {
         match act {
-            FusedActivation::Linear => y.iter_mut().zip(skip).for_each(|(v, s)| *v = *v + *s),
+            FusedActivation::Linear => y.iter_mut().zip(skip).for_each(|(v, s)| *v += *s),
             FusedActivation::Relu => y.iter_mut().zip(skip).for_each(|(v, s)| {
                 let t = *v + *s;
                 *v = if t > E::zero() { t } else { E::zero() };
@@ -215,7 +215,7 @@ multiversion! {
     pub(super) fn bias_activation<E: Elem>(y: &mut [E], bias: &[E], act: FusedActivation) {
         for row in y.chunks_exact_mut(bias.len().max(1)) {
             match act {
-                FusedActivation::Linear => row.iter_mut().zip(bias).for_each(|(v, b)| *v = *v + *b),
+                FusedActivation::Linear => row.iter_mut().zip(bias).for_each(|(v, b)| *v += *b),
                 FusedActivation::Relu => row.iter_mut().zip(bias).for_each(|(v, b)| {
                     let s = *v + *b;
                     *v = if s > E::zero() { s } else { E::zero() };

@@ -29,6 +29,7 @@ impl<'a, E> Mat<'a, E> {
 ///
 /// Returns false (computing nothing) if a matrix does not fit its slice, which callers
 /// turn into a kernel error; the unsafe call below is only reached with checked bounds.
+#[allow(clippy::too_many_arguments, reason = "BLAS's own shape: sizes, operands, and whether to accumulate")]
 pub(super) fn gemm<E: Elem>(
     m: usize,
     n: usize,
