@@ -48,7 +48,7 @@ pub enum RuntimeError {
     #[error("collective {op} failed: {reason}")]
     Collective { op: String, reason: String, retryable: bool },
 
-    /// The cluster configuration (flags, `TF_CONFIG`, Slurm) does not resolve.
+    /// The cluster configuration (flags, `TF_CONFIG`, torchrun, Slurm) does not resolve.
     #[error(transparent)]
     Cluster(#[from] ClusterError),
 

@@ -6,7 +6,7 @@
 //! and `cuda` come with the cargo features of the same names.
 //!
 //! [`cluster`] says which processes a multi-worker run has and which one this is, from
-//! `--cluster`/`--task`, `TF_CONFIG` or a Slurm job step.
+//! `--cluster`/`--task`, `TF_CONFIG`, torchrun's environment or a Slurm job step.
 
 pub mod cluster;
 mod collective;

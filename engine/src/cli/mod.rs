@@ -96,7 +96,7 @@ pub struct PlanArgs {
     #[command(flatten)]
     pub devices: DeviceArgs,
     /// ps tasks to place the variables on, for `parameter_server` (1 to 64; without a
-    /// cluster from TF_CONFIG or Slurm).
+    /// cluster from TF_CONFIG).
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
     pub ps: u16,
 }
@@ -117,8 +117,8 @@ pub struct RunArgs {
     pub cluster: ClusterArgs,
 }
 
-/// Where this process sits in a cluster (`multi_worker`). Without these flags the cluster
-/// comes from `TF_CONFIG`, else from Slurm's environment.
+/// Where this process sits in a cluster (`multi_worker`, `parameter_server`). Without these
+/// flags the cluster comes from `TF_CONFIG`, else torchrun's environment, else Slurm's.
 #[derive(Debug, Args, Default)]
 pub struct ClusterArgs {
     /// The cluster's tasks: `chief=host:port;worker=host:port,host:port;evaluator=host:port`

@@ -85,8 +85,9 @@ fn partition_devices(plan: &Plan, local: &[engine_runtime::Device]) -> Option<St
     (!parts.is_empty()).then(|| format!("devices: {}", parts.join("; ")))
 }
 
-/// The cluster a `parameter_server` plan is placed for: the process's own (TF_CONFIG,
-/// Slurm) when it has one, else a chief and `ps` ps tasks. Only the ps count matters.
+/// The cluster a `parameter_server` plan is placed for: the process's own (from `TF_CONFIG`,
+/// torchrun or Slurm) when it has one, else a chief and `ps` ps tasks. Only the ps count
+/// matters.
 fn planning_cluster(strategy: StrategyKind, ps: u16) -> Result<Option<Cluster>, CliError> {
     if strategy != StrategyKind::ParameterServer {
         return Ok(None);

@@ -35,8 +35,8 @@ impl MultiWorkerStrategy {
     pub fn new(options: &StrategyOptions) -> Result<Self> {
         let cluster = options.cluster.clone().ok_or_else(|| {
             EstimatorError::Config(
-                "strategy 'multi_worker' needs a cluster: set TF_CONFIG, pass --cluster and --task, run under Slurm, \
-                 or start a local one with `engine launch`"
+                "strategy 'multi_worker' needs a cluster: set TF_CONFIG, pass --cluster and --task, run under torchrun \
+                 or Slurm, or start a local one with `engine launch`"
                     .into(),
             )
         })?;

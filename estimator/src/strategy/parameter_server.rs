@@ -39,8 +39,9 @@ impl ParameterServerStrategy {
     pub fn new(options: &StrategyOptions) -> Result<Self> {
         let cluster = options.cluster.clone().ok_or_else(|| {
             EstimatorError::Config(
-                "strategy 'parameter_server' needs a cluster with ps tasks: set TF_CONFIG, pass --cluster and --task, \
-                 run under Slurm, or start a local one with `engine launch --ps 1 --workers 2`"
+                "strategy 'parameter_server' needs a cluster with ps tasks: set TF_CONFIG or pass --cluster and --task \
+                 (torchrun and Slurm make every task a worker), or start a local one with `engine launch --ps 1 \
+                 --workers 2`"
                     .into(),
             )
         })?;

@@ -1,8 +1,8 @@
 //! What can go wrong while resolving a cluster.
 //!
-//! Every variant names the source it came from (`--cluster/--task`, `TF_CONFIG`, Slurm) and
-//! the field or task at fault, because a misconfigured cluster is usually noticed on one
-//! machine of many, by someone who has to find the line of the launch script to fix.
+//! Every variant names the source it came from (`--cluster/--task`, `TF_CONFIG`, torchrun,
+//! Slurm) and the field or task at fault, because a misconfigured cluster is usually noticed
+//! on one machine of many, by someone who has to find the line of the launch script to fix.
 
 use super::ClusterSource;
 use super::task::{TaskId, TaskType};

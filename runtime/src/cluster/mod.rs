@@ -2,13 +2,15 @@
 //!
 //! A [`Cluster`] is TensorFlow's cluster model: `chief`, `worker`, `ps` and `evaluator` task
 //! lists of `host:port` addresses (a [`ClusterSpec`]) plus this process's [`TaskId`]. It is
-//! resolved from the first of three sources that is configured:
+//! resolved from the first of four sources that is configured:
 //!
 //! 1. the command line, `--cluster "chief=h0:2222;worker=h1:2222,h2:2222" --task worker:1`
 //!    (syntax in [`flags`]);
 //! 2. `TF_CONFIG`, TensorFlow's JSON, so that launchers written for TensorFlow (Kubeflow's
 //!    TFJob, Vertex AI, hand-written scripts) work unchanged ([`tf_config`]);
-//! 3. a Slurm job step (`srun`), as TensorFlow's `SlurmClusterResolver` does it ([`slurm`]).
+//! 3. torchrun's environment (`MASTER_ADDR`, `MASTER_PORT`, `RANK`, `WORLD_SIZE`), every
+//!    rank a worker ([`torchrun`]);
+//! 4. a Slurm job step (`srun`), as TensorFlow's `SlurmClusterResolver` does it ([`slurm`]).
 //!
 //! None configured means a single process, and [`resolve`] returns `Ok(None)`. Whatever the
 //! source, the cluster goes through one validator, so a cluster that resolves is one every
@@ -55,7 +57,8 @@ pub use torchrun::{RENDEZVOUS_TIMEOUT, from_torchrun};
 use std::fmt;
 
 /// Where a cluster came from, so that an error or a log line can send the reader to the
-/// launch script, the `TF_CONFIG` or the Slurm allocation that needs fixing.
+/// launch script, the `TF_CONFIG`, the torchrun command or the Slurm allocation that needs
+/// fixing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ClusterSource {
     Flags,

@@ -1,5 +1,5 @@
 //! The one validator every source goes through, so that a cluster means the same thing and
-//! fails with the same words whether it came from flags, `TF_CONFIG` or Slurm.
+//! fails with the same words whether it came from flags, `TF_CONFIG`, torchrun or Slurm.
 
 use super::ClusterSource;
 use super::error::{ClusterError, count_tasks, list_tasks};
