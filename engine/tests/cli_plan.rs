@@ -134,13 +134,13 @@ fn bad_specs_fail_with_located_messages() -> Result<()> {
             "11:30: model.layers[4].activaton: unknown field `activaton`",
         ),
         (
-            "MaxPool2d(pool_size: 2)",
+            "MaxPooling2D(pool_size: 2)",
             "MaxPool(pool_size: 2)",
-            "8:13: model.layers[1]: unknown layer `MaxPool`, expected one of: Dense, Conv2d,",
+            "8:13: model.layers[1]: unknown layer `MaxPool`, expected one of: Dense, Conv2D,",
         ),
         (
-            "optimizer: Sgd(learning_rate: 0.05)",
-            "optimizer: Sgd(momentum: 0.9)",
+            "optimizer: SGD(learning_rate: 0.05)",
+            "optimizer: SGD(momentum: 0.9)",
             "15:16: optimizer.learning_rate: missing field `learning_rate`",
         ),
         (

@@ -65,7 +65,7 @@ fn the_issue_example_parses_as_written_with_tensorflow_defaults() -> Result<(), 
     let Model::Sequential(model) = &job.model else { panic!("a Sequential model") };
     assert_eq!(model.input_shape, [28, 28, 1]);
     let names: Vec<&str> = model.layers.iter().map(Layer::spec_name).collect();
-    assert_eq!(names, ["Conv2d", "MaxPool2d", "Flatten", "Dense", "Dense"]);
+    assert_eq!(names, ["Conv2D", "MaxPooling2D", "Flatten", "Dense", "Dense"]);
     let Layer::MaxPool2d(pool) = &model.layers[1] else { panic!() };
     assert_eq!(pool.strides().0, [2, 2]);
     assert_eq!(job.loss, Loss::SparseSoftmaxCrossEntropy);
@@ -115,7 +115,8 @@ fn unknown_field() {
     assert_eq!((f.line, f.col, f.path.as_str()), (10, 19, "model.layers[3].unit"));
     assert!(
         f.message.starts_with(
-            "job.ron:10:19: model.layers[3].unit: unknown field `unit`, expected one of: units, activation, use_bias"
+            "job.ron:10:19: model.layers[3].unit: unknown field `unit` (did you mean `units`?), expected one of: \
+             units, activation, use_bias"
         ),
         "{}",
         f.message
@@ -153,18 +154,19 @@ fn missing_field() {
 
 #[test]
 fn unknown_layer_name() {
-    let text = cnn_with("MaxPool2d(pool_size: 2)", "MaxPooling2D(pool_size: 2)");
+    let text = cnn_with("MaxPooling2D(pool_size: 2)", "MaxPool2D(pool_size: 2)");
     let f = fail(&text);
     assert_eq!((f.line, f.col, f.path.as_str()), (8, 13, "model.layers[1]"));
     let (what, name, expected) = unknown_name(&f);
-    assert_eq!((what, name), ("layer", "MaxPooling2D"));
+    assert_eq!((what, name), ("layer", "MaxPool2D"));
+    // Keras' names only: the earlier spellings are accepted, not offered.
     assert_eq!(
         expected,
         [
             "Dense",
-            "Conv2d",
-            "MaxPool2d",
-            "AvgPool2d",
+            "Conv2D",
+            "MaxPooling2D",
+            "AveragePooling2D",
             "Flatten",
             "Reshape",
             "Dropout",
@@ -183,7 +185,12 @@ fn unknown_layer_name() {
         ]
     );
     assert!(
-        f.message.starts_with("job.ron:8:13: model.layers[1]: unknown layer `MaxPooling2D`, expected one of: Dense, ")
+        f.message.starts_with(
+            "job.ron:8:13: model.layers[1]: unknown layer `MaxPool2D` (did you mean `MaxPooling2D`?), expected one \
+             of: Dense, "
+        ),
+        "{}",
+        f.message
     );
 }
 
@@ -199,11 +206,11 @@ fn unknown_activation_loss_optimizer_metric_and_padding_names() {
             6,
         ),
         ("loss: SparseSoftmaxCrossEntropy", "loss: CrossEntropy", "CrossEntropy", "loss", "loss", 4),
-        ("Sgd(learning_rate", "Momentum(learning_rate", "Momentum", "optimizer", "optimizer", 5),
+        ("SGD(learning_rate", "Momentum(learning_rate", "Momentum", "optimizer", "optimizer", 5),
         ("metrics: [Accuracy]", "metrics: [Accuracy, F1]", "F1", "metrics[1]", "metric", 7),
         (
-            "MaxPool2d(pool_size: 2)",
-            "MaxPool2d(pool_size: 2, padding: Full)",
+            "MaxPooling2D(pool_size: 2)",
+            "MaxPooling2D(pool_size: 2, padding: Full)",
             "Full",
             "model.layers[1].padding",
             "padding",
@@ -230,7 +237,8 @@ fn unknown_strategy_and_input_source_names() {
     assert_eq!((f.path.as_str(), (f.line, f.col)), ("run_config.train_distribute", position(&text, 1, "\"mirorred\"")));
     assert_eq!(unknown_name(&f).0, "strategy");
     assert!(f.message.ends_with(
-        "unknown strategy `mirorred`, expected one of: default, one_device, mirrored, central_storage, multi_worker, parameter_server"
+        "unknown strategy `mirorred` (did you mean `mirrored`?), expected one of: default, one_device, mirrored, \
+         central_storage, multi_worker, parameter_server"
     ));
     let text = cnn_with("train_input: Idx(", "train_input: Parquet(");
     let f = fail(&text);
@@ -251,8 +259,8 @@ fn invalid_values_are_located() {
     let f = fail(&text);
     assert_eq!((f.path.as_str(), (f.line, f.col)), ("run_config.save_checkpoints_secs", position(&text, 1, "60)")));
     let text = cnn_with(
-        "Sgd(learning_rate: 0.05)",
-        "Sgd(learning_rate: PiecewiseConstant(boundaries: [10, 5], values: [1.0, 0.5, 0.1]))",
+        "SGD(learning_rate: 0.05)",
+        "SGD(learning_rate: PiecewiseConstant(boundaries: [10, 5], values: [1.0, 0.5, 0.1]))",
     );
     let f = fail(&text);
     assert_eq!(f.path, "optimizer.learning_rate.boundaries[1]");

@@ -82,7 +82,7 @@ fn accepted() -> Vec<(String, String)> {
     let enums: [(&str, &str, &str); 9] = [
         ("layer", "            Flatten,", "            {},"),
         ("loss", "loss: SparseSoftmaxCrossEntropy", "loss: {}"),
-        ("optimizer", "optimizer: Sgd(learning_rate: 0.05)", "optimizer: {}"),
+        ("optimizer", "optimizer: SGD(learning_rate: 0.05)", "optimizer: {}"),
         ("learning rate schedule", "learning_rate: 0.05", "learning_rate: {}"),
         ("metric", "metrics: [Accuracy]", "metrics: [{}]"),
         ("activation", "Dense(units: 64, activation: Relu)", "Dense(units: 64, activation: {})"),

@@ -11,10 +11,10 @@ pub fn hparams(spec: &Spec) -> BTreeMap<String, HParam> {
     let job = &spec.job;
     let optimizer = match &job.optimizer {
         OptimizerSpec::Sgd(o) if o.momentum > 0.0 => "Momentum",
-        OptimizerSpec::Sgd(_) => "Sgd",
+        OptimizerSpec::Sgd(_) => "SGD",
         OptimizerSpec::Adam(_) => "Adam",
         OptimizerSpec::AdamW(_) => "AdamW",
-        OptimizerSpec::RmsProp(_) => "RmsProp",
+        OptimizerSpec::RmsProp(_) => "RMSprop",
         OptimizerSpec::Adagrad(_) => "Adagrad",
     };
     let (schedule, rate) = schedule(job.optimizer.learning_rate());

@@ -39,7 +39,7 @@ pub enum ErrorKind {
     #[error("syntax error: {0}")]
     Syntax(String),
 
-    #[error("unknown field `{field}`, expected one of: {}", expected.join(", "))]
+    #[error("unknown field `{field}`{}, expected one of: {}", super::names::did_you_mean(field, expected), expected.join(", "))]
     UnknownField { field: String, expected: Vec<String> },
 
     #[error("missing field `{field}`")]
@@ -52,7 +52,12 @@ pub enum ErrorKind {
     WrongType { expected: String, found: String },
 
     /// An unknown layer, activation, loss, optimizer, metric, strategy... name.
-    #[error("unknown {} `{name}`, expected one of: {}", if what.is_empty() { "name" } else { what }, expected.join(", "))]
+    #[error(
+        "unknown {} `{name}`{}, expected one of: {}",
+        if what.is_empty() { "name" } else { what },
+        super::names::did_you_mean(name, expected),
+        expected.join(", ")
+    )]
     UnknownName { what: String, name: String, expected: Vec<String> },
 
     #[error("shape mismatch: {0}")]

@@ -16,8 +16,11 @@ use std::ops::RangeInclusive;
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 pub enum Layer {
     Dense(Dense),
+    #[serde(rename = "Conv2D", alias = "Conv2d")]
     Conv2d(Conv2d),
+    #[serde(rename = "MaxPooling2D", alias = "MaxPool2d")]
     MaxPool2d(Pool2d),
+    #[serde(rename = "AveragePooling2D", alias = "AvgPool2d")]
     AvgPool2d(Pool2d),
     Flatten,
     Reshape(Reshape),
@@ -71,9 +74,9 @@ impl Layer {
     pub fn spec_name(&self) -> &'static str {
         match self {
             Layer::Dense(_) => "Dense",
-            Layer::Conv2d(_) => "Conv2d",
-            Layer::MaxPool2d(_) => "MaxPool2d",
-            Layer::AvgPool2d(_) => "AvgPool2d",
+            Layer::Conv2d(_) => "Conv2D",
+            Layer::MaxPool2d(_) => "MaxPooling2D",
+            Layer::AvgPool2d(_) => "AveragePooling2D",
             Layer::Flatten => "Flatten",
             Layer::Reshape(_) => "Reshape",
             Layer::Dropout(_) => "Dropout",

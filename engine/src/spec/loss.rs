@@ -33,6 +33,7 @@ pub enum Metric {
     Accuracy,
     Precision,
     Recall,
+    #[serde(rename = "AUC", alias = "Auc")]
     Auc,
     MeanSquaredError,
     /// Whether the label is among the `k` largest logits.

@@ -11,7 +11,7 @@
 //! let text = r#"Job(
 //!     model: Sequential(input_shape: [4], layers: [Dense(units: 3)]),
 //!     loss: SparseSoftmaxCrossEntropy,
-//!     optimizer: Sgd(learning_rate: 0.1),
+//!     optimizer: SGD(learning_rate: 0.1),
 //!     train_input: Idx(images: "i.gz", labels: "l.gz", batch_size: 8),
 //!     run_config: (model_dir: "runs/x"),
 //! )"#;
@@ -32,6 +32,7 @@ mod job;
 mod layer;
 mod loss;
 mod model;
+pub mod names;
 mod normalization;
 mod optimizer;
 mod overrides;
@@ -90,6 +91,9 @@ impl Spec {
         let job: Job = de::from_node(&tree, FieldPath::root())?;
         let spec = Spec { job, tree, file: file.to_string() };
         validate::validate(&spec)?;
+        for (at, old, new) in names::old_names_in(&spec.tree) {
+            log::warn!("{at}: `{old}` is the engine's earlier name for Keras' `{new}`; write `{new}`");
+        }
         Ok(spec)
     }
 

@@ -12,10 +12,12 @@ use std::fmt;
 #[serde(rename = "Optimizer")]
 pub enum OptimizerSpec {
     /// `GradientDescentOptimizer`, or `MomentumOptimizer` when `momentum` is set.
+    #[serde(rename = "SGD", alias = "Sgd")]
     Sgd(Sgd),
     Adam(Adam),
     /// Keras' `AdamW` (decoupled weight decay), with Keras' defaults.
     AdamW(AdamW),
+    #[serde(rename = "RMSprop", alias = "RmsProp")]
     RmsProp(RmsProp),
     Adagrad(Adagrad),
 }

@@ -143,7 +143,7 @@ impl de::Error for DeError {
         DeError::new(ErrorKind::UnknownName {
             what: String::new(),
             name: variant.to_string(),
-            expected: expected.iter().map(|s| s.to_string()).collect(),
+            expected: crate::spec::names::current(expected),
         })
     }
 
