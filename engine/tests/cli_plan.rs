@@ -204,3 +204,30 @@ fn plan_and_run_compile_the_same_graph_without_a_seed() -> Result<()> {
     ensure!(trained == printed, "engine plan printed graph {printed}, engine run trained {trained}");
     Ok(())
 }
+
+/// `engine plan --summary` is Keras' `model.summary()`: the tutorial CNN has Keras' counts
+/// (3·3·1·32 + 32, 5408·64 + 64, 64·10 + 10), and in every spec each parameter belongs to
+/// one layer, so the rows add up to the total.
+#[test]
+fn plan_summarizes_layers_and_parameters_as_keras_does() -> Result<()> {
+    let out = engine(&["plan", &spec_path("fashion_mnist_cnn.ron"), "--summary"])?;
+    ensure!(out.code == Some(0), "{}", out.stderr);
+    for expected in [
+        "conv2d (Conv2D)                          [N, 26, 26, 32]                   320",
+        "dense (Dense)                            [N, 64]                        346176",
+        "dense_1 (Dense)                          [N, 10]                           650",
+        "Total params: 347146 (1.32 MiB)",
+        "Trainable params: 347146",
+    ] {
+        ensure!(out.stdout.contains(expected), "missing `{expected}` in:\n{}", out.stdout);
+    }
+    ensure!(!out.stdout.contains("passes:"), "--summary prints the summary alone:\n{}", out.stdout);
+    for entry in std::fs::read_dir(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../specs"))? {
+        let path = entry?.path();
+        let spec = engine_cli::spec::Spec::from_file(&path, &[])?;
+        let s = engine_cli::lower::summary(&spec)?;
+        let rows: u64 = s.layers.iter().map(|l| l.params).sum();
+        ensure!(rows == s.trainable + s.non_trainable, "{}: rows add to {rows}, total {s}", path.display());
+    }
+    Ok(())
+}

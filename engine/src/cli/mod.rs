@@ -95,6 +95,10 @@ pub struct PlanArgs {
     /// The devices the plan is placed on, as for `engine run` (they must exist here).
     #[command(flatten)]
     pub devices: DeviceArgs,
+    /// Print only the model summary: each layer's type, output shape and parameters, and
+    /// the totals (Keras' `model.summary()`).
+    #[arg(long)]
+    pub summary: bool,
     /// ps tasks to place the variables on, for `parameter_server` (1 to 64; without a
     /// cluster from TF_CONFIG).
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]

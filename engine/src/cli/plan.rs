@@ -16,6 +16,11 @@ const FALLBACK_BATCH: usize = 32;
 
 pub fn plan(args: &PlanArgs) -> Result<(), CliError> {
     let spec = args.common.load(Vec::new())?;
+    let summary = lower::summary(&spec)?;
+    if args.summary {
+        super::output(&summary.to_string());
+        return Ok(());
+    }
     // A dry run of `engine run`: the input sections are opened and checked as training
     // would, so a missing file or an impossible size fails here, at its line.
     let train = crate::job::train_input_fn(&spec)?;
@@ -54,6 +59,7 @@ pub fn plan(args: &PlanArgs) -> Result<(), CliError> {
     if let Some(line) = partition_devices(&plan, &local) {
         let _ = writeln!(out, "{line}");
     }
+    out.push_str(&summary.to_string());
     out.push_str(&variables(&plan));
     out.push_str(&ps_traffic(&plan, batch)?);
     out.push_str(&plan.describe(batch));

@@ -29,6 +29,8 @@ pub struct ModelGraph {
 #[derive(Debug, Clone)]
 pub struct LayerOutput {
     pub name: String,
+    /// The layer's type as a spec writes it (`Conv2D`).
+    pub kind: &'static str,
     pub path: FieldPath,
     pub output: Outlet,
 }

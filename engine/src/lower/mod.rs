@@ -29,12 +29,14 @@ mod layers;
 mod limits;
 mod plan;
 mod sequential;
+mod summary;
 
 pub use build::{LayerOutput, ModelGraph, ProvidedInputs, build_model, build_model_on};
 pub use error::LowerError;
 pub use limits::{MAX_ELEMENTS, MAX_LAYER_FLOPS};
 pub use plan::{compile, eval_plan, predict_plan, training_plan};
 pub use sequential::FEATURES;
+pub use summary::{LayerSummary, ModelSummary, summary};
 
 /// What a graph is built for: the estimator's mode, so the spec's lowering and the model
 /// functions agree on one type.

@@ -317,7 +317,7 @@ fn other_shape_errors_name_the_layer_and_the_shapes() {
     };
     assert_eq!(
         case("Flatten, Conv2d(filters: 2, kernel_size: 2)", "MeanSquaredError"),
-        "model.layers[1]: Conv2d needs an input of shape [batch, height, width, channels], got [N, 72]; a Reshape layer can make one"
+        "model.layers[1]: Conv2D needs an input of shape [batch, height, width, channels], got [N, 72]; a Reshape layer can make one"
     );
     assert!(case("Conv2d(filters: 2, kernel_size: 7)", "MeanSquaredError").starts_with(
         "model.layers[0]: kernel_size (7, 7) does not fit the input [N, 6, 6, 2]: input size 6 is smaller than the window 7"

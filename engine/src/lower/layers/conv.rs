@@ -22,7 +22,7 @@ pub fn lower(
         _ => {
             return Err(cx.shape_error(
                 path,
-                format!("Conv2d needs an input of shape [batch, height, width, channels], got {shape}; a Reshape layer can make one"),
+                format!("Conv2D needs an input of shape [batch, height, width, channels], got {shape}; a Reshape layer can make one"),
             ));
         }
     };

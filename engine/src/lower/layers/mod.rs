@@ -60,6 +60,6 @@ pub(super) fn apply(
         Layer::Embedding(e) => attention::embedding(cx, e, name, first, path)?,
     };
     cx.check_output(path, out)?;
-    cx.layers.push(LayerOutput { name: name.to_string(), path: path.clone(), output: out });
+    cx.layers.push(LayerOutput { name: name.to_string(), kind: layer.spec_name(), path: path.clone(), output: out });
     Ok(out)
 }

@@ -20,8 +20,8 @@ pub fn lower(
     path: &FieldPath,
 ) -> Result<Outlet, LowerError> {
     let layer = match kind {
-        Kind::Max => "MaxPool2d",
-        Kind::Avg => "AvgPool2d",
+        Kind::Max => "MaxPooling2D",
+        Kind::Avg => "AveragePooling2D",
     };
     let shape = cx.shape_of(x)?;
     let hw = match shape.dims() {
