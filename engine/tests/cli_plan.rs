@@ -82,7 +82,13 @@ fn plan_applies_set_overrides() -> Result<()> {
         out.stderr
     );
     let out = engine(&["plan", &spec, "--set", "model.layers[3].units=many"])?;
-    ensure!(out.stderr.contains("(column 29): model.layers[3].units: expected a non-negative integer, found `many`"));
+    // A bare word on the command line is a string (so string fields take one as it is).
+    ensure!(
+        out.stderr
+            .contains("(column 29): model.layers[3].units: expected a non-negative integer, found string \"many\""),
+        "{}",
+        out.stderr
+    );
     Ok(())
 }
 
@@ -229,5 +235,27 @@ fn plan_summarizes_layers_and_parameters_as_keras_does() -> Result<()> {
         let rows: u64 = s.layers.iter().map(|l| l.params).sum();
         ensure!(rows == s.trainable + s.non_trainable, "{}: rows add to {rows}, total {s}", path.display());
     }
+    Ok(())
+}
+
+/// Frictions a newcomer met, each now an error that names the fix or no error at all: `--ps`
+/// without `parameter_server`, a relative data path that is not there, a bare word given
+/// to a string field on the command line.
+#[test]
+fn newcomer_frictions_name_their_fix() -> Result<()> {
+    let cnn = spec_path("fashion_mnist_cnn.ron");
+    let out = engine(&["plan", &cnn, "--ps", "2"])?;
+    ensure!(out.code == Some(2) && out.stderr.contains("add --strategy parameter_server"), "{}", out.stderr);
+    let table = spec_path("fashion_mnist_table.ron");
+    let out = engine(&["plan", &table, "--set", "train_input.path=no/such.csv"])?;
+    ensure!(
+        out.code == Some(1) && out.stderr.contains("a relative path is read from the working directory"),
+        "{}",
+        out.stderr
+    );
+    // `Label` is taken as the string it is, and refused as a column the file lacks.
+    let csv = format!("train_input.path={}/../data/fashion_mnist_table/train.csv", env!("CARGO_MANIFEST_DIR"));
+    let out = engine(&["plan", &table, "--set", &csv, "--set", "train_input.label=Label"])?;
+    ensure!(out.code == Some(1) && out.stderr.contains("CSV column `Label` not found"), "{}", out.stderr);
     Ok(())
 }

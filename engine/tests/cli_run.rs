@@ -126,3 +126,31 @@ fn json_log_lines_for_machines() -> Result<()> {
     ensure!(messages.iter().any(|m| m.starts_with("Saving dict for global step 3")), "{messages:?}");
     Ok(())
 }
+
+/// A model dir another model trained in: the error names the checkpoint and the two ways
+/// out (a new `--model-dir`, or `warm_start_from`), not just two shapes.
+#[test]
+fn a_model_dir_of_another_model_names_the_checkpoint_and_the_fix() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let model_dir = dir.path().join("model").display().to_string();
+    let spec = spec_path("fashion_mnist_cnn.ron");
+    let run = |extra: &[&str]| {
+        let mut args = vec!["run", &spec, "--max-steps", "1", "--model-dir", &model_dir, "--set", "eval_spec.steps=1"];
+        args.extend(extra);
+        engine(&args)
+    };
+    let out = run(&[])?;
+    ensure!(out.code == Some(0), "{}", out.stderr);
+    let out = run(&["--set", "model.layers[0].filters=16"])?;
+    ensure!(out.code == Some(1), "{}", out.stderr);
+    for expected in [
+        "model.ckpt-1 in ",
+        "The model dir holds another model",
+        "variable conv2d/",
+        "--model-dir DIR",
+        "warm_start_from",
+    ] {
+        ensure!(out.stderr.contains(expected), "missing `{expected}` in:\n{}", out.stderr);
+    }
+    Ok(())
+}

@@ -38,7 +38,8 @@ pub(super) fn require_existing(location: &str) -> Result<(), CliError> {
     let local = location.strip_prefix("file://").unwrap_or(location);
     if (!location.contains("://") || location.starts_with("file://")) && !std::path::Path::new(local).is_dir() {
         return Err(CliError::Estimator(EstimatorError::Other(format!(
-            "model dir {location} does not exist (train with `engine run` first)"
+            "model dir {location} does not exist: train with `engine run` first, or name the one the model was \
+             trained in with --model-dir DIR"
         ))));
     }
     Ok(())

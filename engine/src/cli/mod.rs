@@ -101,8 +101,8 @@ pub struct PlanArgs {
     pub summary: bool,
     /// ps tasks to place the variables on, for `parameter_server` (1 to 64; without a
     /// cluster from TF_CONFIG).
-    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
-    pub ps: u16,
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub ps: Option<u16>,
 }
 
 #[derive(Debug, Args)]

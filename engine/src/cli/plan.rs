@@ -33,7 +33,13 @@ pub fn plan(args: &PlanArgs) -> Result<(), CliError> {
     // and strategy, the model function on the input's placeholders.
     let mut config = args.common.run_config(&spec, &args.devices);
     let strategy = config.strategy_for(args.mode);
-    config.strategy.cluster = planning_cluster(strategy, args.ps)?;
+    if let (Some(n), false) = (args.ps, strategy == StrategyKind::ParameterServer) {
+        return Err(CliError::Usage(format!(
+            "--ps {n} places variables on ps tasks, which only parameter_server has (this plan is {strategy}): add \
+             --strategy parameter_server"
+        )));
+    }
+    config.strategy.cluster = planning_cluster(strategy, args.ps.unwrap_or(1))?;
     let built = strategy.build(&config.strategy).map_err(|e| lower::LowerError::Strategy(e.to_string()))?;
     let input = match (args.mode, &eval) {
         (Mode::Eval | Mode::Predict, Some(eval)) => eval.as_ref(),

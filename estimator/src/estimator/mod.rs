@@ -79,6 +79,22 @@ impl Estimator {
         })
     }
 
+    /// A checkpoint whose variables do not fit this model (a model dir another model trained
+    /// in) is named, with the ways out; other errors pass through.
+    pub(crate) fn restore_error(&self, e: EstimatorError, what: &str, checkpoint: &str) -> EstimatorError {
+        match e {
+            EstimatorError::Runtime(engine_runtime::RuntimeError::Variable { name, reason }) => {
+                EstimatorError::Config(format!(
+                    "cannot {what} {checkpoint} in {}: variable {name}: {reason}. The model dir holds another \
+                     model's checkpoints: train this one in a new directory (--model-dir DIR), or start it from that \
+                     checkpoint's matching variables with warm_start_from",
+                    self.model_dir
+                ))
+            }
+            other => other,
+        }
+    }
+
     pub fn with_params(mut self, params: Params) -> Self {
         self.params = params;
         self
@@ -288,7 +304,9 @@ impl Estimator {
         let compiled = compile(self.model_fn.as_ref(), &self.params, Mode::Predict, &schema, strategy.as_ref(), &[])?;
         self.check_memory(&compiled, &dataset, strategy.as_ref())?;
         let mut replicas = Replicas::new(&compiled, strategy.as_ref(), self.config.precision)?;
-        replicas.restore(&checkpoint.tensors, self.seed)?;
+        replicas
+            .restore(&checkpoint.tensors, self.seed)
+            .map_err(|e| self.restore_error(e, "predict from", &checkpoint.path))?;
         let keys = match predict_keys {
             Some(k) => k,
             None => compiled.predictions.keys().cloned().collect(),
@@ -321,7 +339,9 @@ pub struct Evaluator<'e> {
 
 impl Evaluator<'_> {
     pub fn evaluate(&mut self, checkpoint: &Checkpoint) -> Result<EvalResult> {
-        self.replicas.restore(&checkpoint.tensors, self.estimator.seed)?;
+        self.replicas
+            .restore(&checkpoint.tensors, self.estimator.seed)
+            .map_err(|e| self.estimator.restore_error(e, "evaluate", &checkpoint.path))?;
         let step = checkpoint.step;
         log::info!("Starting evaluation of {} at step {step}", checkpoint.path);
         let started = std::time::Instant::now();

@@ -64,6 +64,14 @@ impl Estimator {
             }
         }
         let global_batch = schema_batch(&dataset) * strategy.num_replicas_in_sync();
+        if strategy.num_replicas_in_sync() > 1 {
+            log::info!(
+                "{} replicas in sync ({}): global batch {global_batch}, {} per replica",
+                strategy.num_replicas_in_sync(),
+                strategy.describe(),
+                schema_batch(&dataset)
+            );
+        }
         let examples_seen = match &restored {
             Some(r) => r.checkpoint.meta.examples_seen.unwrap_or(start * global_batch as u64),
             None => 0,
@@ -138,7 +146,9 @@ impl Estimator {
         let mut replicas = Replicas::new(compiled, strategy, self.config.precision)?;
         let input = match restored {
             Some(r) => {
-                let loaded = replicas.restore(&r.checkpoint.tensors, self.seed)?;
+                let loaded = replicas
+                    .restore(&r.checkpoint.tensors, self.seed)
+                    .map_err(|e| self.restore_error(e, "resume from", &r.checkpoint.path))?;
                 log::info!("Restoring parameters from {} ({} variables)", r.checkpoint.path, loaded.len());
                 if r.checkpoint.meta.fingerprint != compiled.fingerprint {
                     log::warn!(

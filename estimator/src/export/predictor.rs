@@ -35,6 +35,10 @@ impl LoadedModel {
         }
         match super::exporters::versions(&dir, "")?.last() {
             Some(version) => Self::load(&dir.url_of(&version.to_string()), s3),
+            None if dir.exists(crate::checkpoint::STATE_FILE)? => Err(EstimatorError::Other(format!(
+                "{location} is a model dir, not an export: serve one of its exports, {location}/export/NAME (what \
+                 eval_spec.exporters write), or write one with `engine export`"
+            ))),
             None => Err(EstimatorError::Other(format!(
                 "{location} holds no export: neither a {MANIFEST} nor numbered export directories with one"
             ))),

@@ -93,6 +93,12 @@ impl<'a> ValueDe<'a> {
                 v.visit_some(self.child(&items[0], self.path.clone()))
             }
             Value::Ident(n) if n == "None" && self.view == View::Value => v.visit_none(),
+            // A bare word on the command line is a string where one is expected; handed on as
+            // one where the type is not known yet (a buffered, flattened section), it still
+            // names a unit variant when an enum reads it.
+            Value::Ident(n) if self.view == View::Value && matches!(self.node.loc.origin, Origin::CommandLine(_)) => {
+                v.visit_str(n)
+            }
             Value::Struct { name: Some(_), .. } | Value::Tuple { name: Some(_), .. } | Value::Ident(_)
                 if self.view == View::Value =>
             {

@@ -11,7 +11,10 @@ pub(crate) fn expand(pattern: &str) -> Result<Vec<PathBuf>> {
     if !pattern.contains(['*', '?', '[']) {
         let path = PathBuf::from(pattern);
         if !path.is_file() {
-            return Err(InputError::io(path, std::io::Error::new(std::io::ErrorKind::NotFound, "no such file")));
+            return Err(InputError::io(
+                path.clone(),
+                std::io::Error::new(std::io::ErrorKind::NotFound, missing(&path)),
+            ));
         }
         return Ok(vec![path]);
     }
@@ -32,6 +35,20 @@ pub(crate) fn expand(pattern: &str) -> Result<Vec<PathBuf>> {
     }
     paths.sort();
     Ok(paths)
+}
+
+/// Why `path` cannot be read as a file: not there (with where a relative path was looked
+/// for, since that is the working directory, not the spec's folder), or not a regular file.
+fn missing(path: &Path) -> String {
+    if path.exists() {
+        return "not a regular file".into();
+    }
+    match std::env::current_dir() {
+        Ok(dir) if path.is_relative() => {
+            format!("no such file (a relative path is read from the working directory, {})", dir.display())
+        }
+        _ => "no such file".into(),
+    }
 }
 
 /// An IDX file's bytes (gunzipped), read no further than its header declares: a path to
