@@ -54,6 +54,7 @@ pub mod prelude {
     pub use engine_estimator::distribute::{DistributionStrategy, PerReplica, ReduceOp};
     pub use engine_estimator::input::{AutoShardPolicy, Dataset, InputContext, InputError, Map};
     pub use engine_estimator::metrics::Metric;
+    pub use engine_estimator::strategy::{StrategyKind, StrategyOptions};
     pub use engine_estimator::{
         Estimator, EstimatorError, EstimatorSpec, EvalSpec, Features, InputFn, Mode, ModelFn, Params, RunConfig,
         StepLimit, TrainOp, TrainSpec, train_and_evaluate,
@@ -61,5 +62,5 @@ pub mod prelude {
     pub use engine_graph::layers::{Activation, Conv2D, Dense, Dropout, Flatten, MaxPooling2D};
     pub use engine_graph::ops::Padding;
     pub use engine_graph::optimizer::{LearningRate, Optimizer, OptimizerConfig};
-    pub use engine_graph::{GraphBuilder, HostTensor, Initializer, Outlet};
+    pub use engine_graph::{DeviceName, GraphBuilder, HostTensor, Initializer, Outlet};
 }

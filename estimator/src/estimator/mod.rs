@@ -165,6 +165,23 @@ impl Estimator {
         Ok(input_fn.dataset(mode, &strategy.input_context())?)
     }
 
+    /// The dataset of `input_fn` for `mode` under `strategy`, and the model compiled for
+    /// its schema with the tensors `hooks` fetch: the start of training, evaluation and a
+    /// ps task's serving alike.
+    pub(crate) fn compile_for(
+        &self,
+        mode: Mode,
+        input_fn: &dyn InputFn,
+        strategy: &dyn Strategy,
+        hooks: &[Box<dyn SessionRunHook>],
+    ) -> Result<(Dataset, crate::session::Compiled)> {
+        let dataset = self.dataset(input_fn, mode, strategy)?;
+        let schema = dataset.schema()?;
+        let required: Vec<String> = hooks.iter().flat_map(|h| h.required_tensors()).collect();
+        let compiled = compile(self.model_fn.as_ref(), &self.params, mode, &schema, strategy, &required)?;
+        Ok((dataset, compiled))
+    }
+
     /// Trains until `limit`. Resumes from the latest valid checkpoint (variables, optimizer
     /// slots, global step and input position); skips when it is already at `MaxSteps`.
     pub fn train(
@@ -182,11 +199,7 @@ impl Estimator {
     /// the variables until training ends.
     fn serve_parameters(&self, input_fn: &dyn InputFn, hooks: &[Box<dyn SessionRunHook>]) -> Result<TrainOutcome> {
         let strategy = self.train_strategy.clone();
-        let dataset = self.dataset(input_fn, Mode::Train, strategy.as_ref())?;
-        let schema = dataset.schema()?;
-        let required: Vec<String> = hooks.iter().flat_map(|h| h.required_tensors()).collect();
-        let compiled =
-            compile(self.model_fn.as_ref(), &self.params, Mode::Train, &schema, strategy.as_ref(), &required)?;
+        let (_, compiled) = self.compile_for(Mode::Train, input_fn, strategy.as_ref(), hooks)?;
         let step =
             strategy.serve_parameters(compiled.plan.clone(), &compiled.handshake_fingerprint, self.config.precision)?;
         Ok(TrainOutcome { global_step: step.unwrap_or(0), loss: None })
@@ -221,11 +234,7 @@ impl Estimator {
         name: Option<&str>,
     ) -> Result<Evaluator<'_>> {
         let strategy = self.eval_strategy.clone();
-        let dataset = self.dataset(input_fn, Mode::Eval, strategy.as_ref())?;
-        let schema = dataset.schema()?;
-        let required: Vec<String> = hooks.iter().flat_map(|h| h.required_tensors()).collect();
-        let mut compiled =
-            compile(self.model_fn.as_ref(), &self.params, Mode::Eval, &schema, strategy.as_ref(), &required)?;
+        let (dataset, mut compiled) = self.compile_for(Mode::Eval, input_fn, strategy.as_ref(), &hooks)?;
         self.check_memory(&compiled, &dataset, strategy.as_ref())?;
         let replicas = Replicas::new(&compiled, strategy.as_ref(), self.config.precision)?;
         // The model_fn's evaluation_hooks run first, then the caller's (TensorFlow's order).

@@ -11,7 +11,7 @@ use crate::{
         ProgressBarHook, SessionRunHook, SharedSummaryWriter, StepCounterHook, StopAtStepHook, SummarySaverHook,
     },
     input::{Dataset, DatasetIter, IteratorState},
-    session::{Compiled, Replicas, TrainOutcome, TrainingSession, compile},
+    session::{Compiled, Replicas, TrainOutcome, TrainingSession},
     strategy::Strategy,
     summary::{HParam, SummaryWriter},
 };
@@ -49,11 +49,7 @@ impl Estimator {
             return Ok(TrainOutcome { global_step: start, loss: None });
         }
         let strategy = self.train_strategy.clone();
-        let dataset = self.dataset(input_fn, Mode::Train, strategy.as_ref())?;
-        let schema = dataset.schema()?;
-        let required: Vec<String> = hooks.iter().flat_map(|h| h.required_tensors()).collect();
-        let mut compiled =
-            compile(self.model_fn.as_ref(), &self.params, Mode::Train, &schema, strategy.as_ref(), &required)?;
+        let (dataset, mut compiled) = self.compile_for(Mode::Train, input_fn, strategy.as_ref(), &hooks)?;
         self.check_memory(&compiled, &dataset, strategy.as_ref())?;
         let (mut replicas, input) = self.start_replicas(&compiled, &dataset, restored.as_ref())?;
         let mut start = start;
