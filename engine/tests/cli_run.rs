@@ -154,3 +154,26 @@ fn a_model_dir_of_another_model_names_the_checkpoint_and_the_fix() -> Result<()>
     }
     Ok(())
 }
+
+/// Resuming with another optimizer says what changed (the new slots, by name), not two
+/// fingerprints.
+#[test]
+fn a_changed_optimizer_is_named_by_its_new_variables() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let model_dir = dir.path().join("model").display().to_string();
+    let spec = spec_path("fashion_mnist_cnn.ron");
+    let run = |steps: &str, extra: &[&str]| {
+        let mut args =
+            vec!["run", &spec, "--max-steps", steps, "--model-dir", &model_dir, "--set", "eval_spec.steps=1"];
+        args.extend(extra);
+        engine(&args)
+    };
+    let out = run("1", &[])?;
+    ensure!(out.code == Some(0), "{}", out.stderr);
+    let out = run("2", &["--set", "optimizer=Adam(learning_rate: 0.001)"])?;
+    ensure!(out.code == Some(0), "{}", out.stderr);
+    for expected in ["was written by another graph", "new variable(s) start from their initializers", "/Adam"] {
+        ensure!(out.stderr.contains(expected), "missing `{expected}` in:\n{}", out.stderr);
+    }
+    Ok(())
+}

@@ -148,10 +148,10 @@ impl Estimator {
                 log::info!("Restoring parameters from {} ({} variables)", r.checkpoint.path, loaded.len());
                 if r.checkpoint.meta.fingerprint != compiled.fingerprint {
                     log::warn!(
-                        "checkpoint {} was written by a graph with fingerprint {}, this one is {}; restored by name",
+                        "checkpoint {} was written by another graph (a changed optimizer, schedule, layer or \
+                         strategy); restored by name: {}",
                         r.checkpoint.path,
-                        r.checkpoint.meta.fingerprint,
-                        compiled.fingerprint
+                        variable_changes(compiled, &r.checkpoint)
                     );
                 }
                 resume_input(dataset, &r.checkpoint, strategy, replicas.len() as u64)?
@@ -271,6 +271,34 @@ fn resume_input(
         checkpoint.path
     );
     Ok(replay()?)
+}
+
+/// What a resumed graph's variables differ in from a checkpoint's, by name: the variables
+/// it adds (a new optimizer's slots start from their initializers) and the ones it no
+/// longer has; else that only values differ (the same variables, another computation).
+fn variable_changes(compiled: &Compiled, checkpoint: &Checkpoint) -> String {
+    let g = &compiled.plan.graph;
+    let graph: std::collections::BTreeSet<&str> = g.variables().into_iter().map(|v| g.node(v).name.as_str()).collect();
+    let saved: std::collections::BTreeSet<&str> = checkpoint.tensors.keys().map(String::as_str).collect();
+    let list = |names: Vec<&&str>| {
+        let shown: Vec<&str> = names.iter().take(4).map(|n| **n).collect();
+        let more = if names.len() > 4 { format!(" and {} more", names.len() - 4) } else { String::new() };
+        format!("{}{more}", shown.join(", "))
+    };
+    let new: Vec<&&str> = graph.difference(&saved).collect();
+    let gone: Vec<&&str> = saved.difference(&graph).collect();
+    match (new.is_empty(), gone.is_empty()) {
+        (true, true) => "the same variables; what is computed from them changed".into(),
+        (false, true) => format!("{} new variable(s) start from their initializers: {}", new.len(), list(new)),
+        (true, false) => format!("{} saved variable(s) are no longer used: {}", gone.len(), list(gone)),
+        (false, false) => format!(
+            "{} new variable(s) start from their initializers ({}); {} saved one(s) are no longer used ({})",
+            new.len(),
+            list(new.clone()),
+            gone.len(),
+            list(gone.clone())
+        ),
+    }
 }
 
 /// The per-replica batch size of a training dataset (its first batch's rows).
