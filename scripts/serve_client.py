@@ -50,6 +50,10 @@ def main():
     sig = meta["metadata"]["signature_def"]["signature_def"]["serving_default"]
     (input_name,) = sig["inputs"]
     report["outputs"] = sorted(sig["outputs"])
+    # TensorFlow Serving's dtype names, as its clients read them.
+    dtypes = {t["name"]: t["dtype"] for t in [*sig["inputs"].values(), *sig["outputs"].values()]}
+    if dtypes.get(input_name) != "DT_FLOAT" or dtypes.get("classes") != "DT_INT64":
+        failures.append(f"metadata dtypes: {dtypes}")
 
     def one(i):
         return i, call(url + ":predict", {"instances": [x[i]]})

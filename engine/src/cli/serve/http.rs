@@ -139,16 +139,23 @@ pub async fn handle(
     })
 }
 
+/// TensorFlow Serving's name of a dtype (its `DataType` enum), as clients written for it
+/// read the metadata.
+fn tf_dtype(dtype: engine_graph::DType) -> &'static str {
+    match dtype {
+        engine_graph::DType::F32 => "DT_FLOAT",
+        engine_graph::DType::I64 => "DT_INT64",
+        engine_graph::DType::Bool => "DT_BOOL",
+    }
+}
+
 fn specs(specs: &[engine_estimator::export::TensorSpec]) -> Value {
     Value::Object(
         specs
             .iter()
             .map(|s| {
                 let dims: Vec<Value> = s.shape.iter().map(|d| json!({ "size": d.to_string() })).collect();
-                (
-                    s.name.clone(),
-                    json!({ "name": s.name, "dtype": s.dtype.to_string(), "tensor_shape": { "dim": dims } }),
-                )
+                (s.name.clone(), json!({ "name": s.name, "dtype": tf_dtype(s.dtype), "tensor_shape": { "dim": dims } }))
             })
             .collect(),
     )
