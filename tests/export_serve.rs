@@ -160,6 +160,11 @@ fn serve(export: &Path, flags: &[&str]) -> Result<(std::process::Child, String)>
 /// Sends `head` then `body` on a fresh connection and returns the status code, or `None`
 /// when the server closed the connection without answering.
 fn raw_request(address: &str, head: &str, body: &[u8], timeout: Duration) -> Result<Option<u16>> {
+    Ok(exchange(address, head, body, timeout)?.0)
+}
+
+/// As [`raw_request`], with the answer's body.
+fn exchange(address: &str, head: &str, body: &[u8], timeout: Duration) -> Result<(Option<u16>, String)> {
     use std::io::{Read, Write};
     let mut stream = std::net::TcpStream::connect(address)?;
     stream.set_read_timeout(Some(timeout))?;
@@ -170,7 +175,9 @@ fn raw_request(address: &str, head: &str, body: &[u8], timeout: Duration) -> Res
     let mut answer = Vec::new();
     let _ = stream.read_to_end(&mut answer);
     let text = String::from_utf8_lossy(&answer);
-    Ok(text.strip_prefix("HTTP/1.1 ").and_then(|t| t.get(..3)).and_then(|c| c.parse().ok()))
+    let status = text.strip_prefix("HTTP/1.1 ").and_then(|t| t.get(..3)).and_then(|c| c.parse().ok());
+    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+    Ok((status, body))
 }
 
 fn post(address: &str, path: &str, body: &[u8], declared: Option<usize>) -> Result<Option<u16>> {
@@ -293,5 +300,44 @@ fn serve_answers_hostile_requests_with_statuses_in_bounded_memory() -> Result<()
     ensure!(ok, "{log}");
     ensure!(peak <= 1536, "the server's memory peaked at {peak} MiB");
     ensure!(now <= 512, "the server held {now} MiB after the load");
+    Ok(())
+}
+
+/// A model trained on string labels is served by class name, with the ids beside them, as
+/// `engine predict` prints them; the metadata says so in TensorFlow Serving's dtype names.
+#[test]
+fn serve_answers_the_class_names_of_a_label_vocabulary() -> Result<()> {
+    let tmp = tempfile::tempdir()?;
+    let spec = spec_path("fashion_mnist_table.ron");
+    train(&spec, tmp.path(), 5, &["--set", "eval_spec.exporters=[Latest()]"])?;
+    let (server, url) = serve(&tmp.path().join("export/latest"), &[])?;
+    let address = url.trim_start_matches("http://").split('/').next().unwrap_or_default().to_string();
+    let body = serde_json::json!({ "instances": [vec![0.5f32; 49], vec![0.0f32; 49]] }).to_string();
+    let head = format!(
+        "POST /v1/models/model:predict HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    let answer = exchange(&address, &head, body.as_bytes(), Duration::from_secs(30));
+    let get = format!("GET /v1/models/model/metadata HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n");
+    let metadata = exchange(&address, &get, b"", Duration::from_secs(30));
+    // SAFETY: signals the child this test started.
+    unsafe { libc::kill(server.id() as libc::pid_t, libc::SIGTERM) };
+    let (ok, log) = finish(server, Duration::from_secs(30))?;
+    ensure!(ok, "{log}");
+    let (status, text) = answer?;
+    ensure!(status == Some(200), "{status:?} {text}");
+    let reply: serde_json::Value = serde_json::from_str(&text)?;
+    let names = std::fs::read_to_string(tmp.path().join("label_vocabulary.txt"))?;
+    let names: Vec<&str> = names.lines().collect();
+    for prediction in reply["predictions"].as_array().context("no predictions")? {
+        let id = prediction["class_ids"].as_u64().context("no class id")? as usize;
+        ensure!(prediction["classes"] == names[id], "{prediction} (classes {names:?})");
+    }
+    let (status, text) = metadata?;
+    let metadata: serde_json::Value = serde_json::from_str(&text)?;
+    let outputs = &metadata["metadata"]["signature_def"]["signature_def"]["serving_default"]["outputs"];
+    ensure!(status == Some(200) && outputs["classes"]["dtype"] == "DT_STRING", "{metadata}");
+    ensure!(outputs["class_ids"]["dtype"] == "DT_INT64" && outputs["logits"]["dtype"] == "DT_FLOAT", "{metadata}");
     Ok(())
 }

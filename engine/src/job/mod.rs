@@ -101,7 +101,11 @@ pub fn serving_input(spec: &Spec) -> Result<engine_estimator::export::ServingInp
             open_input(spec, &spec.job.train_input.path, s, engine_estimator::Mode::Train)?
         }
     };
-    Ok(engine_estimator::export::ServingInput::from_input_fn(input.as_ref())?)
+    let serving = engine_estimator::export::ServingInput::from_input_fn(input.as_ref())?;
+    Ok(match label_vocabulary(spec)? {
+        Some((_, classes)) => serving.with_class_names(classes),
+        None => serving,
+    })
 }
 
 /// `eval_spec.exporters` as the estimator's exporters, serving the model's features.

@@ -64,4 +64,7 @@ pub struct Manifest {
     /// `BestExporter` knows the best so far.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub metrics: BTreeMap<String, f64>,
+    /// The names of the classes the `classes` output numbers (a label vocabulary).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub class_names: Option<Vec<String>>,
 }

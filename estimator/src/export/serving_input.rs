@@ -10,17 +10,27 @@ use crate::{InputFn, Mode, Result, input::FeatureInfo, input::InputContext};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ServingInput {
     pub features: Vec<FeatureInfo>,
+    /// The class names of a model trained on string labels (its label vocabulary): the
+    /// export records them, and `engine serve` answers `classes` with them, as `engine
+    /// predict` does.
+    pub class_names: Option<Vec<String>>,
 }
 
 impl ServingInput {
     pub fn new(features: Vec<FeatureInfo>) -> Self {
-        ServingInput { features }
+        ServingInput { features, class_names: None }
+    }
+
+    /// With the names of the classes, by class id.
+    pub fn with_class_names(mut self, names: Vec<String>) -> Self {
+        self.class_names = Some(names);
+        self
     }
 
     /// The features of `input_fn`'s dataset in prediction mode (the label, if any, is not
     /// part of a request).
     pub fn from_input_fn(input_fn: &dyn InputFn) -> Result<Self> {
         let dataset = input_fn.dataset(Mode::Predict, &InputContext::default())?;
-        Ok(ServingInput { features: dataset.schema()?.features })
+        Ok(ServingInput { features: dataset.schema()?.features, class_names: None })
     }
 }

@@ -21,6 +21,8 @@ pub struct State {
     pub inflight: Inflight,
     /// How long a client may take to send a body.
     pub body_timeout: std::time::Duration,
+    /// The export's class names (a label vocabulary), which answer `classes`.
+    pub class_names: Option<Vec<String>>,
 }
 
 /// The server's memory budget for requests in flight, in MiB. A request is charged for
@@ -127,7 +129,7 @@ pub async fn handle(
                 "model_spec": { "name": state.name, "version": state.version, "signature_name": "" },
                 "metadata": { "signature_def": { "signature_def": { "serving_default": {
                     "inputs": specs(&state.signature.inputs),
-                    "outputs": specs(&state.signature.outputs),
+                    "outputs": outputs(&state),
                     "method_name": "tensorflow/serving/predict"
                 }}}}
             }),
@@ -147,6 +149,25 @@ fn tf_dtype(dtype: engine_graph::DType) -> &'static str {
         engine_graph::DType::I64 => "DT_INT64",
         engine_graph::DType::Bool => "DT_BOOL",
     }
+}
+
+/// The outputs as answered: with class names, `classes` are strings and their ids are
+/// `class_ids`.
+fn outputs(state: &State) -> Value {
+    let mut outputs = specs(&state.signature.outputs);
+    if state.class_names.is_some()
+        && let Some(Value::Object(classes)) = outputs.get(json::CLASSES).cloned()
+    {
+        let mut ids = classes.clone();
+        ids.insert("name".into(), "class_ids".into());
+        let mut named = classes;
+        named.insert("dtype".into(), "DT_STRING".into());
+        if let Value::Object(m) = &mut outputs {
+            m.insert(json::CLASSES.into(), Value::Object(named));
+            m.insert("class_ids".into(), Value::Object(ids));
+        }
+    }
+    outputs
 }
 
 fn specs(specs: &[engine_estimator::export::TensorSpec]) -> Value {
@@ -215,7 +236,7 @@ async fn predict_body(body: &[u8], state: &State) -> Response<Body> {
     };
     match state.batcher.predict(request.inputs, request.rows).await {
         Ok(Ok(outputs)) => match json::check_outputs(&outputs, request.rows) {
-            Ok(()) => reply(StatusCode::OK, &json::response(request.form, &outputs)),
+            Ok(()) => reply(StatusCode::OK, &json::response(request.form, &outputs, state.class_names.as_deref())),
             Err(message) => error(StatusCode::BAD_REQUEST, message),
         },
         Ok(Err(EstimatorError::Request(message))) => error(StatusCode::BAD_REQUEST, message),

@@ -217,15 +217,21 @@ pub fn check_outputs(outputs: &BTreeMap<String, HostTensor>, rows: usize) -> Res
     Ok(())
 }
 
-/// The response body: every output, in the request's form.
-pub fn response(form: Form, outputs: &BTreeMap<String, HostTensor>) -> Value {
+/// The response body: every output, in the request's form. With `classes` (a label
+/// vocabulary), the `classes` output is answered by name and its ids as `class_ids`, as
+/// `engine predict` writes them.
+pub fn response(form: Form, outputs: &BTreeMap<String, HostTensor>, classes: Option<&[String]>) -> Value {
     let one_or_object = |mut m: Map<String, Value>| {
         if m.len() == 1 { m.values_mut().next().map(std::mem::take).unwrap_or_default() } else { Value::Object(m) }
+    };
+    let named = |m: Map<String, Value>| match classes {
+        Some(names) => name_classes(m, names),
+        None => m,
     };
     match form {
         Form::Columnar => {
             let m = outputs.iter().map(|(k, t)| (k.clone(), tensor_json(t))).collect();
-            serde_json::json!({ "outputs": one_or_object(m) })
+            serde_json::json!({ "outputs": one_or_object(named(m)) })
         }
         Form::Row => {
             let rows = outputs.values().next().map_or(0, |t| t.shape.first().copied().unwrap_or(0));
@@ -241,13 +247,35 @@ pub fn response(form: Form, outputs: &BTreeMap<String, HostTensor>) -> Value {
                             (k.clone(), row.unwrap_or(Value::Null))
                         })
                         .collect();
-                    one_or_object(m)
+                    one_or_object(named(m))
                 })
                 .collect();
             serde_json::json!({ "predictions": predictions })
         }
     }
 }
+
+/// `classes` by name (ids past the vocabulary stay numbers), with the ids as `class_ids`.
+fn name_classes(mut m: Map<String, Value>, names: &[String]) -> Map<String, Value> {
+    fn name(v: &Value, names: &[String]) -> Value {
+        match v {
+            Value::Array(items) => Value::Array(items.iter().map(|x| name(x, names)).collect()),
+            Value::Number(n) => n
+                .as_u64()
+                .and_then(|i| names.get(usize::try_from(i).ok()?))
+                .map_or_else(|| v.clone(), |c| Value::String(c.clone())),
+            other => other.clone(),
+        }
+    }
+    if let Some(ids) = m.remove(CLASSES) {
+        m.insert(CLASSES.into(), name(&ids, names));
+        m.insert("class_ids".into(), ids);
+    }
+    m
+}
+
+/// The output a classifier's class ids are under.
+pub const CLASSES: &str = "classes";
 
 #[cfg(test)]
 mod tests {
@@ -271,8 +299,18 @@ mod tests {
         let r = parse_request(br#"{"inputs": {"x": [[1, 2]]}}"#, &s).unwrap();
         assert_eq!((r.form, r.rows), (Form::Columnar, 1));
         let out = BTreeMap::from([("classes".to_string(), HostTensor::i64(vec![2], vec![7, 1]).unwrap())]);
-        assert_eq!(response(Form::Row, &out), serde_json::json!({"predictions": [7, 1]}));
-        assert_eq!(response(Form::Columnar, &out), serde_json::json!({"outputs": [7, 1]}));
+        assert_eq!(response(Form::Row, &out, None), serde_json::json!({"predictions": [7, 1]}));
+        assert_eq!(response(Form::Columnar, &out, None), serde_json::json!({"outputs": [7, 1]}));
+        // With a vocabulary, classes by name and their ids beside them, in either form.
+        let names: Vec<String> = (0..8).map(|i| format!("c{i}")).collect();
+        assert_eq!(
+            response(Form::Row, &out, Some(&names)),
+            serde_json::json!({"predictions": [{"classes": "c7", "class_ids": 7}, {"classes": "c1", "class_ids": 1}]})
+        );
+        assert_eq!(
+            response(Form::Columnar, &out, Some(&names)),
+            serde_json::json!({"outputs": {"classes": ["c7", "c1"], "class_ids": [7, 1]}})
+        );
     }
 
     #[test]

@@ -80,6 +80,7 @@ pub fn serve(args: &ServeArgs) -> Result<(), CliError> {
         max_body: (args.max_body_mib as usize) << 20,
         inflight: http::Inflight::new(args.max_inflight_mib),
         body_timeout: Duration::from_secs(args.request_timeout_secs),
+        class_names: model.manifest.class_names.clone(),
     });
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
