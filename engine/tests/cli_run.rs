@@ -2,7 +2,7 @@
 
 mod common;
 
-use anyhow::{Result, ensure};
+use anyhow::{Context, Result, ensure};
 use common::{cnn_text, engine, spec_path, write_spec};
 
 #[test]
@@ -174,6 +174,42 @@ fn a_changed_optimizer_is_named_by_its_new_variables() -> Result<()> {
     ensure!(out.code == Some(0), "{}", out.stderr);
     for expected in ["was written by another graph", "new variable(s) start from their initializers", "/Adam"] {
         ensure!(out.stderr.contains(expected), "missing `{expected}` in:\n{}", out.stderr);
+    }
+    Ok(())
+}
+
+/// The README's transcript of `engine run` has the log format of a real run: each of its
+/// lines, numbers and the model dir aside, is a line this build prints.
+#[test]
+fn the_readme_transcript_is_what_a_run_prints() -> Result<()> {
+    const README: &str = include_str!("../../README.md");
+    let start = README.find("$ engine run specs/fashion_mnist_cnn.ron\n").context("no transcript in README.md")?;
+    let transcript = &README[start..];
+    let transcript = &transcript[..transcript.find("```").context("the transcript does not end")?];
+    let dir = tempfile::tempdir()?;
+    let model_dir = dir.path().join("model").display().to_string();
+    let spec = spec_path("fashion_mnist_cnn.ron");
+    let out = engine(&["run", &spec, "--max-steps", "200", "--model-dir", &model_dir])?;
+    ensure!(out.code == Some(0), "{}", out.stderr);
+    // A line's shape: every run of digits one `#`, the model dir a placeholder.
+    let shape = |line: &str, dir: &str| {
+        let line = line.replace(dir, "<model_dir>");
+        let mut shaped = String::new();
+        for c in line.chars() {
+            if c.is_ascii_digit() {
+                if !shaped.ends_with('#') {
+                    shaped.push('#');
+                }
+            } else {
+                shaped.push(c);
+            }
+        }
+        shaped
+    };
+    let printed: Vec<String> = out.stderr.lines().chain(out.stdout.lines()).map(|l| shape(l, &model_dir)).collect();
+    for line in transcript.lines().skip(1).filter(|l| *l != "...") {
+        let wanted = shape(line, "runs/fashion_mnist_cnn");
+        ensure!(printed.contains(&wanted), "README.md shows `{line}`, which a run no longer prints:\n{}", out.stderr);
     }
     Ok(())
 }
