@@ -146,3 +146,33 @@ fn a_spec_summary_saver_replaces_the_default_one() -> Result<()> {
     ensure!(steps == [0, 5, 10, 15], "{steps:?}");
     Ok(())
 }
+
+/// Multi-class precision and recall (one class against the rest, macro and micro averages)
+/// agree with scikit-learn's on the same predictions: `engine eval`'s figures against
+/// `sklearn.metrics` over `engine predict`'s classes and the test set's labels.
+#[test]
+fn multi_class_precision_and_recall_agree_with_scikit_learn() -> Result<()> {
+    let tmp = tempfile::tempdir()?;
+    let dir = tmp.path().to_string_lossy().into_owned();
+    let metrics = "metrics=[Accuracy, Precision(average: Macro), Precision(average: Micro), Recall(average: Macro), \
+                   Precision(class_id: 3), Recall(class_id: 6)]";
+    engine(&strs(&run_args(&dir, 40, &["--set", metrics])))?.ok()?;
+    let spec = common::spec_path("fashion_mnist_cnn.ron");
+    let (take, n) = ("eval_input.take=500", "500");
+    let eval = engine(&["eval", &spec, "--model-dir", &dir, "--set", metrics, "--set", take])?.ok()?;
+    let ours = printed_dict(&eval.stdout)?;
+    let predictions = tmp.path().join("predictions.jsonl").display().to_string();
+    engine(&["predict", &spec, "--model-dir", &dir, "--set", take, "--output", &predictions])?.ok()?;
+    let labels = "/usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz";
+    let script = common::repo_root().join("scripts/sklearn_metrics.py");
+    let out = std::process::Command::new(common::python()?).arg(script).args([&predictions, labels, n]).output()?;
+    ensure!(out.status.success(), "sklearn_metrics.py: {}", String::from_utf8_lossy(&out.stderr));
+    let theirs: serde_json::Map<String, Value> = serde_json::from_slice(&out.stdout)?;
+    for (key, want) in &theirs {
+        let want = want.as_f64().context("a number")?;
+        let got = *ours.get(key).with_context(|| format!("engine eval reported no `{key}`: {ours:?}"))?;
+        // engine eval prints 7 decimals.
+        ensure!((got - want).abs() < 1e-6, "{key}: engine {got}, scikit-learn {want}");
+    }
+    Ok(())
+}

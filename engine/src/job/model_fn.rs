@@ -2,9 +2,12 @@
 
 use crate::{
     lower::{self, ProvidedInputs},
-    spec::{Loss, Metric as SpecMetric, Spec},
+    spec::{Average, Loss, Metric as SpecMetric, Spec},
 };
-use engine_estimator::{EstimatorError, EstimatorSpec, Features, Mode, ModelFn, Params, TrainOp, metrics::Metric};
+use engine_estimator::{
+    EstimatorError, EstimatorSpec, Features, Mode, ModelFn, Params, TrainOp,
+    metrics::{Metric, Select},
+};
 use engine_graph::{GraphBuilder, Outlet};
 use std::sync::Arc;
 
@@ -75,8 +78,22 @@ fn metric_of(
     };
     Ok(Some(match metric {
         SpecMetric::Accuracy => Metric::Accuracy { labels, predictions: classes },
-        SpecMetric::Precision => Metric::Precision { labels, predictions: classes, threshold: 0.5 },
-        SpecMetric::Recall => Metric::Recall { labels, predictions: classes, threshold: 0.5 },
+        SpecMetric::Precision { class_id: None, average: None } => {
+            Metric::Precision { labels, predictions: classes, threshold: 0.5 }
+        }
+        SpecMetric::Recall { class_id: None, average: None } => {
+            Metric::Recall { labels, predictions: classes, threshold: 0.5 }
+        }
+        SpecMetric::Precision { class_id, average } | SpecMetric::Recall { class_id, average } => {
+            let num_classes = b.fact(m.logits)?.shape.dims().last().and_then(|d| d.known()).unwrap_or(0);
+            let select = match (class_id, average) {
+                (Some(k), _) => Select::Class(*k),
+                (None, Some(Average::Micro)) => Select::Micro,
+                _ => Select::Macro,
+            };
+            let recall = matches!(metric, SpecMetric::Recall { .. });
+            Metric::PerClass { labels, classes, num_classes, select, recall }
+        }
         SpecMetric::Auc => Metric::Auc { labels, predictions: positive_scores(loss, scores, b)?, num_thresholds: 200 },
         SpecMetric::MeanSquaredError => Metric::MeanSquaredError { labels, predictions: scores },
         SpecMetric::TopKAccuracy { k } => Metric::TopKAccuracy { labels, logits: m.logits, k: *k },

@@ -127,7 +127,40 @@ fn check_metrics(cx: &Lowering<'_, '_, '_>, loss: Loss, logits: &Shape) -> Resul
             Metric::TopKAccuracy { k } if *k > classes => {
                 Some((at.field("k"), format!("k = {k} exceeds the model's {classes} classes")))
             }
-            Metric::Precision | Metric::Recall | Metric::Auc if loss.is_softmax() && classes != 2 => {
+            Metric::Precision { class_id: Some(k), .. } | Metric::Recall { class_id: Some(k), .. }
+                if !loss.is_softmax() || *k >= classes =>
+            {
+                let why = match loss.is_softmax() {
+                    true => format!(
+                        "class_id {k} is not one of the model's {classes} classes (0 to {})",
+                        classes.max(1) - 1
+                    ),
+                    false => "class_id is for a softmax classifier's classes".to_string(),
+                };
+                Some((at.field("class_id"), why))
+            }
+            Metric::Precision { class_id: Some(_), average: Some(_) }
+            | Metric::Recall { class_id: Some(_), average: Some(_) } => {
+                Some((at.field("average"), "give class_id or average, not both".to_string()))
+            }
+            Metric::Precision { average: Some(_), .. } | Metric::Recall { average: Some(_), .. }
+                if !loss.is_softmax() =>
+            {
+                Some((at.field("average"), "average is for a softmax classifier's classes".to_string()))
+            }
+            Metric::Precision { class_id: None, average: None } | Metric::Recall { class_id: None, average: None }
+                if loss.is_softmax() && classes != 2 =>
+            {
+                Some((
+                    at,
+                    format!(
+                        "`{}` of a {classes}-class model needs `class_id: K` (one class against the rest) or \
+                         `average: Macro` (or `Micro`)",
+                        m.key()
+                    ),
+                ))
+            }
+            Metric::Auc if loss.is_softmax() && classes != 2 => {
                 Some((at, format!("`{}` needs a binary problem; the model has {classes} classes", m.key())))
             }
             _ => None,

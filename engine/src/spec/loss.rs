@@ -31,8 +31,20 @@ impl Loss {
 #[serde(deny_unknown_fields)]
 pub enum Metric {
     Accuracy,
-    Precision,
-    Recall,
+    /// Binary by default; of a multi-class classifier, one class against the rest
+    /// (`class_id`) or averaged over classes (`average`).
+    Precision {
+        #[serde(default)]
+        class_id: Option<usize>,
+        #[serde(default)]
+        average: Option<Average>,
+    },
+    Recall {
+        #[serde(default)]
+        class_id: Option<usize>,
+        #[serde(default)]
+        average: Option<Average>,
+    },
     #[serde(rename = "AUC", alias = "Auc")]
     Auc,
     MeanSquaredError,
@@ -49,12 +61,32 @@ impl Metric {
     pub fn key(&self) -> String {
         match self {
             Metric::Accuracy => "accuracy".into(),
-            Metric::Precision => "precision".into(),
-            Metric::Recall => "recall".into(),
+            Metric::Precision { class_id, average } => per_class_key("precision", *class_id, *average),
+            Metric::Recall { class_id, average } => per_class_key("recall", *class_id, *average),
             Metric::Auc => "auc".into(),
             Metric::MeanSquaredError => "mean_squared_error".into(),
             Metric::TopKAccuracy { k } => format!("top_{k}_accuracy"),
             Metric::Mean => "mean".into(),
         }
+    }
+}
+
+/// How precision and recall average over the classes of a multi-class classifier, as
+/// scikit-learn's `average` does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+pub enum Average {
+    /// The unweighted mean of the per-class values, over the classes that occur.
+    Macro,
+    /// From the counts pooled over classes.
+    Micro,
+}
+
+/// `precision`, `precision_class_3`, `precision_macro`, `recall_micro`.
+fn per_class_key(name: &str, class_id: Option<usize>, average: Option<Average>) -> String {
+    match (class_id, average) {
+        (Some(k), _) => format!("{name}_class_{k}"),
+        (None, Some(Average::Macro)) => format!("{name}_macro"),
+        (None, Some(Average::Micro)) => format!("{name}_micro"),
+        (None, None) => name.to_string(),
     }
 }

@@ -53,7 +53,7 @@ pub use layer::{
     Activation, Concatenate, Conv2d, Dense, Dropout, Layer, MAX_MERGE_INPUTS, Pool2d, Regularizer, Reshape, Size2,
     ZeroPadding2D,
 };
-pub use loss::{Loss, Metric};
+pub use loss::{Average, Loss, Metric};
 pub use model::{Functional, FunctionalNode, Model, Sequential};
 pub use normalization::{BatchNormalization, LayerNormalization};
 pub use optimizer::{Adagrad, Adam, AdamW, LearningRateSpec, OptimizerSpec, RmsProp, Sgd};

@@ -9,9 +9,12 @@
 mod accuracy;
 mod auc;
 mod mean;
+mod per_class;
 mod precision_recall;
 mod squared_error;
 mod top_k;
+
+pub use per_class::Select;
 
 use crate::{EstimatorError, Result};
 use engine_graph::{DType, GraphBuilder, HostTensor, Outlet, Shape};
@@ -39,6 +42,15 @@ pub enum Metric {
         labels: Outlet,
         predictions: Outlet,
         threshold: f32,
+    },
+    /// Precision (or, with `recall`, recall) of a classifier over `num_classes` classes:
+    /// one class against the rest, or averaged over classes (see [`Select`]).
+    PerClass {
+        labels: Outlet,
+        classes: Outlet,
+        num_classes: usize,
+        select: Select,
+        recall: bool,
     },
     /// Area under the ROC curve from confusion counts at `num_thresholds` thresholds.
     Auc {
@@ -70,6 +82,9 @@ impl Metric {
             | Metric::Recall { labels, predictions, threshold } => {
                 precision_recall::build(b, *labels, *predictions, *threshold)
             }
+            Metric::PerClass { labels, classes, num_classes, .. } => {
+                per_class::build(b, *labels, *classes, *num_classes)
+            }
             Metric::Auc { labels, predictions, num_thresholds } => {
                 auc::build(b, *labels, *predictions, *num_thresholds)
             }
@@ -89,6 +104,7 @@ impl Metric {
             | Metric::TopKAccuracy { .. } => ratio(first(s, 0), first(s, 1)),
             Metric::Precision { .. } => precision_recall::precision(s),
             Metric::Recall { .. } => precision_recall::recall(s),
+            Metric::PerClass { select, recall, .. } => per_class::result(s, *select, *recall),
             Metric::Auc { .. } => auc::result(s),
         }
     }
