@@ -32,13 +32,7 @@ pub(super) fn build(
     };
     let l = one_hot(b, labels)?;
     let p = one_hot(b, classes)?;
-    let one = b.scalar(1.0)?;
-    let not_l = b.sub(one, l)?;
-    let not_p = b.sub(one, p)?;
-    let tp = b.mul(p, l)?;
-    let fp = b.mul(p, not_l)?;
-    let fn_ = b.mul(not_p, l)?;
-    [tp, fp, fn_].iter().map(|&x| b.reduce_sum(x, &[0], false)).collect()
+    super::precision_recall::hits(b, l, p)?.iter().map(|&x| b.reduce_sum(x, &[0], false)).collect()
 }
 
 /// Precision (`recall` false) or recall from the accumulated per-class counts.

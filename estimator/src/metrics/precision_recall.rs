@@ -11,13 +11,16 @@ pub(super) fn build(
 ) -> Result<Vec<Outlet>> {
     let l = as_indicator(b, labels, 0.5)?;
     let p = as_indicator(b, predictions, threshold)?;
+    hits(b, l, p)?.iter().map(|&x| b.reduce_sum(x, &[], false)).collect()
+}
+
+/// Per element, from 0/1 labels `l` and predictions `p`: `[true positive, false positive,
+/// false negative]` indicators, for the caller to sum over what it counts.
+pub(super) fn hits(b: &mut GraphBuilder<'_>, l: Outlet, p: Outlet) -> Result<[Outlet; 3]> {
     let one = b.scalar(1.0)?;
     let not_l = b.sub(one, l)?;
     let not_p = b.sub(one, p)?;
-    let tp = b.mul(p, l)?;
-    let fp = b.mul(p, not_l)?;
-    let fn_ = b.mul(not_p, l)?;
-    [tp, fp, fn_].iter().map(|&x| b.reduce_sum(x, &[], false)).collect()
+    Ok([b.mul(p, l)?, b.mul(p, not_l)?, b.mul(not_p, l)?])
 }
 
 pub(super) fn precision(s: &[Vec<f64>]) -> f64 {
