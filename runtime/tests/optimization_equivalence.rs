@@ -1,6 +1,7 @@
 //! Property: the optimization passes (common subexpressions, fusions, dead code) do not
 //! change what a training step computes. Random small models (optional convolution with
-//! bias, ReLU and pooling of either padding, dense layers, three losses, two optimizers)
+//! bias, ReLU and pooling of either padding, batch or layer normalization, dense layers,
+//! three losses, two optimizers)
 //! take one step from identical weights and batch, once as built and once optimized; the
 //! loss and every variable after the update must agree.
 
@@ -10,7 +11,7 @@ use engine_graph::{
     autodiff::Autodiff,
     ops::{Padding, Window},
     optimizer::{ApplyOptimizer, LearningRate, Optimizer, OptimizerConfig},
-    passes::{PassManager, optimization_passes},
+    passes::{FuseNormalization, PassManager, optimization_passes},
 };
 use engine_runtime::{Device, Executor, Precision, RunOptions, VariableStore};
 use proptest::prelude::*;
@@ -38,6 +39,9 @@ struct Model {
     batch: usize,
     loss: u8,
     adam: bool,
+    /// After the convolution block: none, batch or layer normalization, with (scale,
+    /// center).
+    norm: (u8, bool, bool),
 }
 
 fn conv() -> impl Strategy<Value = Conv> {
@@ -71,8 +75,9 @@ fn model() -> impl Strategy<Value = Model> {
         1..5usize,
         0..3u8,
         any::<bool>(),
+        (0..3u8, any::<bool>(), any::<bool>()),
     )
-        .prop_map(|(side, channels, conv, dense, classes, batch, loss, adam)| Model {
+        .prop_map(|(side, channels, conv, dense, classes, batch, loss, adam, norm)| Model {
             side,
             channels,
             conv,
@@ -81,6 +86,7 @@ fn model() -> impl Strategy<Value = Model> {
             batch,
             loss,
             adam,
+            norm,
         })
 }
 
@@ -106,6 +112,19 @@ fn build(m: &Model) -> engine_graph::Result<Graph> {
             let padding = if same { Padding::Same } else { Padding::Valid };
             h = b.max_pool2d(h, Window { kernel: [k, k], strides: [k, k], padding })?;
         }
+    }
+    let (kind, scale, center) = m.norm;
+    if kind > 0 {
+        let c = b.fact(h)?.shape.dims().last().and_then(|d| d.known()).unwrap_or(1);
+        let init = Initializer::RandomNormal { mean: 0.5, stddev: 0.3 };
+        let gamma = scale.then(|| b.variable("norm/gamma", &[c], init.clone(), true)).transpose()?;
+        let beta = center.then(|| b.variable("norm/beta", &[c], init.clone(), true)).transpose()?;
+        h = if kind == 1 {
+            let moments = b.batch_moments(h)?;
+            b.batch_normalize(h, moments, gamma, beta, 1e-3)?
+        } else {
+            b.layer_normalize(h, gamma, beta, 1e-3)?
+        };
     }
     h = b.flatten(h)?;
     let mut width = b.fact(h)?.shape.dim(1).known().unwrap_or(1);
@@ -194,7 +213,12 @@ fn train_step(
     optimize: bool,
     native: bool,
 ) -> Result<(f64, BTreeMap<String, HostTensor>, Vec<&'static str>)> {
-    let mut passes = PassManager::new().with(Autodiff).with(ApplyOptimizer { config });
+    let mut passes = PassManager::new();
+    if optimize {
+        passes.push(Box::new(FuseNormalization));
+    }
+    passes.push(Box::new(Autodiff));
+    passes.push(Box::new(ApplyOptimizer { config }));
     if optimize {
         for p in optimization_passes() {
             passes.push(p);
@@ -310,6 +334,30 @@ fn a_pooled_block_whose_input_needs_a_gradient_is_equivalent() -> Result<()> {
     Ok(())
 }
 
+/// Batch and layer normalization after a convolution (as in the ResNet and the ViT
+/// specs) become the fused ops forward and backward, and compute what the composite does
+/// with the native kernels and the generic ones, with and without gamma and beta.
+#[test]
+fn normalization_fuses_and_is_equivalent() -> Result<()> {
+    for (kind, forward, backward) in
+        [(1, "FusedBatchNormV3", "FusedBatchNormGradV3"), (2, "FusedLayerNorm", "FusedLayerNormGrad")]
+    {
+        for (scale, center) in [(true, true), (false, false), (true, false)] {
+            let m = Model { norm: (kind, scale, center), adam: true, ..tutorial_cnn() };
+            let (loss_a, plain, _) = step_with(&m, false, true)?;
+            for native in [true, false] {
+                let (loss_b, fused, ops) = step_with(&m, true, native)?;
+                anyhow::ensure!(ops.contains(&forward) && ops.contains(&backward), "{ops:?}");
+                anyhow::ensure!((loss_a - loss_b).abs() <= 1e-5 * (1.0 + loss_a.abs()), "loss {loss_a} vs {loss_b}");
+                for (name, a) in &plain {
+                    anyhow::ensure!(close(a, &fused[name]), "{name} differs (native kernels: {native}, {m:?})");
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 fn tutorial_cnn() -> Model {
     Model {
         side: 12,
@@ -328,6 +376,7 @@ fn tutorial_cnn() -> Model {
         batch: 4,
         loss: 0,
         adam: false,
+        norm: (0, false, false),
     }
 }
 
@@ -339,7 +388,17 @@ fn tutorial_cnn() -> Model {
 /// native convolution is Winograd's F(4×4, 3×3) where the CPU has AVX-512, which adds the
 /// skip in its output transform.
 fn residual_block_is_equivalent(channels: usize, pool: bool) -> Result<()> {
-    let m = Model { side: 6, channels, conv: None, dense: vec![], classes: 3, batch: 4, loss: 0, adam: false };
+    let m = Model {
+        side: 6,
+        channels,
+        conv: None,
+        dense: vec![],
+        classes: 3,
+        batch: 4,
+        loss: 0,
+        adam: false,
+        norm: (0, false, false),
+    };
     let mut g = Graph::new();
     let mut b = GraphBuilder::new(&mut g);
     let x = b.placeholder("x", DType::F32, Shape::batched(&[m.side, m.side, m.channels]))?;

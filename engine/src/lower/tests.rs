@@ -106,6 +106,7 @@ fn the_training_plan_differentiates_every_variable_but_not_the_input() -> TestRe
     assert_eq!(
         names,
         [
+            "fuse-normalization",
             "autodiff",
             "apply-optimizer",
             "check-numerics",
@@ -149,9 +150,11 @@ fn evaluation_and_prediction_graphs_have_no_training_parts() -> TestResult {
     }
     assert!(eval.graph.roles.loss.is_some() && eval.graph.roles.inputs.contains_key("labels"));
     assert!(predict.graph.roles.loss.is_none() && !predict.graph.roles.inputs.contains_key("labels"));
-    // Placement, then the optimizations: no gradient or optimizer pass outside training.
-    assert_eq!(predict.passes.len(), engine_graph::passes::optimization_passes().len() + 1);
-    assert_eq!(predict.passes[0].0, "placement");
+    // The normalization fusion, placement, then the optimizations: no gradient or
+    // optimizer pass outside training.
+    assert_eq!(predict.passes.len(), engine_graph::passes::optimization_passes().len() + 2);
+    assert_eq!(predict.passes[0].0, "fuse-normalization");
+    assert_eq!(predict.passes[1].0, "placement");
     Ok(())
 }
 

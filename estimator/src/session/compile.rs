@@ -15,7 +15,7 @@ use engine_graph::{
     autodiff::Autodiff,
     ops::ReduceOp,
     optimizer::{ApplyOptimizer, OptimizerConfig},
-    passes::{CheckNumericsPass, PassManager, optimization_passes},
+    passes::{CheckNumericsPass, FuseNormalization, PassManager, optimization_passes},
 };
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -232,8 +232,8 @@ pub(crate) fn build_model(
     Ok(spec)
 }
 
-/// The pass pipeline every graph goes through, in one place: for training (`optimizer`
-/// given) the strategy's pre-gradient passes, autodiff, its gradient passes, the optimizer;
+/// The pass pipeline every graph goes through, in one place: the normalization fusion;
+/// for training (`optimizer` given) the strategy's pre-gradient passes, autodiff, its gradient passes, the optimizer;
 /// for every mode its placement passes and the optimizations. Returns the pass log.
 pub(crate) fn run_passes(
     graph: &mut Graph,
@@ -242,6 +242,8 @@ pub(crate) fn run_passes(
 ) -> Result<Vec<(String, bool)>> {
     let mut passes = PassManager::new();
     let training = optimizer.is_some();
+    // Before autodiff, so that the fused normalization's gradient is the fused one.
+    passes.push(Box::new(FuseNormalization));
     if let Some(config) = optimizer {
         strategy.passes(Stage::BeforeGradients, true).into_iter().for_each(|p| passes.push(p));
         passes.push(Box::new(Autodiff));

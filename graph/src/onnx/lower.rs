@@ -7,7 +7,7 @@ use super::{
 };
 use crate::{
     Dim, Graph, GraphError, HostData, HostTensor, Node, NodeId, Op, Outlet, Result,
-    ops::{Conv2d, ElementOp, FusedActivation, Operand, Window},
+    ops::{Conv2d, ElementOp, FusedActivation, FusedNormalization, Normalization, Operand, Window},
 };
 use std::collections::{BTreeMap, HashMap};
 
@@ -242,6 +242,7 @@ impl Lowering<'_> {
             // Identities at inference: a numerics check passes a finite value through, a
             // transfer only moves it.
             Op::CheckNumerics(_) | Op::Transfer(_) => unary(&mut self.w, "Identity"),
+            Op::FusedNormalization(f) if f.kind == Normalization::Layer => self.layer_norm(id, f, &ins)?,
             Op::Dropout(_) => {
                 return Err(Self::refuse(
                     node,
@@ -254,6 +255,27 @@ impl Lowering<'_> {
         };
         self.names.insert(Outlet::new(id, 0), out);
         Ok(())
+    }
+
+    /// Opset 17's `LayerNormalization` over the last axis (its scale is not optional).
+    fn layer_norm(&mut self, id: NodeId, f: &FusedNormalization, ins: &[String]) -> Result<String> {
+        let node = self.g.node(id);
+        if (1..3).any(|i| !self.g.outlet_consumers(Outlet::new(id, i)).is_empty()) {
+            return Err(Self::refuse(node, "its statistics are read, which only training graphs do"));
+        }
+        let mut inputs = vec![ins[0].clone()];
+        if f.scale {
+            inputs.push(ins[1].clone());
+        } else {
+            let c = self.g.fact(node.inputs[0])?.shape.dims().last().and_then(|d| d.known()).unwrap_or(0);
+            let ones = HostTensor::f32(vec![c], vec![1.0; c])?;
+            inputs.push(self.w.initializer(&format!("{}/ones", node.name), &ones));
+        }
+        if f.center {
+            inputs.push(ins[ins.len() - 1].clone());
+        }
+        let attrs = vec![("axis", Attr::Int(-1)), ("epsilon", Attr::Float(f.epsilon))];
+        Ok(self.w.node("LayerNormalization", &node.name, inputs, attrs))
     }
 
     fn only_first_output_used(&self, id: NodeId) -> Result<()> {

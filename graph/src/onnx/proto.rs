@@ -14,6 +14,7 @@ pub mod data_type {
 
 /// `AttributeProto.AttributeType` values the exporter uses.
 pub mod attribute_type {
+    pub const FLOAT: i32 = 1;
     pub const INT: i32 = 2;
     pub const INTS: i32 = 7;
 }
@@ -96,6 +97,8 @@ pub struct NodeProto {
 pub struct AttributeProto {
     #[prost(string, tag = "1")]
     pub name: String,
+    #[prost(float, tag = "2")]
+    pub f: f32,
     #[prost(int64, tag = "3")]
     pub i: i64,
     #[prost(int64, repeated, tag = "8")]

@@ -9,6 +9,7 @@ use std::collections::HashSet;
 
 /// An attribute of a node.
 pub(super) enum Attr {
+    Float(f32),
     Int(i64),
     Ints(Vec<i64>),
 }
@@ -53,6 +54,7 @@ impl Writer {
             .map(|(n, a)| {
                 let mut p = AttributeProto { name: n.to_string(), ..Default::default() };
                 match a {
+                    Attr::Float(f) => (p.f, p.r#type) = (f, attribute_type::FLOAT),
                     Attr::Int(i) => (p.i, p.r#type) = (i, attribute_type::INT),
                     Attr::Ints(v) => (p.ints, p.r#type) = (v, attribute_type::INTS),
                 }

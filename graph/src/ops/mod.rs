@@ -14,6 +14,7 @@ pub mod logic;
 pub mod loss;
 pub mod math;
 pub mod nn;
+pub mod norm;
 pub mod reduce;
 pub mod shape;
 pub mod source;
@@ -30,6 +31,7 @@ pub use logic::*;
 pub use loss::*;
 pub use math::*;
 pub use nn::*;
+pub use norm::*;
 pub use reduce::*;
 pub use shape::*;
 pub use source::*;
@@ -128,6 +130,8 @@ op_set! {
     // neural network
     Conv2d, Conv2dBackpropInput, Conv2dBackpropFilter, MaxPool2d, MaxPool2dGrad, MaxPoolGradWithArgmax,
     AvgPool2d, AvgPool2dGrad, Dropout,
+    // normalization, formed by a pass before autodiff
+    FusedNormalization, FusedNormalizationGrad,
     // fused losses
     SparseSoftmaxCrossEntropy, SoftmaxCrossEntropy, SigmoidCrossEntropy,
     // comparisons and conversions

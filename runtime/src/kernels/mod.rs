@@ -17,6 +17,7 @@ mod gather;
 mod logic;
 mod loss;
 mod math;
+mod normalization;
 mod pool;
 mod reduce;
 mod row_sparse;
@@ -194,6 +195,8 @@ pub(crate) fn generic(op: &Op, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Resul
         AvgPool2d(p) => one(pool::avg_forward(&p.window, inputs, ctx)?),
         AvgPool2dGrad(p) => one(pool::avg_backward(p, inputs, ctx)?),
         Dropout(d) => dropout::run(d, inputs, ctx),
+        FusedNormalization(n) => normalization::forward(n, inputs, ctx),
+        FusedNormalizationGrad(n) => normalization::backward(n, inputs, ctx),
         SparseSoftmaxCrossEntropy(_) | SoftmaxCrossEntropy(_) | SigmoidCrossEntropy(_) => {
             one(loss::run(op, inputs, ctx)?)
         }

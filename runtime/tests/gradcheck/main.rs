@@ -8,4 +8,5 @@
 mod harness;
 mod ops_math;
 mod ops_nn;
+mod ops_norm;
 mod ops_shape;

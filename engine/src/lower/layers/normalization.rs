@@ -1,5 +1,6 @@
-//! `BatchNormalization` and `LayerNormalization`, built from primitives (means, squares,
-//! a square root), so autodiff and the elementwise fusion pass see through them.
+//! `BatchNormalization` and `LayerNormalization`: their variables and moving averages
+//! around the builder's normalization composites, which the `fuse-normalization` pass
+//! turns into single ops.
 
 use super::super::{LowerError, Mode, build::Lowering};
 use crate::spec::{BatchNormalization, FieldPath, LayerNormalization};
@@ -33,20 +34,18 @@ pub fn batch_norm(
             let mut updates = Vec::new();
             let mut synced = Vec::new();
             let (mean, var) = if training {
-                let mean = b.reduce_mean(x, &axes, false)?;
-                let var = if n.synchronized {
+                let (mean, var) = if n.synchronized {
                     // E[x^2] - E[x]^2: the two means are what replicas average.
+                    let mean = b.reduce_mean(x, &axes, false)?;
                     let sq = b.square(x)?;
                     let mean_sq = b.reduce_mean(sq, &axes, false)?;
                     synced.extend([mean, mean_sq]);
                     let m2 = b.square(mean)?;
                     let var = b.sub(mean_sq, m2)?;
                     let zero = b.scalar(0.0)?;
-                    b.maximum(var, zero)?
+                    (mean, b.maximum(var, zero)?)
                 } else {
-                    let centered = b.sub(x, mean)?;
-                    let sq = b.square(centered)?;
-                    b.reduce_mean(sq, &axes, false)?
+                    b.batch_moments(x)?
                 };
                 updates.push((moving_mean, moving_average(b, moving_mean, mean, n.momentum)?));
                 updates.push((moving_var, moving_average(b, moving_var, var, n.momentum)?));
@@ -54,23 +53,7 @@ pub fn batch_norm(
             } else {
                 (moving_mean, moving_var)
             };
-            // y = x * inv + (beta - mean * inv), inv = gamma / sqrt(var + eps): two passes
-            // over the activations, the rest on [features].
-            let eps = b.scalar(n.epsilon)?;
-            let v = b.add(var, eps)?;
-            let root = b.sqrt(v)?;
-            let one = b.scalar(1.0)?;
-            let mut inv = b.div(one, root)?;
-            if let Some(g) = gamma {
-                inv = b.mul(inv, g)?;
-            }
-            let shift = b.mul(mean, inv)?;
-            let shift = match beta {
-                Some(beta) => b.sub(beta, shift)?,
-                None => b.neg(shift)?,
-            };
-            let scaled = b.mul(x, inv)?;
-            Ok((b.add(scaled, shift)?, updates, synced))
+            Ok((b.batch_normalize(x, (mean, var), gamma, beta, n.epsilon)?, updates, synced))
         })
         .map_err(|e| cx.graph_error(path, e))?;
     let roles = &mut cx.b.graph_mut().roles;
@@ -97,26 +80,11 @@ pub fn layer_norm(
     x: Outlet,
     path: &FieldPath,
 ) -> Result<Outlet, LowerError> {
-    let (c, rank) = features(cx, "LayerNormalization", x, path)?;
-    let last = rank - 1;
+    let (c, _) = features(cx, "LayerNormalization", x, path)?;
     cx.b.with_scope(name, |b| {
         let gamma = n.scale.then(|| b.variable("gamma", &[c], Initializer::Ones, true)).transpose()?;
         let beta = n.center.then(|| b.variable("beta", &[c], Initializer::Zeros, true)).transpose()?;
-        let mean = b.reduce_mean(x, &[last], true)?;
-        let centered = b.sub(x, mean)?;
-        let sq = b.square(centered)?;
-        let var = b.reduce_mean(sq, &[last], true)?;
-        let eps = b.scalar(n.epsilon)?;
-        let v = b.add(var, eps)?;
-        let root = b.sqrt(v)?;
-        let mut y = b.div(centered, root)?;
-        if let Some(g) = gamma {
-            y = b.mul(y, g)?;
-        }
-        if let Some(beta) = beta {
-            y = b.add(y, beta)?;
-        }
-        Ok(y)
+        b.layer_normalize(x, gamma, beta, n.epsilon)
     })
     .map_err(|e| cx.graph_error(path, e))
 }

@@ -19,6 +19,7 @@ mod gemm;
 mod matmul;
 mod microkernel;
 mod microkernel512;
+mod normalization;
 mod numerics;
 mod patches;
 mod pool;
@@ -89,6 +90,8 @@ fn dispatch<E: buffer::Elem>(op: &Op, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -
         Op::Relu(_) | Op::ReluGrad(_) => float(elementwise::relu::<E>(op, inputs, ctx)),
         Op::FusedElementwise(f) => fused_elementwise::fused::<E>(f, inputs, ctx),
         Op::Dropout(d) => Ok(dropout::run::<E>(d, inputs, ctx)),
+        Op::FusedNormalization(n) => Ok(normalization::forward::<E>(n, inputs, ctx)),
+        Op::FusedNormalizationGrad(n) => Ok(normalization::backward::<E>(n, inputs, ctx)),
         Op::Softmax(s) => softmax::softmax::<E>(s.axis, false, inputs, ctx).and_then(float),
         Op::LogSoftmax(s) => softmax::softmax::<E>(s.axis, true, inputs, ctx).and_then(float),
         Op::SparseSoftmaxCrossEntropy(_) => float(softmax::sparse_cross_entropy::<E>(inputs, ctx)),

@@ -1,0 +1,52 @@
+//! The backward of [`FusedNormalization`](super::FusedNormalization) through its
+//! normalized output (TensorFlow's `FusedBatchNormGradV3`).
+
+use super::fused_normalization::{Normalization, features, per_feature};
+use crate::{
+    DType, Fact, Shape,
+    ops::{Arity, OpDef},
+};
+
+/// Inputs: `(dy, x, [gamma], mean, variance)`, the statistics the forward op output.
+/// Outputs: `(dx, dgamma, dbeta)`, the last two `[features]` (dgamma is computed without
+/// a gamma too, for uniformity; nothing reads it then).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct FusedNormalizationGrad {
+    pub kind: Normalization,
+    pub epsilon: f32,
+    pub scale: bool,
+}
+
+impl OpDef for FusedNormalizationGrad {
+    fn name(&self) -> &'static str {
+        match self.kind {
+            Normalization::Batch => "FusedBatchNormGradV3",
+            Normalization::Layer => "FusedLayerNormGrad",
+        }
+    }
+    fn arity(&self) -> Arity {
+        Arity::Exact(4 + usize::from(self.scale))
+    }
+    fn infer(&self, inputs: &[Fact]) -> Result<Vec<Fact>, String> {
+        let (dy, x) = (&inputs[0], &inputs[1]);
+        let c = features(x)?;
+        if dy != x {
+            return Err(format!("gradient {} must match the input {}", dy.shape, x.shape));
+        }
+        if self.scale {
+            per_feature(&inputs[2], c, "gamma")?;
+        }
+        let forward = super::FusedNormalization { kind: self.kind, epsilon: self.epsilon, scale: false, center: false };
+        let stats = forward.stats_shape(&x.shape);
+        for f in &inputs[inputs.len() - 2..] {
+            if f.shape != stats || f.dtype != DType::F32 {
+                return Err(format!("statistics {} must be f32 of shape {stats}", f.shape));
+            }
+        }
+        let affine = Fact::new(DType::F32, Shape::known(&[c]));
+        Ok(vec![x.clone(), affine.clone(), affine])
+    }
+    fn flops(&self, inputs: &[Fact], _: &[Fact], batch: usize) -> u64 {
+        10 * inputs[1].shape.num_elements(batch) as u64
+    }
+}

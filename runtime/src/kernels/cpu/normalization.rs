@@ -1,0 +1,369 @@
+//! Fused batch and layer normalization over the input seen as `[rows, features]`.
+//!
+//! Batch normalization reads the activations three times forward (the mean, the
+//! variance about it, the output) and twice backward (two sums per feature, then the
+//! input gradient), where the composite made a dozen passes and as many temporaries;
+//! layer normalization works a row at a time, in cache. Sums run in fixed blocks, so the
+//! result does not depend on the thread count or timing.
+
+use super::{
+    buffer::{Elem, chunks, into_vec, is_whole_and_unique, tensor, view, zeroed},
+    reduce::add_rows,
+    simd::multiversion,
+};
+use crate::{
+    Result, Value,
+    kernels::{KernelCtx, dims},
+    value::T,
+};
+use engine_graph::ops::{FusedNormalization, FusedNormalizationGrad, Normalization};
+use rayon::prelude::*;
+
+/// Rows summed into a block's own accumulator before it joins the running total: the
+/// error of an f32 sum grows with the number of terms in one chain.
+const BLOCK: usize = 256;
+
+fn floats(inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Result<Vec<T>> {
+    inputs.into_iter().map(|v| ctx.float(v)).collect()
+}
+
+/// Splits `(x, [gamma], [beta])` or `(dy, x, [gamma], mean, var)` apart.
+fn optional(it: &mut impl Iterator<Item = T>, present: bool) -> Option<T> {
+    if present { it.next() } else { None }
+}
+
+fn e<E: Elem>(v: f64) -> E {
+    E::from(v).unwrap_or_else(E::zero)
+}
+
+pub(super) fn forward<E: Elem>(op: &FusedNormalization, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Result<Vec<Value>> {
+    let mut it = floats(inputs, ctx)?.into_iter();
+    let x = it.next().ok_or_else(|| ctx.err("missing input"))?;
+    let gamma = optional(&mut it, op.scale).map(|g| view::<E>(&g).into_owned());
+    let beta = optional(&mut it, op.center).map(|b| view::<E>(&b).into_owned());
+    let shape = dims(&x);
+    let c = shape.last().copied().unwrap_or(0);
+    if c == 0 {
+        return Err(ctx.err("the input has no features"));
+    }
+    let (mean, var, y) = match op.kind {
+        Normalization::Batch => batch_forward::<E>(x, c, op.epsilon, gamma.as_deref(), beta.as_deref()),
+        Normalization::Layer => layer_forward::<E>(x, c, op.epsilon, gamma.as_deref(), beta.as_deref()),
+    };
+    let stats = ctx.out_shape(1)?;
+    Ok(vec![
+        Value::Float(tensor(y, &shape, ctx.device)),
+        Value::Float(tensor(mean, &stats, ctx.device)),
+        Value::Float(tensor(var, &stats, ctx.device)),
+    ])
+}
+
+/// Per-feature sums of `f(row)` over the rows of `xs`, blocked, in a fixed order.
+fn feature_sums<E: Elem>(xs: &[E], c: usize, f: impl Fn(&mut [E], &[E]) + Sync) -> Vec<E> {
+    let rows = xs.len() / c;
+    let per = chunks(rows).div_ceil(BLOCK) * BLOCK;
+    let partials: Vec<Vec<E>> = xs
+        .par_chunks(per * c)
+        .map(|part| {
+            let mut total = vec![E::zero(); c];
+            let mut acc = vec![E::zero(); c];
+            for block in part.chunks(BLOCK * c) {
+                acc.iter_mut().for_each(|a| *a = E::zero());
+                f(&mut acc, block);
+                total.iter_mut().zip(&acc).for_each(|(t, a)| *t += *a);
+            }
+            total
+        })
+        .collect();
+    let mut total = vec![E::zero(); c];
+    for p in partials {
+        total.iter_mut().zip(p).for_each(|(t, v)| *t += v);
+    }
+    total
+}
+
+/// `(mean, variance, y)` with statistics per feature.
+fn batch_forward<E: Elem>(
+    x: T,
+    c: usize,
+    eps: f32,
+    gamma: Option<&[E]>,
+    beta: Option<&[E]>,
+) -> (Vec<E>, Vec<E>, Vec<E>) {
+    let (mean, var) = {
+        let xs = view::<E>(&x);
+        let n = e::<E>((xs.len() / c) as f64);
+        let mean: Vec<E> = feature_sums(&xs, c, add_rows::<E>).into_iter().map(|s| s / n).collect();
+        let var: Vec<E> = feature_sums(&xs, c, |acc, rows| add_squared_deviations(acc, rows, &mean))
+            .into_iter()
+            .map(|s| s / n)
+            .collect();
+        (mean, var)
+    };
+    // y = x * a + b per feature, a = gamma / sqrt(var + eps), b = beta - mean * a.
+    let a: Vec<E> = (0..c).map(|j| gamma.map_or(E::one(), |g| g[j]) / (var[j] + e(eps.into())).sqrt()).collect();
+    let b: Vec<E> = (0..c).map(|j| beta.map_or(E::zero(), |b| b[j]) - mean[j] * a[j]).collect();
+    let per = chunks(xs_len(&x) / c) * c;
+    let y = if is_whole_and_unique(&x) {
+        let mut y = into_vec::<E>(x);
+        y.par_chunks_mut(per).for_each(|part| affine_rows(part, &a, &b));
+        y
+    } else {
+        // The backward pass reads x too: y goes to a new buffer, each part zeroed in
+        // cache just before it is written, rather than copying x first.
+        let xs = view::<E>(&x);
+        let mut y = Vec::with_capacity(xs.len());
+        y.spare_capacity_mut()[..xs.len()]
+            .par_chunks_mut(per)
+            .zip(xs.par_chunks(per))
+            .for_each(|(out, x)| affine_into(zeroed(out), x, &a, &b));
+        // SAFETY: the parts cover the first `xs.len()` elements and `zeroed` initialized
+        // each of them before `affine_into` wrote it.
+        unsafe { y.set_len(xs.len()) };
+        y
+    };
+    (mean, var, y)
+}
+
+fn xs_len(x: &T) -> usize {
+    dims(x).iter().product()
+}
+
+multiversion! {
+    /// `out = x * a + b` for each row.
+    fn affine_into<E: Elem>(out: &mut [E], xs: &[E], a: &[E], b: &[E]) {
+        let c = a.len().max(1);
+        for (o, x) in out.chunks_exact_mut(c).zip(xs.chunks_exact(c)) {
+            for (((o, &x), &a), &b) in o.iter_mut().zip(x).zip(a).zip(b) {
+                *o = x * a + b;
+            }
+        }
+    }
+}
+
+multiversion! {
+    /// `acc += (row - mean)²` for each row.
+    fn add_squared_deviations<E: Elem>(acc: &mut [E], rows: &[E], mean: &[E]) {
+        for row in rows.chunks_exact(acc.len().max(1)) {
+            for ((a, v), m) in acc.iter_mut().zip(row).zip(mean) {
+                let d = *v - *m;
+                *a += d * d;
+            }
+        }
+    }
+}
+
+multiversion! {
+    /// `row = row * a + b` for each row, in place.
+    fn affine_rows<E: Elem>(rows: &mut [E], a: &[E], b: &[E]) {
+        for row in rows.chunks_exact_mut(a.len().max(1)) {
+            for ((v, a), b) in row.iter_mut().zip(a).zip(b) {
+                *v = *v * *a + *b;
+            }
+        }
+    }
+}
+
+/// `(mean, variance, y)` with statistics per row.
+fn layer_forward<E: Elem>(
+    x: T,
+    c: usize,
+    eps: f32,
+    gamma: Option<&[E]>,
+    beta: Option<&[E]>,
+) -> (Vec<E>, Vec<E>, Vec<E>) {
+    let mut y = into_vec::<E>(x);
+    let rows = y.len() / c;
+    let mut mean = vec![E::zero(); rows];
+    let mut var = vec![E::zero(); rows];
+    let per = chunks(rows);
+    y.par_chunks_mut(per * c).zip(mean.par_chunks_mut(per)).zip(var.par_chunks_mut(per)).for_each(|((ys, ms), vs)| {
+        for ((row, m), v) in ys.chunks_exact_mut(c).zip(ms).zip(vs) {
+            (*m, *v) = normalize_row(row, e(eps.into()), gamma, beta);
+        }
+    });
+    (mean, var, y)
+}
+
+multiversion! {
+    /// Normalizes one row in place; returns its mean and variance.
+    fn normalize_row<E: Elem>(row: &mut [E], eps: E, gamma: Option<&[E]>, beta: Option<&[E]>) -> (E, E) {
+        let n = E::from(row.len()).unwrap_or_else(E::one);
+        let mean = row.iter().copied().fold(E::zero(), |s, v| s + v) / n;
+        let var = row.iter().fold(E::zero(), |s, &v| s + (v - mean) * (v - mean)) / n;
+        let rstd = E::one() / (var + eps).sqrt();
+        for (j, v) in row.iter_mut().enumerate() {
+            let g = gamma.map_or(E::one(), |g| g[j]);
+            let b = beta.map_or(E::zero(), |b| b[j]);
+            *v = (*v - mean) * rstd * g + b;
+        }
+        (mean, var)
+    }
+}
+
+pub(super) fn backward<E: Elem>(
+    op: &FusedNormalizationGrad,
+    inputs: Vec<Value>,
+    ctx: &KernelCtx<'_>,
+) -> Result<Vec<Value>> {
+    let mut it = floats(inputs, ctx)?.into_iter();
+    let (Some(dy), Some(x)) = (it.next(), it.next()) else { return Err(ctx.err("missing input")) };
+    let gamma = optional(&mut it, op.scale).map(|g| view::<E>(&g).into_owned());
+    let (Some(mean), Some(var)) = (it.next(), it.next()) else { return Err(ctx.err("missing statistics")) };
+    let (mean, var) = (view::<E>(&mean).into_owned(), view::<E>(&var).into_owned());
+    let shape = dims(&x);
+    let c = shape.last().copied().unwrap_or(0);
+    if c == 0 {
+        return Err(ctx.err("the input has no features"));
+    }
+    let eps = e::<E>(op.epsilon.into());
+    let rstd: Vec<E> = var.iter().map(|&v| E::one() / (v + eps).sqrt()).collect();
+    let (dx, dgamma, dbeta) = match op.kind {
+        Normalization::Batch => batch_backward(dy, &x, c, gamma.as_deref(), &mean, &rstd),
+        Normalization::Layer => layer_backward(dy, &x, c, gamma.as_deref(), &mean, &rstd),
+    };
+    Ok(vec![
+        Value::Float(tensor(dx, &shape, ctx.device)),
+        Value::Float(tensor(dgamma, &[c], ctx.device)),
+        Value::Float(tensor(dbeta, &[c], ctx.device)),
+    ])
+}
+
+/// `(dx, dgamma, dbeta)` with statistics per feature:
+/// `dx = gamma * rstd * (dy - dbeta / n - xhat * dgamma / n)`.
+fn batch_backward<E: Elem>(
+    dy: T,
+    x: &T,
+    c: usize,
+    gamma: Option<&[E]>,
+    mean: &[E],
+    rstd: &[E],
+) -> (Vec<E>, Vec<E>, Vec<E>) {
+    let xs = view::<E>(x);
+    let n = e::<E>((xs.len() / c) as f64);
+    let (dbeta, dot) = {
+        let gs = view::<E>(&dy);
+        // Both sums in one pass: [sum dy | sum dy * (x - mean)] side by side.
+        let both = feature_sums_pair(&gs, &xs, c, mean);
+        (both[..c].to_vec(), both[c..].to_vec())
+    };
+    let dgamma: Vec<E> = dot.iter().zip(rstd).map(|(&d, &r)| d * r).collect();
+    // dx = a * dy - b * x + k, a = gamma * rstd, b = a * rstd * dgamma / n,
+    // k = b * mean - a * dbeta / n.
+    let a: Vec<E> = (0..c).map(|j| gamma.map_or(E::one(), |g| g[j]) * rstd[j]).collect();
+    let b: Vec<E> = (0..c).map(|j| a[j] * rstd[j] * dgamma[j] / n).collect();
+    let k: Vec<E> = (0..c).map(|j| b[j] * mean[j] - a[j] * dbeta[j] / n).collect();
+    let mut dx = into_vec::<E>(dy);
+    let per = chunks(dx.len() / c) * c;
+    dx.par_chunks_mut(per).zip(xs.par_chunks(per)).for_each(|(d, x)| input_grad_rows(d, x, &a, &b, &k));
+    (dx, dgamma, dbeta)
+}
+
+/// `[Σ dy | Σ dy (x - mean)]` per feature, blocked like [`feature_sums`].
+fn feature_sums_pair<E: Elem>(gs: &[E], xs: &[E], c: usize, mean: &[E]) -> Vec<E> {
+    let rows = xs.len() / c;
+    let per = chunks(rows).div_ceil(BLOCK) * BLOCK;
+    let partials: Vec<Vec<E>> = gs
+        .par_chunks(per * c)
+        .zip(xs.par_chunks(per * c))
+        .map(|(g, x)| {
+            let mut total = vec![E::zero(); 2 * c];
+            let mut acc = vec![E::zero(); 2 * c];
+            for (gb, xb) in g.chunks(BLOCK * c).zip(x.chunks(BLOCK * c)) {
+                acc.iter_mut().for_each(|a| *a = E::zero());
+                add_grad_sums(&mut acc, gb, xb, mean);
+                total.iter_mut().zip(&acc).for_each(|(t, a)| *t += *a);
+            }
+            total
+        })
+        .collect();
+    let mut total = vec![E::zero(); 2 * c];
+    for p in partials {
+        total.iter_mut().zip(p).for_each(|(t, v)| *t += v);
+    }
+    total
+}
+
+multiversion! {
+    /// `acc[..c] += dy`, `acc[c..] += dy * (x - mean)` for each row.
+    fn add_grad_sums<E: Elem>(acc: &mut [E], gs: &[E], xs: &[E], mean: &[E]) {
+        let c = mean.len().max(1);
+        let (sum, dot) = acc.split_at_mut(c);
+        for (g, x) in gs.chunks_exact(c).zip(xs.chunks_exact(c)) {
+            for ((((s, d), &g), &x), &m) in sum.iter_mut().zip(dot.iter_mut()).zip(g).zip(x).zip(mean) {
+                *s += g;
+                *d += g * (x - m);
+            }
+        }
+    }
+}
+
+multiversion! {
+    /// `d = a * d - b * x + k` for each row, in place.
+    fn input_grad_rows<E: Elem>(ds: &mut [E], xs: &[E], a: &[E], b: &[E], k: &[E]) {
+        let c = a.len().max(1);
+        for (d, x) in ds.chunks_exact_mut(c).zip(xs.chunks_exact(c)) {
+            for ((((d, &x), &a), &b), &k) in d.iter_mut().zip(x).zip(a).zip(b).zip(k) {
+                *d = a * *d - b * x + k;
+            }
+        }
+    }
+}
+
+/// `(dx, dgamma, dbeta)` with statistics per row: with `xhat = (x - mean) * rstd` and
+/// `h = dy * gamma`, `dx = rstd * (h - mean(h) - xhat * mean(h * xhat))` along each row.
+fn layer_backward<E: Elem>(
+    dy: T,
+    x: &T,
+    c: usize,
+    gamma: Option<&[E]>,
+    mean: &[E],
+    rstd: &[E],
+) -> (Vec<E>, Vec<E>, Vec<E>) {
+    let xs = view::<E>(x);
+    let mut dx = into_vec::<E>(dy);
+    let rows = xs.len() / c;
+    let per = chunks(rows);
+    let partials: Vec<Vec<E>> = dx
+        .par_chunks_mut(per * c)
+        .zip(xs.par_chunks(per * c))
+        .zip(mean.par_chunks(per).zip(rstd.par_chunks(per)))
+        .map(|((ds, xs), (ms, rs))| {
+            // [dgamma | dbeta] partial sums of this part's rows.
+            let mut acc = vec![E::zero(); 2 * c];
+            for (((d, x), &m), &r) in ds.chunks_exact_mut(c).zip(xs.chunks_exact(c)).zip(ms).zip(rs) {
+                layer_grad_row(d, x, m, r, gamma, &mut acc);
+            }
+            acc
+        })
+        .collect();
+    let mut total = vec![E::zero(); 2 * c];
+    for p in partials {
+        total.iter_mut().zip(p).for_each(|(t, v)| *t += v);
+    }
+    let dbeta = total.split_off(c);
+    (dx, total, dbeta)
+}
+
+multiversion! {
+    /// One row's input gradient, in place over its `dy`, adding to `[dgamma | dbeta]`.
+    fn layer_grad_row<E: Elem>(d: &mut [E], x: &[E], mean: E, rstd: E, gamma: Option<&[E]>, acc: &mut [E]) {
+        let c = d.len();
+        let n = E::from(c).unwrap_or_else(E::one);
+        let (mut sum_h, mut sum_hx) = (E::zero(), E::zero());
+        for j in 0..c {
+            let xhat = (x[j] - mean) * rstd;
+            acc[j] += d[j] * xhat;
+            acc[c + j] += d[j];
+            let h = d[j] * gamma.map_or(E::one(), |g| g[j]);
+            sum_h += h;
+            sum_hx += h * xhat;
+        }
+        let (mh, mhx) = (sum_h / n, sum_hx / n);
+        for j in 0..c {
+            let xhat = (x[j] - mean) * rstd;
+            let h = d[j] * gamma.map_or(E::one(), |g| g[j]);
+            d[j] = rstd * (h - mh - xhat * mhx);
+        }
+    }
+}
