@@ -14,6 +14,7 @@ mod device;
 mod error;
 mod exchange;
 mod executor;
+mod heap;
 mod kernels;
 mod readback;
 mod shapes;
@@ -26,6 +27,7 @@ pub use device::{BadDeviceName, Device, DeviceKind, DeviceName, MAX_DEVICE_INDEX
 pub use error::{Result, RuntimeError};
 pub use exchange::Exchange;
 pub use executor::{CollectiveTiming, DeviceTime, Executor, NonFinite, OpTiming, RunOptions, StepOutput};
+pub use heap::retain_freed_memory;
 #[cfg(target_arch = "x86_64")]
 #[doc(hidden)]
 pub use kernels::has_avx2;
