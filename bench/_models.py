@@ -26,6 +26,7 @@ MODELS = {
     "residual": {"spec": "specs/fashion_mnist_residual.ron", "steps": 500, "warmup": 100},
     "vgg": {"spec": "specs/fashion_mnist_vgg.ron", "steps": 30, "warmup": 5},
     "resnet": {"spec": "specs/fashion_mnist_resnet.ron", "steps": 300, "warmup": 50},
+    "vit": {"spec": "specs/fashion_mnist_vit.ron", "steps": 300, "warmup": 50},
 }
 
 

@@ -12,17 +12,23 @@ scripts set thread counts and CPU affinity before it starts its pools.
 import _tfcommon as common
 
 
-def _head(tf, mode, logits, labels, optimizer_fn, regularization=None, top_k=None):
+def _head(tf, mode, logits, labels, optimizer_fn, regularization=None, top_k=None, label_smoothing=0.0):
     """EstimatorSpec for sparse softmax cross-entropy on `logits`.
 
     The loss is the batch mean plus `regularization` (a scalar tensor or None) in training
     and evaluation, as the engine's head does. `optimizer_fn(global_step)` returns the
-    optimizer. `top_k` adds a `top_{k}_accuracy` metric in evaluation.
+    optimizer. `top_k` adds a `top_{k}_accuracy` metric in evaluation. A `label_smoothing`
+    above 0 takes the cross-entropy against smoothed one-hot labels, as the engine's
+    `label_smoothing` does.
     """
     predictions = tf.argmax(logits, axis=1)
     if mode == tf.estimator.ModeKeys.PREDICT:
         return tf.estimator.EstimatorSpec(mode, predictions={"class": predictions})
-    loss = tf.compat.v1.losses.sparse_softmax_cross_entropy(labels=labels, logits=logits)
+    if label_smoothing > 0:
+        onehot = tf.one_hot(labels, logits.shape[-1])
+        loss = tf.compat.v1.losses.softmax_cross_entropy(onehot, logits, label_smoothing=label_smoothing)
+    else:
+        loss = tf.compat.v1.losses.sparse_softmax_cross_entropy(labels=labels, logits=logits)
     if regularization is not None:
         loss = loss + regularization
     if mode == tf.estimator.ModeKeys.EVAL:
@@ -167,6 +173,61 @@ def resnet_model_fn():
     return model_fn
 
 
+def vit_model_fn():
+    """specs/fashion_mnist_vit.ron: a 4x4 strided Conv 64 as the patch embedding, 49 tokens
+    with a learned position embedding, two pre-norm encoder blocks (LayerNormalization
+    epsilon 1e-6, MultiHeadAttention 4 heads of 16 with dropout 0.1, a Dense 128 GELU and
+    Dense 64 MLP with dropout 0.1, residual adds), a final LayerNormalization, the mean over
+    tokens, Dense 10; label smoothing 0.1. AdamW as TF 1 graphs can write it: Adam (epsilon
+    1e-7) with the decoupled weight decay `var -= lr * 0.05 * var` applied after each update
+    (Keras' AdamW rule), on a 300-step linear warmup into a cosine decay from 0.002 over
+    4690 steps. The layers are tf.keras' own, called inside the model_fn."""
+    import tensorflow as tf
+
+    layers = tf.keras.layers
+
+    def model_fn(features, labels, mode):
+        training = mode == tf.estimator.ModeKeys.TRAIN
+        x = layers.Conv2D(64, 4, strides=4)(features)
+        x = tf.reshape(x, [-1, 49, 64])
+        pos = tf.compat.v1.get_variable(
+            "pos_embedding", [49, 64], initializer=tf.compat.v1.random_normal_initializer(stddev=0.02))
+        x = x + pos
+        for _ in range(2):
+            y = layers.LayerNormalization(epsilon=1e-6)(x)
+            y = layers.MultiHeadAttention(num_heads=4, key_dim=16, dropout=0.1)(y, y, training=training)
+            x = x + y
+            y = layers.LayerNormalization(epsilon=1e-6)(x)
+            y = layers.Dense(128, activation="gelu")(y)
+            y = layers.Dense(64)(y)
+            y = layers.Dropout(0.1)(y, training=training)
+            x = x + y
+        x = layers.LayerNormalization(epsilon=1e-6)(x)
+        x = tf.reduce_mean(x, axis=1)
+        logits = layers.Dense(10)(x)
+
+        class AdamW:
+            def __init__(self, lr):
+                self.lr = lr
+                self.opt = tf.compat.v1.train.AdamOptimizer(lr, epsilon=1e-7)
+
+            def minimize(self, loss, global_step):
+                update = self.opt.minimize(loss, global_step=global_step)
+                with tf.control_dependencies([update]):
+                    decay = [v.assign_sub(self.lr * 0.05 * v) for v in tf.compat.v1.trainable_variables()]
+                return tf.group(*decay)
+
+        def optimizer(global_step):
+            step = tf.cast(global_step, tf.float32)
+            warm = 0.002 * (step + 1.0) / 300.0
+            lr = tf.where(step < 300.0, warm, tf.compat.v1.train.cosine_decay(0.002, global_step - 300, 4690))
+            return AdamW(lr)
+
+        return _head(tf, mode, logits, labels, optimizer, label_smoothing=0.1)
+
+    return model_fn
+
+
 # The tutorial CNN's twin stays in _tfcommon.py, shared with tf_mwms_estimator.py.
 MODEL_FNS = {
     "cnn": lambda: common.make_model_fn(0.05),
@@ -174,6 +235,7 @@ MODEL_FNS = {
     "residual": residual_model_fn,
     "vgg": vgg_model_fn,
     "resnet": resnet_model_fn,
+    "vit": vit_model_fn,
 }
 
 
