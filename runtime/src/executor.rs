@@ -228,6 +228,7 @@ impl Executor {
         partition: Option<(engine_graph::Placement, Arc<Exchange>)>,
     ) -> Result<Self> {
         crate::retain_freed_memory();
+        crate::use_compute_threads();
         let g = &plan.graph;
         let label = partition.as_ref().map(|p| p.0);
         let mine = |id: NodeId| label.is_none_or(|l| g.node(id).placement == Some(l));

@@ -15,9 +15,11 @@ mod error;
 mod exchange;
 mod executor;
 mod heap;
+mod host_cpu;
 mod kernels;
 mod readback;
 mod shapes;
+mod threads;
 pub mod transport;
 mod value;
 mod variables;
@@ -28,8 +30,10 @@ pub use error::{Result, RuntimeError};
 pub use exchange::Exchange;
 pub use executor::{CollectiveTiming, DeviceTime, Executor, NonFinite, OpTiming, RunOptions, StepOutput};
 pub use heap::retain_freed_memory;
+pub use host_cpu::{HostCpu, Isa, allowed_cpus};
 #[cfg(target_arch = "x86_64")]
 #[doc(hidden)]
 pub use kernels::has_avx2;
+pub use threads::{ComputeThreads, use_compute_threads};
 pub use value::{Precision, Value};
 pub use variables::{VariableStore, whole_variables};

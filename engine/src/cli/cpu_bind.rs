@@ -22,22 +22,7 @@ pub enum CpuBind {
     None,
 }
 
-/// The CPUs this process may run on, ascending (its affinity mask on Linux; elsewhere,
-/// `0..available_parallelism`).
-pub(super) fn allowed_cpus() -> Vec<usize> {
-    #[cfg(target_os = "linux")]
-    {
-        // SAFETY: a zeroed cpu_set_t is a valid empty set; sched_getaffinity writes at most
-        // its size, and CPU_ISSET reads within it.
-        unsafe {
-            let mut set: libc::cpu_set_t = std::mem::zeroed();
-            if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) == 0 {
-                return (0..libc::CPU_SETSIZE as usize).filter(|&c| libc::CPU_ISSET(c, &set)).collect();
-            }
-        }
-    }
-    (0..std::thread::available_parallelism().map_or(1, |n| n.get())).collect()
-}
+pub(super) use engine_runtime::allowed_cpus;
 
 /// `cpus` split into `tasks` contiguous runs, as even as possible (the first runs one
 /// longer when it does not divide); `None` with fewer CPUs than tasks, where binding would

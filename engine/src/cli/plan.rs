@@ -62,6 +62,10 @@ pub fn plan(args: &PlanArgs) -> Result<(), CliError> {
     // The digest checkpoints record (before their `-`): which plan trained a checkpoint.
     let fingerprint = plan.graph.fingerprint().map_err(|e| CliError::Usage(e.to_string()))?;
     let _ = writeln!(out, "graph fingerprint: {fingerprint}");
+    if local.iter().any(|d| d.kind() == engine_runtime::DeviceKind::Cpu) {
+        let _ = writeln!(out, "cpu: {}", engine_runtime::HostCpu::get());
+        let _ = writeln!(out, "compute threads: {}", engine_runtime::ComputeThreads::get());
+    }
     if let Some(line) = partition_devices(&plan, &local) {
         let _ = writeln!(out, "{line}");
     }

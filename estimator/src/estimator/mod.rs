@@ -64,6 +64,8 @@ impl Estimator {
         let train_strategy: Arc<dyn Strategy> = config.strategy_for(Mode::Train).build(&config.strategy)?.into();
         let eval_strategy: Arc<dyn Strategy> = config.strategy_for(Mode::Eval).build(&config.strategy)?.into();
         log::info!("Using config: {config}");
+        // Before anything starts rayon's pool with one thread per CPU.
+        engine_runtime::use_compute_threads();
         Ok(Estimator {
             model_fn: Arc::new(model_fn),
             config,

@@ -35,6 +35,9 @@ pub(crate) struct Replicas {
 impl Replicas {
     pub fn new(compiled: &Compiled, strategy: &dyn Strategy, precision: Precision) -> Result<Self> {
         let devices = strategy.local_devices();
+        if devices.iter().any(|d| d.kind() == engine_runtime::DeviceKind::Cpu) {
+            log_cpu();
+        }
         let plan = &compiled.plan;
         let partitions = strategy.partitions(compiled.train_op.is_some());
         if partitions == Partitions::WorkerAndPs {
@@ -433,4 +436,14 @@ pub(crate) fn feeds_of(batch: Batch) -> BTreeMap<String, HostTensor> {
         feeds.insert(LABELS.into(), l);
     }
     feeds
+}
+
+/// The CPU the native kernels were chosen for and the compute threads, once per process:
+/// a figure from the log can then be told by its machine.
+fn log_cpu() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let threads = engine_runtime::use_compute_threads();
+        log::info!("CPU: {}; compute threads: {threads}", engine_runtime::HostCpu::get());
+    });
 }

@@ -203,6 +203,6 @@ pub(crate) fn announced(device: Device) -> Device {
 
 /// Threads per replica when `replicas` share this machine's cores.
 pub(crate) fn threads_for(replicas: usize) -> usize {
-    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let cores = engine_runtime::ComputeThreads::get().count;
     (cores / replicas.max(1)).max(1)
 }

@@ -9,6 +9,8 @@ mod collective;
 pub(crate) use collective::all_reduce;
 #[cfg(target_arch = "x86_64")]
 pub use cpu::has_avx2;
+#[cfg(target_arch = "x86_64")]
+pub(crate) use cpu::has_avx512;
 pub(crate) use row_sparse::all_gather_rows;
 mod conv;
 mod cpu;

@@ -35,6 +35,8 @@ mod winograd512;
 
 #[cfg(target_arch = "x86_64")]
 pub use simd::has_avx2;
+#[cfg(target_arch = "x86_64")]
+pub(crate) use simd::has_avx512;
 
 use super::KernelCtx;
 use crate::{Precision, Result, Value};

@@ -1,0 +1,133 @@
+//! How many compute threads the kernels get by default.
+//!
+//! One per CPU is rayon's default, and it is wrong where the CPUs are SMT siblings of one
+//! another: two threads on the two halves of one core share its multiply-add units and
+//! its caches, and both the engine's step and TensorFlow's ran slower on two than on one
+//! on such a 2-vCPU machine. The topology says so where the machine admits it (sysfs'
+//! sibling lists); a virtual machine may not, so where it shows no siblings a short
+//! probe (a fraction of a second, once per process) times a multiply-add loop on one
+//! thread and on all of them, and keeps only as many threads as actually add throughput.
+//! `RAYON_NUM_THREADS` overrides both, as it always did.
+
+use crate::HostCpu;
+use std::fmt;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// The default thread count and why it was chosen.
+#[derive(Debug, Clone)]
+pub struct ComputeThreads {
+    pub count: usize,
+    pub reason: String,
+}
+
+impl fmt::Display for ComputeThreads {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({})", self.count, self.reason)
+    }
+}
+
+impl ComputeThreads {
+    pub fn get() -> &'static ComputeThreads {
+        static CHOICE: OnceLock<ComputeThreads> = OnceLock::new();
+        CHOICE.get_or_init(choose)
+    }
+}
+
+/// Sizes rayon's global pool to [`ComputeThreads`], once, if nothing has started it yet
+/// (then it keeps its size). Returns the choice.
+pub fn use_compute_threads() -> &'static ComputeThreads {
+    let choice = ComputeThreads::get();
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // An error means the pool already exists (an embedding program built it).
+        let _ = rayon::ThreadPoolBuilder::new().num_threads(choice.count).build_global();
+    });
+    choice
+}
+
+fn choose() -> ComputeThreads {
+    if let Some(n) =
+        std::env::var("RAYON_NUM_THREADS").ok().and_then(|v| v.trim().parse::<usize>().ok()).filter(|&n| n > 0)
+    {
+        return ComputeThreads { count: n, reason: "RAYON_NUM_THREADS".into() };
+    }
+    let host = HostCpu::get();
+    let cpus = host.cpus.len().max(1);
+    if host.has_smt_siblings() {
+        return ComputeThreads {
+            count: host.cores,
+            reason: format!("one per core: the {cpus} CPUs are {} cores with SMT siblings", host.cores),
+        };
+    }
+    if cpus == 1 {
+        return ComputeThreads { count: 1, reason: "one CPU".into() };
+    }
+    let speedup = probe(cpus);
+    let reason = format!("{cpus} CPUs; a multiply-add probe ran {speedup:.2}× as fast on {cpus} threads as on one");
+    ComputeThreads { count: useful_threads(cpus, speedup), reason }
+}
+
+/// The threads worth running when `cpus` threads reach `speedup` times one thread's rate:
+/// one per whole core's worth of rate, counting a thread that adds at least a third of a
+/// core's (less is a sibling in disguise, or a CPU someone else is using).
+fn useful_threads(cpus: usize, speedup: f64) -> usize {
+    ((speedup + 0.67).floor() as usize).clamp(1, cpus)
+}
+
+/// How many times one thread's multiply-add rate `threads` threads reach together (best
+/// of three tries each, so that a moment's interference does not decide).
+fn probe(threads: usize) -> f64 {
+    // About 8 ms per run on a 3 GHz core: long against a thread's start-up.
+    const ROUNDS: usize = 1_500_000;
+    let timed = |n: usize| {
+        (0..3)
+            .map(|_| {
+                let start = Instant::now();
+                std::thread::scope(|s| {
+                    for _ in 0..n {
+                        s.spawn(|| std::hint::black_box(multiply_add(ROUNDS)));
+                    }
+                });
+                start.elapsed()
+            })
+            .min()
+            .unwrap_or(Duration::from_secs(1))
+    };
+    let one = timed(1).as_secs_f64();
+    let all = timed(threads).as_secs_f64();
+    if all <= 0.0 { threads as f64 } else { threads as f64 * one / all }
+}
+
+/// Independent multiply-add chains, enough of them to keep a core's vector units busy
+/// (one thread alone fills them; a sibling then has nothing left to use).
+fn multiply_add(rounds: usize) -> f32 {
+    let mut acc = [1.0f32; 64];
+    for _ in 0..rounds {
+        for a in acc.iter_mut() {
+            *a = *a * 0.999_9 + 0.000_1;
+        }
+    }
+    acc.iter().sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn threads_that_add_little_are_not_used() {
+        assert_eq!(useful_threads(2, 1.05), 1, "hyperthreads of one core");
+        assert_eq!(useful_threads(2, 1.4), 2);
+        assert_eq!(useful_threads(2, 1.97), 2);
+        assert_eq!(useful_threads(4, 2.1), 2, "two cores with two siblings each");
+        assert_eq!(useful_threads(4, 9.0), 4);
+        assert_eq!(useful_threads(3, 0.2), 1);
+    }
+
+    #[test]
+    fn the_probe_measures_a_positive_rate() {
+        let s = probe(2);
+        assert!(s > 0.0 && s.is_finite(), "{s}");
+    }
+}
