@@ -100,7 +100,11 @@ fn build(m: &Model) -> engine_graph::Result<Graph> {
             b.variable("conv/kernel", &[c.kernel, c.kernel, m.channels, c.filters], Initializer::GlorotUniform, true)?;
         let padding = if c.same { Padding::Same } else { Padding::Valid };
         h = b.conv2d(h, w, [c.stride, c.stride], padding)?;
-        if c.bias {
+        // A bias right before batch normalization has a gradient of exactly zero (the
+        // layer subtracts each channel's mean): what either plan computes for it is the
+        // rounding of a sum that cancels, scaled by 1/σ, not a value to compare. Keras
+        // models leave it out (`use_bias=False`), and so does this one.
+        if c.bias && m.norm.0 != 1 {
             let bias =
                 b.variable("conv/bias", &[c.filters], Initializer::RandomNormal { mean: 0.0, stddev: 0.3 }, true)?;
             h = b.add(h, bias)?;

@@ -172,6 +172,7 @@ fn layer_forward<E: Elem>(
     gamma: Option<&[E]>,
     beta: Option<&[E]>,
 ) -> (Vec<E>, Vec<E>, Vec<E>) {
+    let (g, b) = affine_or_identity(c, gamma, beta);
     let mut y = into_vec::<E>(x);
     let rows = y.len() / c;
     let mut mean = vec![E::zero(); rows];
@@ -179,22 +180,47 @@ fn layer_forward<E: Elem>(
     let per = chunks(rows);
     y.par_chunks_mut(per * c).zip(mean.par_chunks_mut(per)).zip(var.par_chunks_mut(per)).for_each(|((ys, ms), vs)| {
         for ((row, m), v) in ys.chunks_exact_mut(c).zip(ms).zip(vs) {
-            (*m, *v) = normalize_row(row, e(eps.into()), gamma, beta);
+            (*m, *v) = normalize_row(row, e(eps.into()), &g, &b);
         }
     });
     (mean, var, y)
 }
 
+/// gamma and beta, or ones and zeros: the row loops then have no branch per element.
+fn affine_or_identity<E: Elem>(c: usize, gamma: Option<&[E]>, beta: Option<&[E]>) -> (Vec<E>, Vec<E>) {
+    (gamma.map_or_else(|| vec![E::one(); c], <[E]>::to_vec), beta.map_or_else(|| vec![E::zero(); c], <[E]>::to_vec))
+}
+
+/// `Σ f(a, b, c)` over three equal-length slices in eight independent lanes: one chain
+/// would wait on the adder at every element and could not be vectorized.
+#[inline(always)]
+fn lane_sum<E: Elem>(a: &[E], b: &[E], c: &[E], f: impl Fn(E, E, E) -> E) -> E {
+    let mut lanes = [E::zero(); 8];
+    let (ca, cb, cc) = (a.chunks_exact(8), b.chunks_exact(8), c.chunks_exact(8));
+    let (ra, rb, rc) = (ca.remainder(), cb.remainder(), cc.remainder());
+    for ((x, y), z) in ca.zip(cb).zip(cc) {
+        for (((l, &x), &y), &z) in lanes.iter_mut().zip(x).zip(y).zip(z) {
+            *l += f(x, y, z);
+        }
+    }
+    let mut total = E::zero();
+    for l in lanes {
+        total += l;
+    }
+    for ((&x, &y), &z) in ra.iter().zip(rb).zip(rc) {
+        total += f(x, y, z);
+    }
+    total
+}
+
 multiversion! {
     /// Normalizes one row in place; returns its mean and variance.
-    fn normalize_row<E: Elem>(row: &mut [E], eps: E, gamma: Option<&[E]>, beta: Option<&[E]>) -> (E, E) {
+    fn normalize_row<E: Elem>(row: &mut [E], eps: E, gamma: &[E], beta: &[E]) -> (E, E) {
         let n = E::from(row.len()).unwrap_or_else(E::one);
-        let mean = row.iter().copied().fold(E::zero(), |s, v| s + v) / n;
-        let var = row.iter().fold(E::zero(), |s, &v| s + (v - mean) * (v - mean)) / n;
+        let mean = lane_sum(row, row, row, |v, _, _| v) / n;
+        let var = lane_sum(row, row, row, |v, _, _| (v - mean) * (v - mean)) / n;
         let rstd = E::one() / (var + eps).sqrt();
-        for (j, v) in row.iter_mut().enumerate() {
-            let g = gamma.map_or(E::one(), |g| g[j]);
-            let b = beta.map_or(E::zero(), |b| b[j]);
+        for ((v, &g), &b) in row.iter_mut().zip(gamma).zip(beta) {
             *v = (*v - mean) * rstd * g + b;
         }
         (mean, var)
@@ -320,6 +346,7 @@ fn layer_backward<E: Elem>(
     mean: &[E],
     rstd: &[E],
 ) -> (Vec<E>, Vec<E>, Vec<E>) {
+    let (g, _) = affine_or_identity(c, gamma, None);
     let xs = view::<E>(x);
     let mut dx = into_vec::<E>(dy);
     let rows = xs.len() / c;
@@ -332,7 +359,7 @@ fn layer_backward<E: Elem>(
             // [dgamma | dbeta] partial sums of this part's rows.
             let mut acc = vec![E::zero(); 2 * c];
             for (((d, x), &m), &r) in ds.chunks_exact_mut(c).zip(xs.chunks_exact(c)).zip(ms).zip(rs) {
-                layer_grad_row(d, x, m, r, gamma, &mut acc);
+                layer_grad_row(d, x, m, r, &g, &mut acc);
             }
             acc
         })
@@ -347,23 +374,19 @@ fn layer_backward<E: Elem>(
 
 multiversion! {
     /// One row's input gradient, in place over its `dy`, adding to `[dgamma | dbeta]`.
-    fn layer_grad_row<E: Elem>(d: &mut [E], x: &[E], mean: E, rstd: E, gamma: Option<&[E]>, acc: &mut [E]) {
+    fn layer_grad_row<E: Elem>(d: &mut [E], x: &[E], mean: E, rstd: E, gamma: &[E], acc: &mut [E]) {
         let c = d.len();
         let n = E::from(c).unwrap_or_else(E::one);
-        let (mut sum_h, mut sum_hx) = (E::zero(), E::zero());
-        for j in 0..c {
-            let xhat = (x[j] - mean) * rstd;
-            acc[j] += d[j] * xhat;
-            acc[c + j] += d[j];
-            let h = d[j] * gamma.map_or(E::one(), |g| g[j]);
-            sum_h += h;
-            sum_hx += h * xhat;
+        let (dgamma, dbeta) = acc.split_at_mut(c);
+        for (((dg, db), &dy), &x) in dgamma.iter_mut().zip(dbeta.iter_mut()).zip(d.iter()).zip(x) {
+            *dg += dy * (x - mean) * rstd;
+            *db += dy;
         }
-        let (mh, mhx) = (sum_h / n, sum_hx / n);
-        for j in 0..c {
-            let xhat = (x[j] - mean) * rstd;
-            let h = d[j] * gamma.map_or(E::one(), |g| g[j]);
-            d[j] = rstd * (h - mh - xhat * mhx);
+        let mh = lane_sum(d, gamma, x, |dy, g, _| dy * g) / n;
+        let mhx = lane_sum(d, gamma, x, |dy, g, x| dy * g * (x - mean) * rstd) / n;
+        for ((dy, &g), &x) in d.iter_mut().zip(gamma).zip(x) {
+            let xhat = (x - mean) * rstd;
+            *dy = rstd * (*dy * g - mh - xhat * mhx);
         }
     }
 }
