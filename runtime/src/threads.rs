@@ -3,11 +3,16 @@
 //! One per CPU is rayon's default, and it is wrong where the CPUs are SMT siblings of one
 //! another: two threads on the two halves of one core share its multiply-add units and
 //! its caches, and both the engine's step and TensorFlow's ran slower on two than on one
-//! on such a 2-vCPU machine. The topology says so where the machine admits it (sysfs'
-//! sibling lists); a virtual machine may not, so where it shows no siblings a short
-//! probe (a fraction of a second, once per process) times a multiply-add loop on one
-//! thread and on all of them, and keeps only as many threads as actually add throughput.
-//! `RAYON_NUM_THREADS` overrides both, as it always did.
+//! on such a 2-vCPU machine. So the default is one thread per core, from sysfs' sibling
+//! lists. `RAYON_NUM_THREADS` overrides it, as it always did.
+//!
+//! A virtual machine may hide its siblings. [`probe`] measures what a second thread adds
+//! (a multiply-add loop on one thread and on all), and `engine plan` prints it, but it does
+//! not choose the default: the kernels' block sums follow the thread count, so a choice
+//! made by a timing would let a run's last bits depend on how busy the machine was when it
+//! started (two processes of one job, or a run and its evaluation, disagreeing in the
+//! seventh digit). Where the probe shows a second thread adding little,
+//! `RAYON_NUM_THREADS=1` is the fix, and the plan says so.
 
 use crate::HostCpu;
 use std::fmt;
@@ -60,24 +65,20 @@ fn choose() -> ComputeThreads {
             reason: format!("one per core: the {cpus} CPUs are {} cores with SMT siblings", host.cores),
         };
     }
-    if cpus == 1 {
-        return ComputeThreads { count: 1, reason: "one CPU".into() };
-    }
-    let speedup = probe(cpus);
-    let reason = format!("{cpus} CPUs; a multiply-add probe ran {speedup:.2}× as fast on {cpus} threads as on one");
-    ComputeThreads { count: useful_threads(cpus, speedup), reason }
+    let reason = if cpus == 1 { "one CPU".to_string() } else { format!("one per core: {cpus} CPUs on {cpus} cores") };
+    ComputeThreads { count: cpus, reason }
 }
 
 /// The threads worth running when `cpus` threads reach `speedup` times one thread's rate:
 /// one per whole core's worth of rate, counting a thread that adds at least a third of a
 /// core's (less is a sibling in disguise, or a CPU someone else is using).
-fn useful_threads(cpus: usize, speedup: f64) -> usize {
+pub fn useful_threads(cpus: usize, speedup: f64) -> usize {
     ((speedup + 0.67).floor() as usize).clamp(1, cpus)
 }
 
 /// How many times one thread's multiply-add rate `threads` threads reach together (best
 /// of three tries each, so that a moment's interference does not decide).
-fn probe(threads: usize) -> f64 {
+pub fn probe(threads: usize) -> f64 {
     // About 8 ms per run on a 3 GHz core: long against a thread's start-up.
     const ROUNDS: usize = 1_500_000;
     let timed = |n: usize| {
