@@ -28,6 +28,7 @@ mod reduce;
 mod simd;
 mod softmax;
 mod unpool512;
+mod vmath;
 mod winograd;
 mod winograd4;
 mod winograd4_512;
@@ -92,6 +93,7 @@ fn dispatch<E: buffer::Elem>(op: &Op, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -
         Op::Relu(_) | Op::ReluGrad(_) => float(elementwise::relu::<E>(op, inputs, ctx)),
         Op::FusedElementwise(f) => fused_elementwise::fused::<E>(f, inputs, ctx),
         Op::Dropout(d) => Ok(dropout::run::<E>(d, inputs, ctx)),
+        Op::Erf(_) => erf::<E>(inputs, ctx),
         Op::FusedNormalization(n) => Ok(normalization::forward::<E>(n, inputs, ctx)),
         Op::FusedNormalizationGrad(n) => Ok(normalization::backward::<E>(n, inputs, ctx)),
         Op::Softmax(s) => softmax::softmax::<E>(s.axis, false, inputs, ctx).and_then(float),
@@ -101,4 +103,21 @@ fn dispatch<E: buffer::Elem>(op: &Op, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -
         Op::ReduceMean(r) => reduce::sum::<E>(&r.axes, true, inputs, ctx),
         _ => Err(inputs),
     }
+}
+
+/// `erf` in place over a float the executor handed over (f32 only: `vmath`'s vectorized
+/// erf; f64 goes to burn's).
+fn erf<E: buffer::Elem>(inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Outcome {
+    use rayon::prelude::*;
+    if std::any::TypeId::of::<E>() != std::any::TypeId::of::<f32>() {
+        return Err(inputs);
+    }
+    let Ok([Value::Float(x)]) = <[Value; 1]>::try_from(inputs) else { return Ok(Err(ctx.err("expected one float"))) };
+    let shape = super::dims(&x);
+    let mut v = buffer::into_vec::<E>(x);
+    if let Some(xs) = buffer::as_f32_mut(&mut v) {
+        let per = buffer::chunks(xs.len()).max(4096);
+        xs.par_chunks_mut(per).for_each(vmath::erf_in_place);
+    }
+    Ok(Ok(vec![Value::Float(buffer::tensor(v, &shape, ctx.device))]))
 }
