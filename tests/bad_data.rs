@@ -136,7 +136,7 @@ fn a_nan_in_the_evaluation_data_names_the_line_instead_of_reporting_metrics() ->
 /// An output layer narrower than the labels' classes (5 units for Fashion-MNIST's 10)
 /// fails at the first step, naming the spec's `units`, the example and the fix.
 #[test]
-fn labels_past_the_output_layer_name_the_spec_field_and_the_example() -> Result<()> {
+fn labels_past_the_output_layer_name_the_spec_field_and_the_example_and_leave_no_checkpoint() -> Result<()> {
     let tmp = tempfile::tempdir()?;
     let dir = tmp.path().to_string_lossy().into_owned();
     let spec = common::spec_path("fashion_mnist_mlp.ron");
@@ -147,6 +147,12 @@ fn labels_past_the_output_layer_name_the_spec_field_and_the_example() -> Result<
     ensure!(error.contains("`--set model.layers[4].units=5` (column 29): model.layers[4].units: label "), "{error}");
     ensure!(error.contains("of the example at example ") && error.contains("train-labels-idx1-ubyte.gz)"), "{error}");
     ensure!(error.contains("outside the model's 5 classes") && error.contains("units"), "{error}");
+    // The failed first run leaves no checkpoint of its too-narrow model behind: the
+    // corrected spec trains in the same model dir (it failed on restoring one before).
+    ensure!(!tmp.path().join("model.ckpt-0.safetensors").exists(), "model.ckpt-0 was left behind");
+    ensure!(run.stderr.contains("Removed model.ckpt-0: training failed before its first step"), "{}", run.stderr);
+    let fixed = engine(&["run", &spec, "--max-steps", "1", "--set", "eval_spec.steps=1", "--model-dir", &dir])?;
+    ensure!(fixed.code == Some(0), "{:?}:\n{}", fixed.code, fixed.stderr);
     Ok(())
 }
 

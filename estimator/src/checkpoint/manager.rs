@@ -286,6 +286,21 @@ impl CheckpointManager {
         Ok(newest.and_then(|(step, object)| self.info(&state, &checkpoint_name(step), &object)))
     }
 
+    /// Removes `model.ckpt-0` and the state file when that is the model dir's only
+    /// checkpoint: what a first run that failed before its first step leaves. Kept, it
+    /// would be restored by the next run, which then fails on the failed run's model
+    /// (another layer size, another optimizer) until the user deletes the dir. Returns
+    /// whether it removed anything.
+    pub fn discard_initial(&self) -> Result<bool> {
+        let present = self.present()?;
+        if present.len() != 1 || !present.contains_key(&0) {
+            return Ok(false);
+        }
+        self.model_dir.delete(&data_object_name(&checkpoint_name(0)))?;
+        self.model_dir.delete(STATE_FILE)?;
+        Ok(true)
+    }
+
     /// Every checkpoint whose data object is present, by step, listed or not.
     pub(crate) fn present(&self) -> Result<BTreeMap<u64, ObjectInfo>> {
         Ok(self.data_objects()?.into_values().filter_map(|object| Some((parse_step(&object.name)?, object))).collect())

@@ -94,7 +94,24 @@ impl Estimator {
             preempted: None,
             examples_seen,
         };
-        let outcome = session.run(&mut all_hooks)?;
+        let outcome = match session.run(&mut all_hooks) {
+            Ok(outcome) => outcome,
+            Err(e) => {
+                // A first run that fails before its first step leaves the model dir as it
+                // found it, so that the corrected spec starts afresh.
+                if restored.is_none() && is_chief && session.global_step == 0 {
+                    match self.checkpoints.discard_initial() {
+                        Ok(true) => log::info!(
+                            "Removed model.ckpt-0: training failed before its first step, so {} is as it was",
+                            self.model_dir
+                        ),
+                        Ok(false) => {}
+                        Err(d) => log::warn!("Could not remove model.ckpt-0 after the failed first step: {d}"),
+                    }
+                }
+                return Err(e);
+            }
+        };
         // Every task of a cluster ends the same step; the chief arrives after its final
         // checkpoint, so no task exits while another still needs it.
         if strategy.cluster().is_some() {
