@@ -58,24 +58,26 @@ pub(super) fn forward<E: Elem>(op: &FusedNormalization, inputs: Vec<Value>, ctx:
     ])
 }
 
-/// Per-feature sums of `f(row)` over the rows of `xs`, blocked, in a fixed order.
-fn feature_sums<E: Elem>(xs: &[E], c: usize, f: impl Fn(&mut [E], &[E]) + Sync) -> Vec<E> {
-    let rows = xs.len() / c;
+/// Sums of `width` accumulators over `rows` rows: `f(acc, range)` adds the rows in `range`
+/// (at most `BLOCK` of them) to a zeroed `acc`; the blocks' sums are added in a fixed
+/// order, the threads' parts too, so the result does not depend on timing.
+fn blocked_sums<E: Elem>(rows: usize, width: usize, f: impl Fn(&mut [E], std::ops::Range<usize>) + Sync) -> Vec<E> {
     let per = chunks(rows).div_ceil(BLOCK) * BLOCK;
-    let partials: Vec<Vec<E>> = xs
-        .par_chunks(per * c)
+    let partials: Vec<Vec<E>> = (0..rows.div_ceil(per))
+        .into_par_iter()
         .map(|part| {
-            let mut total = vec![E::zero(); c];
-            let mut acc = vec![E::zero(); c];
-            for block in part.chunks(BLOCK * c) {
+            let mut total = vec![E::zero(); width];
+            let mut acc = vec![E::zero(); width];
+            let end = ((part + 1) * per).min(rows);
+            for start in (part * per..end).step_by(BLOCK) {
                 acc.iter_mut().for_each(|a| *a = E::zero());
-                f(&mut acc, block);
+                f(&mut acc, start..(start + BLOCK).min(end));
                 total.iter_mut().zip(&acc).for_each(|(t, a)| *t += *a);
             }
             total
         })
         .collect();
-    let mut total = vec![E::zero(); c];
+    let mut total = vec![E::zero(); width];
     for p in partials {
         total.iter_mut().zip(p).for_each(|(t, v)| *t += v);
     }
@@ -93,8 +95,10 @@ fn batch_forward<E: Elem>(
     let (mean, var) = {
         let xs = view::<E>(&x);
         let n = e::<E>((xs.len() / c) as f64);
-        let mean: Vec<E> = feature_sums(&xs, c, add_rows::<E>).into_iter().map(|s| s / n).collect();
-        let var: Vec<E> = feature_sums(&xs, c, |acc, rows| add_squared_deviations(acc, rows, &mean))
+        let rows = |r: std::ops::Range<usize>| &xs[r.start * c..r.end * c];
+        let count = xs.len() / c;
+        let mean: Vec<E> = blocked_sums(count, c, |acc, r| add_rows(acc, rows(r))).into_iter().map(|s| s / n).collect();
+        let var: Vec<E> = blocked_sums(count, c, |acc, r| add_squared_deviations(acc, rows(r), &mean))
             .into_iter()
             .map(|s| s / n)
             .collect();
@@ -270,7 +274,9 @@ fn batch_backward<E: Elem>(
     let (dbeta, dot) = {
         let gs = view::<E>(&dy);
         // Both sums in one pass: [sum dy | sum dy * (x - mean)] side by side.
-        let both = feature_sums_pair(&gs, &xs, c, mean);
+        let both = blocked_sums(xs.len() / c, 2 * c, |acc, r| {
+            add_grad_sums(acc, &gs[r.start * c..r.end * c], &xs[r.start * c..r.end * c], mean)
+        });
         (both[..c].to_vec(), both[c..].to_vec())
     };
     let dgamma: Vec<E> = dot.iter().zip(rstd).map(|(&d, &r)| d * r).collect();
@@ -283,31 +289,6 @@ fn batch_backward<E: Elem>(
     let per = chunks(dx.len() / c) * c;
     dx.par_chunks_mut(per).zip(xs.par_chunks(per)).for_each(|(d, x)| input_grad_rows(d, x, &a, &b, &k));
     (dx, dgamma, dbeta)
-}
-
-/// `[Σ dy | Σ dy (x - mean)]` per feature, blocked like [`feature_sums`].
-fn feature_sums_pair<E: Elem>(gs: &[E], xs: &[E], c: usize, mean: &[E]) -> Vec<E> {
-    let rows = xs.len() / c;
-    let per = chunks(rows).div_ceil(BLOCK) * BLOCK;
-    let partials: Vec<Vec<E>> = gs
-        .par_chunks(per * c)
-        .zip(xs.par_chunks(per * c))
-        .map(|(g, x)| {
-            let mut total = vec![E::zero(); 2 * c];
-            let mut acc = vec![E::zero(); 2 * c];
-            for (gb, xb) in g.chunks(BLOCK * c).zip(x.chunks(BLOCK * c)) {
-                acc.iter_mut().for_each(|a| *a = E::zero());
-                add_grad_sums(&mut acc, gb, xb, mean);
-                total.iter_mut().zip(&acc).for_each(|(t, a)| *t += *a);
-            }
-            total
-        })
-        .collect();
-    let mut total = vec![E::zero(); 2 * c];
-    for p in partials {
-        total.iter_mut().zip(p).for_each(|(t, v)| *t += v);
-    }
-    total
 }
 
 multiversion! {
