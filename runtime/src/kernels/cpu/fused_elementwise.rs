@@ -158,6 +158,19 @@ fn unary<E: Elem>(out: &mut [E], a: Arg<'_, E>, f: impl Fn(E) -> E) {
     }
 }
 
+/// `e^x`: `vmath`'s vectorizable exp in f32 (GELU's gradient, softmax's in a fusion),
+/// libm's in f64.
+#[inline(always)]
+fn exp_of<E: Elem>(x: E) -> E {
+    if std::any::TypeId::of::<E>() == std::any::TypeId::of::<f32>()
+        && let Some(y) =
+            num_traits::ToPrimitive::to_f32(&x).and_then(|v| <E as num_traits::NumCast>::from(super::vmath::exp(v)))
+    {
+        return y;
+    }
+    x.exp()
+}
+
 #[inline(always)]
 fn binary<E: Elem>(out: &mut [E], a: Arg<'_, E>, b: Arg<'_, E>, f: impl Fn(E, E) -> E) {
     match (a, b) {
@@ -186,7 +199,7 @@ multiversion! {
             if ins.op.arity() == 1 {
                 match ins.op {
                     ElementOp::Neg => unary(out, a, |x| -x),
-                    ElementOp::Exp => unary(out, a, |x| x.exp()),
+                    ElementOp::Exp => unary(out, a, exp_of),
                     ElementOp::Log => unary(out, a, |x| x.ln()),
                     ElementOp::Sqrt => unary(out, a, |x| x.sqrt()),
                     ElementOp::Relu => unary(out, a, |x| if x > E::zero() { x } else { E::zero() }),
@@ -262,7 +275,8 @@ mod tests {
                     }
                 }
                 Neg => -a,
-                Exp => a.exp(),
+                // f32's exp is `vmath`'s (its error against f64 is tested there).
+                Exp => super::super::vmath::exp(a),
                 Log => a.ln(),
                 Sqrt => a.sqrt(),
                 Relu => {
