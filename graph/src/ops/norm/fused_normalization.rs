@@ -107,20 +107,37 @@ impl OpDef for FusedNormalization {
         } else {
             // y reaches no loss: gamma and beta get zero gradients.
             for i in 1..ctx.num_inputs() {
-                let zero = ctx.b.scalar(0.0)?;
-                let z = ctx.b.mul(ctx.input(i), zero)?;
+                let z = ctx.b.zeros_like(ctx.input(i))?;
                 ctx.set(i, z);
             }
         }
-        // The statistics are outputs too (the moving averages read them); what reaches
-        // them adds d mean / dx = 1/n and d var / dx = 2 (x - mean) / n.
+        if let Some(dx) = self.through_statistics(ctx, dx)? {
+            ctx.set(0, dx);
+        }
+        Ok(())
+    }
+    fn flops(&self, inputs: &[Fact], _: &[Fact], batch: usize) -> u64 {
+        8 * inputs[0].shape.num_elements(batch) as u64
+    }
+}
+
+impl FusedNormalization {
+    /// `dx` plus what reaches the statistics, which are outputs too (the moving averages
+    /// read them): d mean / dx = 1/n and d var / dx = 2 (x - mean) / n. Builds nothing
+    /// when no gradient reaches them, as in training graphs.
+    fn through_statistics(&self, ctx: &mut GradCtx<'_, '_>, mut dx: Option<Outlet>) -> Result<Option<Outlet>> {
+        let (gm, gv) = (ctx.out_grad_opt(1), ctx.out_grad_opt(2));
+        if gm.is_none() && gv.is_none() {
+            return Ok(dx);
+        }
+        let (x, mean) = (ctx.input(0), ctx.output(1));
         let axes = self.axes(ctx.input_fact(0)?.rank());
         let count = ctx.b.size(x, &axes)?;
-        if let Some(gm) = ctx.out_grad_opt(1) {
+        if let Some(gm) = gm {
             let t = ctx.b.div(gm, count)?;
             dx = Some(accumulate(ctx.b, dx, t, x)?);
         }
-        if let Some(gv) = ctx.out_grad_opt(2) {
+        if let Some(gv) = gv {
             let centered = ctx.b.sub(x, mean)?;
             let two = ctx.b.scalar(2.0)?;
             let scaled = ctx.b.mul(gv, two)?;
@@ -128,13 +145,7 @@ impl OpDef for FusedNormalization {
             let t = ctx.b.mul(centered, per)?;
             dx = Some(accumulate(ctx.b, dx, t, x)?);
         }
-        if let Some(dx) = dx {
-            ctx.set(0, dx);
-        }
-        Ok(())
-    }
-    fn flops(&self, inputs: &[Fact], _: &[Fact], batch: usize) -> u64 {
-        8 * inputs[0].shape.num_elements(batch) as u64
+        Ok(dx)
     }
 }
 
