@@ -8,7 +8,7 @@
 
 use super::{
     buffer::{Elem, chunks, into_vec, is_whole_and_unique, tensor, view, zeroed},
-    reduce::add_rows,
+    reduce::{add_rows, sum_parts},
     simd::multiversion,
 };
 use crate::{
@@ -77,11 +77,7 @@ fn blocked_sums<E: Elem>(rows: usize, width: usize, f: impl Fn(&mut [E], std::op
             total
         })
         .collect();
-    let mut total = vec![E::zero(); width];
-    for p in partials {
-        total.iter_mut().zip(p).for_each(|(t, v)| *t += v);
-    }
-    total
+    sum_parts(partials, width)
 }
 
 /// `(mean, variance, y)` with statistics per feature.
@@ -92,11 +88,11 @@ fn batch_forward<E: Elem>(
     gamma: Option<&[E]>,
     beta: Option<&[E]>,
 ) -> (Vec<E>, Vec<E>, Vec<E>) {
+    let count = dims(&x).iter().product::<usize>() / c;
     let (mean, var) = {
         let xs = view::<E>(&x);
-        let n = e::<E>((xs.len() / c) as f64);
+        let n = e::<E>(count as f64);
         let rows = |r: std::ops::Range<usize>| &xs[r.start * c..r.end * c];
-        let count = xs.len() / c;
         let mean: Vec<E> = blocked_sums(count, c, |acc, r| add_rows(acc, rows(r))).into_iter().map(|s| s / n).collect();
         let var: Vec<E> = blocked_sums(count, c, |acc, r| add_squared_deviations(acc, rows(r), &mean))
             .into_iter()
@@ -105,9 +101,10 @@ fn batch_forward<E: Elem>(
         (mean, var)
     };
     // y = x * a + b per feature, a = gamma / sqrt(var + eps), b = beta - mean * a.
-    let a: Vec<E> = (0..c).map(|j| gamma.map_or(E::one(), |g| g[j]) / (var[j] + e(eps.into())).sqrt()).collect();
-    let b: Vec<E> = (0..c).map(|j| beta.map_or(E::zero(), |b| b[j]) - mean[j] * a[j]).collect();
-    let per = chunks(xs_len(&x) / c) * c;
+    let (gamma, beta) = affine_or_identity(c, gamma, beta);
+    let a: Vec<E> = (0..c).map(|j| gamma[j] / (var[j] + e(eps.into())).sqrt()).collect();
+    let b: Vec<E> = (0..c).map(|j| beta[j] - mean[j] * a[j]).collect();
+    let per = chunks(count) * c;
     let y = if is_whole_and_unique(&x) {
         let mut y = into_vec::<E>(x);
         y.par_chunks_mut(per).for_each(|part| affine_rows(part, &a, &b));
@@ -127,10 +124,6 @@ fn batch_forward<E: Elem>(
         y
     };
     (mean, var, y)
-}
-
-fn xs_len(x: &T) -> usize {
-    dims(x).iter().product()
 }
 
 multiversion! {
@@ -282,7 +275,8 @@ fn batch_backward<E: Elem>(
     let dgamma: Vec<E> = dot.iter().zip(rstd).map(|(&d, &r)| d * r).collect();
     // dx = a * dy - b * x + k, a = gamma * rstd, b = a * rstd * dgamma / n,
     // k = b * mean - a * dbeta / n.
-    let a: Vec<E> = (0..c).map(|j| gamma.map_or(E::one(), |g| g[j]) * rstd[j]).collect();
+    let (gamma, _) = affine_or_identity(c, gamma, None);
+    let a: Vec<E> = (0..c).map(|j| gamma[j] * rstd[j]).collect();
     let b: Vec<E> = (0..c).map(|j| a[j] * rstd[j] * dgamma[j] / n).collect();
     let k: Vec<E> = (0..c).map(|j| b[j] * mean[j] - a[j] * dbeta[j] / n).collect();
     let mut dx = into_vec::<E>(dy);
@@ -345,10 +339,7 @@ fn layer_backward<E: Elem>(
             acc
         })
         .collect();
-    let mut total = vec![E::zero(); 2 * c];
-    for p in partials {
-        total.iter_mut().zip(p).for_each(|(t, v)| *t += v);
-    }
+    let mut total = sum_parts(partials, 2 * c);
     let dbeta = total.split_off(c);
     (dx, total, dbeta)
 }

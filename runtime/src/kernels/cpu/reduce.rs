@@ -39,15 +39,22 @@ pub(super) fn sum<E: Elem>(axes: &[usize], mean: bool, inputs: Vec<Value>, ctx: 
             acc
         })
         .collect();
-    let mut total = vec![E::zero(); cols];
-    for p in partials {
-        total.iter_mut().zip(p).for_each(|(t, v)| *t += v);
-    }
+    let mut total = sum_parts(partials, cols);
     if mean && rows > 0 {
         let n = E::from(rows).unwrap_or(E::one());
         total.iter_mut().for_each(|t| *t = *t / n);
     }
     Ok(Ok(vec![Value::Float(tensor(total, &out, ctx.device))]))
+}
+
+/// The threads' partial sums of `width` accumulators, added in order (so the total does
+/// not depend on which thread finished first).
+pub(super) fn sum_parts<E: Elem>(parts: Vec<Vec<E>>, width: usize) -> Vec<E> {
+    let mut total = vec![E::zero(); width];
+    for p in parts {
+        total.iter_mut().zip(p).for_each(|(t, v)| *t += v);
+    }
+    total
 }
 
 /// Independent partial sums in a full reduction: one add chain would wait on the adder's
