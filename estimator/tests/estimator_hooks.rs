@@ -5,8 +5,9 @@ mod estimator_common;
 
 use anyhow::{Context, Result, ensure};
 use engine_estimator::{
-    Estimator, EstimatorError, EstimatorSpec, EvalSpec, Features, Mode, Params, StepLimit, TrainOp, TrainSpec,
-    checkpoint::CheckpointInfo,
+    Estimator, EstimatorError, EstimatorSpec, EvalSpec, Features, Mode, Params, RunConfig, StepLimit, TrainOp,
+    TrainSpec,
+    checkpoint::{CheckpointInfo, read_checkpoint},
     hooks::{
         CheckpointSaverListener, EarlyStoppingHook, HookContext, LoggingTensorHook, ProfilerHook, StepCounterHook,
         StopAtStepHook, StopCondition, SummarySaverHook,
@@ -15,7 +16,7 @@ use engine_estimator::{
     summary::{event_files, read_event_file},
     train_and_evaluate,
 };
-use engine_graph::{GraphBuilder, Initializer, Outlet};
+use engine_graph::{GraphBuilder, Initializer, Outlet, optimizer::LearningRate};
 use estimator_common::{config, dir_string, eval_input, linear_estimator, log_lines, sgd, train_input};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -240,6 +241,57 @@ fn early_stopping_stops_training_on_eval_results_from_train_and_evaluate() -> Re
     let evals = scalars(&dir, "eval")?;
     ensure!(steps_of(&evals, "loss") == [5, 10, 15, 20, 25], "{evals:?}");
     let _: BTreeMap<String, f64> = result;
+    Ok(())
+}
+
+/// The linear model trained at 0.3 for ten steps (its evaluation loss falls), then at 1.5,
+/// past SGD's stability limit for this data (it rises every step after).
+fn improves_then_diverges(
+    features: &Features,
+    labels: Option<Outlet>,
+    mode: Mode,
+    params: &Params,
+    b: &mut GraphBuilder<'_>,
+) -> engine_estimator::Result<EstimatorSpec> {
+    let mut spec = estimator_common::linear_model(features, labels, mode, params, b)?;
+    if mode == Mode::Train {
+        let mut optimizer = sgd(0.3);
+        optimizer.learning_rate = LearningRate::PiecewiseConstant { boundaries: vec![10], values: vec![0.3, 1.5] };
+        spec.train_op = Some(TrainOp::Minimize(optimizer));
+    }
+    Ok(spec)
+}
+
+#[test]
+fn early_stopping_restores_the_best_weights_into_the_final_checkpoint() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    // Two checkpoints kept: without its lease the best one (10) would be deleted at 20.
+    let config = RunConfig { keep_checkpoint_max: 2, ..config(&dir_string(&dir), 5) };
+    let estimator = Estimator::new(improves_then_diverges, config)?;
+    let hook =
+        EarlyStoppingHook::new("loss", StopCondition::NoDecrease { max_steps_without_decrease: 10 }, "eval", 0, 5)
+            .restore_best_weights();
+    let train_spec = TrainSpec::new(train_input, Some(1000)).with_hooks(vec![Box::new(hook)]);
+    let eval_spec = EvalSpec { every_n_steps: Some(5), ..EvalSpec::new(eval_input) };
+    let result = train_and_evaluate(&estimator, train_spec, eval_spec)?;
+    // At 30 the hook sees evaluations up to 25; the best, 10, is 15 > 10 steps old.
+    ensure!(result["global_step"] == 30.0, "{result:?}");
+    let losses: Vec<(u64, f64)> =
+        scalars(&dir, "eval")?.into_iter().filter(|p| p.0 == "loss").map(|p| (p.1, p.2)).collect();
+    let steps: Vec<u64> = losses.iter().map(|p| p.0).collect();
+    ensure!(steps == [5, 10, 15, 20, 25, 30], "one evaluation per checkpoint, the restored one once: {losses:?}");
+    let best = losses[1].1;
+    ensure!(losses[0].1 > best && losses[2].1 > best && losses[3].1 > losses[2].1, "falls, then rises: {losses:?}");
+    ensure!(losses[5].1 == best, "the final evaluation is the best one's: {losses:?}");
+    let read = |step: u64| read_checkpoint(&format!("{}/model.ckpt-{step}", dir_string(&dir)), None);
+    let (best_ckpt, last) = (read(10)?, read(30)?);
+    for name in ["linear/w", "linear/b"] {
+        ensure!(last.tensors[name] == best_ckpt.tensors[name], "{name} of model.ckpt-30 is model.ckpt-10's");
+    }
+    ensure!(last.tensors["global_step"].scalar_value() == Some(30.0));
+    ensure!(read(15).is_err() && read(20).is_err(), "the other old checkpoints were collected");
+    let leases = std::fs::read_dir(dir.path().join("leases")).map(|d| d.count()).unwrap_or(0);
+    ensure!(leases == 0, "the lease ends with the run");
     Ok(())
 }
 

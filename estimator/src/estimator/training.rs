@@ -16,6 +16,7 @@ use crate::{
     summary::{HParam, SummaryWriter},
 };
 use engine_runtime::cluster::TaskType;
+use std::cell::Cell;
 use std::sync::{Arc, Mutex};
 
 impl Estimator {
@@ -93,6 +94,7 @@ impl Estimator {
             in_cluster: strategy.cluster().is_some(),
             preempted: None,
             examples_seen,
+            restore: Cell::new(None),
         };
         let outcome = match session.run(&mut all_hooks) {
             Ok(outcome) => outcome,

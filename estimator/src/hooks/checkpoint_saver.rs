@@ -99,10 +99,12 @@ impl SessionRunHook for CheckpointSaverHook<'_> {
         }
     }
     fn after_run(&mut self, ctx: &HookContext<'_>, _: &RunValues) -> Result<()> {
-        if self.due(ctx.global_step) { self.save(ctx) } else { Ok(()) }
+        // Weights to be restored at the end are saved (and evaluated) then, not twice.
+        if self.due(ctx.global_step) && ctx.restore_requested().is_none() { self.save(ctx) } else { Ok(()) }
     }
     fn end(&mut self, ctx: &HookContext<'_>) -> Result<()> {
-        if self.last_step != Some(ctx.global_step) {
+        // Restored weights differ from what a save at this step wrote: save them again.
+        if self.last_step != Some(ctx.global_step) || ctx.restore_requested().is_some() {
             self.save(ctx)?;
         }
         for l in &mut self.listeners {

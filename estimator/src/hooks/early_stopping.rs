@@ -1,12 +1,15 @@
 //! Early stopping on evaluation results (TensorFlow's `stop_if_no_decrease_hook`,
 //! `stop_if_higher_hook`, ...): reads the metric from the evaluation event files every N
-//! steps and requests a stop when the condition holds.
+//! steps and requests a stop when the condition holds; with `restore_best_weights`, training
+//! then ends with the variables of the best evaluated checkpoint, as Keras' callback does.
 
 use super::{HookContext, RunValues, SessionRunHook};
 use crate::{
     Result,
+    checkpoint::Lease,
     summary::{event_files, read_event_file},
 };
+use std::time::Duration;
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum StopCondition {
@@ -42,12 +45,32 @@ impl std::fmt::Display for StopCondition {
     }
 }
 
+impl StopCondition {
+    /// Whether `a` is a better value than `b`: lower for the conditions that watch for a
+    /// decrease or a fall below, higher for the others (Keras' `mode`).
+    fn better(&self, a: f64, b: f64) -> bool {
+        match self {
+            StopCondition::NoDecrease { .. } | StopCondition::Lower { .. } => a < b,
+            StopCondition::NoIncrease { .. } | StopCondition::Higher { .. } => a > b,
+        }
+    }
+}
+
+/// How long the best checkpoint is leased against the saver's garbage collection; renewed
+/// at every check, so it only runs out when the run is gone.
+const BEST_LEASE: Duration = Duration::from_secs(24 * 3600);
+
 pub struct EarlyStoppingHook {
     metric: String,
     condition: StopCondition,
     eval_dir: String,
     min_steps: u64,
     run_every_steps: u64,
+    /// Keras' `restore_best_weights`: on an early stop, the final checkpoint holds the
+    /// variables of the evaluated checkpoint with the best metric.
+    restore_best_weights: bool,
+    /// The best checkpoint, leased so that `keep_checkpoint_max` does not delete it first.
+    best: Option<Lease>,
 }
 
 impl EarlyStoppingHook {
@@ -59,7 +82,50 @@ impl EarlyStoppingHook {
             eval_dir: eval_dir.into(),
             min_steps,
             run_every_steps: run_every_steps.max(1),
+            restore_best_weights: false,
+            best: None,
         }
+    }
+
+    /// On an early stop, training ends with the best evaluated checkpoint's variables.
+    pub fn restore_best_weights(mut self) -> Self {
+        self.restore_best_weights = true;
+        self
+    }
+
+    /// The step of the first best value (a later equal one is no improvement, as in Keras).
+    pub fn best_step(&self, history: &[(u64, f64)]) -> Option<u64> {
+        let mut best: Option<(u64, f64)> = None;
+        for &(step, v) in history {
+            if best.is_none_or(|b| self.condition.better(v, b.1)) {
+                best = Some((step, v));
+            }
+        }
+        best.map(|b| b.0)
+    }
+
+    /// Keeps a lease on the best checkpoint so far (the chief only: it owns the model dir).
+    /// A best checkpoint already deleted (evaluated after `keep_checkpoint_max` newer
+    /// saves) is reported once and the previous lease kept.
+    fn lease_best(&mut self, ctx: &HookContext<'_>, step: u64) -> Result<()> {
+        let name = format!("model.ckpt-{step}");
+        match &mut self.best {
+            Some(lease) if lease.checkpoint() == name => return Ok(lease.renew()?),
+            _ => {}
+        }
+        match ctx.checkpoints.acquire_lease(&name, "early-stopping", BEST_LEASE) {
+            Ok(lease) => {
+                if let Some(old) = self.best.replace(lease) {
+                    old.release()?;
+                }
+            }
+            Err(e) => log::warn!(
+                "EarlyStopping cannot keep {name}, the best {} so far, for restore_best_weights: {e}; raise \
+                 keep_checkpoint_max so that it outlives its evaluation",
+                self.metric
+            ),
+        }
+        Ok(())
     }
 
     /// `(step, value)` of the metric, in step order.
@@ -87,24 +153,12 @@ impl EarlyStoppingHook {
         if now < self.min_steps {
             return false;
         }
-        let since_best = |better: fn(f64, f64) -> bool| {
-            let mut best = history[0];
-            for &(s, v) in history {
-                if better(v, best.1) {
-                    best = (s, v);
-                }
-            }
-            last_step.saturating_sub(best.0)
-        };
+        let since_best = || last_step.saturating_sub(self.best_step(history).unwrap_or(last_step));
         match self.condition {
             StopCondition::Higher { threshold } => last > threshold,
             StopCondition::Lower { threshold } => last < threshold,
-            StopCondition::NoDecrease { max_steps_without_decrease } => {
-                since_best(|a, b| a < b) > max_steps_without_decrease
-            }
-            StopCondition::NoIncrease { max_steps_without_increase } => {
-                since_best(|a, b| a > b) > max_steps_without_increase
-            }
+            StopCondition::NoDecrease { max_steps_without_decrease } => since_best() > max_steps_without_decrease,
+            StopCondition::NoIncrease { max_steps_without_increase } => since_best() > max_steps_without_increase,
         }
     }
 }
@@ -118,9 +172,20 @@ impl SessionRunHook for EarlyStoppingHook {
             return Ok(());
         }
         let history = self.history(ctx)?;
+        let best = self.best_step(&history).filter(|_| self.restore_best_weights);
+        if let Some(step) = best
+            && ctx.is_chief
+        {
+            self.lease_best(ctx, step)?;
+        }
         if self.should_stop(&history, ctx.global_step) {
             log::info!("Early stopping at step {}: {} {}", ctx.global_step, self.metric, self.condition);
             ctx.request_stop();
+            if let Some(step) = best {
+                let value = history.iter().find(|p| p.0 == step).map_or(f64::NAN, |p| p.1);
+                log::info!("Restoring the best weights: model.ckpt-{step}, {} {value}", self.metric);
+                ctx.request_restore(step);
+            }
         }
         Ok(())
     }

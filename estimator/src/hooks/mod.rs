@@ -67,6 +67,8 @@ pub struct HookContext<'a> {
     pub global_batch_size: usize,
     pub session: &'a dyn SessionState,
     pub(crate) stop: &'a Cell<bool>,
+    /// A checkpoint step whose variables replace the trained ones when training ends.
+    pub(crate) restore: &'a Cell<Option<u64>>,
 }
 
 impl HookContext<'_> {
@@ -77,6 +79,17 @@ impl HookContext<'_> {
 
     pub fn stop_requested(&self) -> bool {
         self.stop.get()
+    }
+
+    /// Asks the loop to load the variables of checkpoint `model.ckpt-<step>` (all but the
+    /// global step) once the last step has run, so that the final checkpoint holds them
+    /// (Keras' `restore_best_weights`). Only a training session acts on it.
+    pub fn request_restore(&self, step: u64) {
+        self.restore.set(Some(step));
+    }
+
+    pub fn restore_requested(&self) -> Option<u64> {
+        self.restore.get()
     }
 }
 

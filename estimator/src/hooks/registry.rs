@@ -71,6 +71,8 @@ pub enum HookConfig {
         min_steps: u64,
         #[serde(default = "hundred")]
         run_every_steps: u64,
+        #[serde(default)]
+        restore_best_weights: bool,
     },
     /// Training shows one by default on a terminal; this sets where it ends (`None`: the
     /// run's last step when it has one, else a counter).
@@ -104,6 +106,7 @@ pub fn hook_from_config(config: &HookConfig) -> Result<Box<dyn SessionRunHook>, 
             eval_dir,
             min_steps,
             run_every_steps,
+            restore_best_weights,
         } => {
             let conditions: Vec<StopCondition> = [
                 max_steps_without_decrease.map(|n| StopCondition::NoDecrease { max_steps_without_decrease: n }),
@@ -118,7 +121,8 @@ pub fn hook_from_config(config: &HookConfig) -> Result<Box<dyn SessionRunHook>, 
                 return Err("EarlyStopping needs exactly one of max_steps_without_decrease, max_steps_without_increase, higher_than, lower_than".into());
             };
             let dir = eval_dir.clone().unwrap_or_else(|| "eval".into());
-            Box::new(EarlyStoppingHook::new(metric, condition.clone(), &dir, *min_steps, *run_every_steps))
+            let hook = EarlyStoppingHook::new(metric, condition.clone(), &dir, *min_steps, *run_every_steps);
+            Box::new(if *restore_best_weights { hook.restore_best_weights() } else { hook })
         }
     })
 }

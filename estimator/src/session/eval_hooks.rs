@@ -61,6 +61,7 @@ impl EvalHooks<'_> {
             global_batch_size: self.global_batch_size,
             session: &state,
             stop: &self.stop,
+            restore: &Cell::new(None),
         };
         self.hooks.iter_mut().try_for_each(|h| f(h.as_mut(), &ctx))
     }

@@ -118,6 +118,11 @@ impl Replicas {
         })
     }
 
+    /// Whether parameter servers hold the variables (this process has a cached copy).
+    pub fn on_parameter_servers(&self) -> bool {
+        self.remote.is_some()
+    }
+
     /// The global step the ps tasks hold, when they hold the variables.
     pub fn remote_global_step(&self) -> Option<u64> {
         self.remote.as_ref().and_then(|r| r.global_step)

@@ -33,6 +33,8 @@ pub(crate) struct TrainingSession<'a> {
     pub preempted: Option<Option<Signal>>,
     /// Examples the whole job has read, skipped batches included (saved in checkpoints).
     pub examples_seen: u64,
+    /// The checkpoint step a hook asked to restore when training ends.
+    pub restore: Cell<Option<u64>>,
 }
 
 /// How a training run ended.
@@ -124,6 +126,7 @@ impl TrainingSession<'_> {
             global_batch_size: self.global_batch_size,
             session: &state,
             stop,
+            restore: &self.restore,
         };
         f(&ctx)
     }
@@ -215,8 +218,35 @@ impl TrainingSession<'_> {
         // As in TensorFlow, a failed step ends the session without `end`: no checkpoint
         // records a state the failure may have left half-advanced (the input position).
         result?;
+        if let Some(step) = self.restore.get() {
+            self.restore_weights(step)?;
+        }
         self.with_ctx(&stop, |ctx| hooks.iter_mut().try_for_each(|h| h.end(ctx)))?;
         Ok(TrainOutcome { global_step: self.global_step, loss: progress.last_loss })
+    }
+
+    /// Loads every variable of `model.ckpt-<step>` but the global step into every replica,
+    /// before `end`, so that the final checkpoint holds them. Parameter servers keep their
+    /// own variables, which this process cannot replace: there it is refused by name.
+    fn restore_weights(&mut self, step: u64) -> Result<()> {
+        if self.replicas.on_parameter_servers() {
+            return Err(EstimatorError::Other(format!(
+                "restoring the variables of model.ckpt-{step} at the end of training is not supported with \
+                 parameter servers (they hold the variables); drop restore_best_weights, or restore that \
+                 checkpoint with warm_start_from"
+            )));
+        }
+        let name = format!("model.ckpt-{step}");
+        let checkpoint = self.checkpoints.restore(&name)?;
+        let mut values = checkpoint.tensors;
+        values.remove("global_step");
+        let loaded = self.replicas.restore(&values, 0)?;
+        log::info!(
+            "Restored the {} variables of {name} (all but the global step); step {} saves them",
+            loaded.len(),
+            self.global_step
+        );
+        Ok(())
     }
 
     /// What every step fetches: the loss, the train op, what the hooks ask for (each
