@@ -213,3 +213,29 @@ fn the_readme_transcript_is_what_a_run_prints() -> Result<()> {
     }
     Ok(())
 }
+
+/// `ReduceLROnPlateau` in a spec: the job's rate becomes reducible, the hook lowers it after
+/// evaluations without improvement (min_delta 100: none improves), and `engine plan` shows
+/// the scale's variable.
+#[test]
+fn reduce_lr_on_plateau_from_a_spec() -> Result<()> {
+    let text = std::fs::read_to_string(spec_path("fashion_mnist_mlp.ron"))?.replace(
+        "train_spec: (max_steps: 1406)",
+        "train_spec: (max_steps: 1406, hooks: [ReduceLROnPlateau(metric: \"loss\", factor: 0.5, patience: 1, \
+         min_delta: 100.0, run_every_steps: 4)])",
+    );
+    ensure!(text.contains("ReduceLROnPlateau"), "the MLP spec's train_spec changed");
+    let (dir, path) = write_spec("plateau.ron", &text)?;
+    let model_dir = dir.path().join("model").display().to_string();
+    let path = path.display().to_string();
+    let mut args = vec!["run", &path, "--max-steps", "12", "--model-dir", &model_dir];
+    args.extend(["--set", "run_config.save_checkpoints_steps=4", "--set", "eval_spec.steps=2"]);
+    args.extend(["--set", "eval_spec.every_n_steps=4"]);
+    let out = engine(&args)?;
+    ensure!(out.code == Some(0), "{}", out.stderr);
+    // At step 12 the hook sees the evaluations of 4 (the best) and 8 (no better): it reduces.
+    ensure!(out.stderr.contains("ReduceLROnPlateau at step 12"), "{}", out.stderr);
+    let plan = engine(&["plan", &path])?;
+    ensure!(plan.code == Some(0) && plan.stdout.contains("learning_rate_scale"), "{}", plan.stdout);
+    Ok(())
+}

@@ -9,8 +9,8 @@ use engine_estimator::{
     TrainSpec,
     checkpoint::{CheckpointInfo, read_checkpoint},
     hooks::{
-        CheckpointSaverListener, EarlyStoppingHook, HookContext, LoggingTensorHook, ProfilerHook, StepCounterHook,
-        StopAtStepHook, StopCondition, SummarySaverHook,
+        CheckpointSaverListener, EarlyStoppingHook, HookContext, LoggingTensorHook, ProfilerHook,
+        ReduceLrOnPlateauHook, StepCounterHook, StopAtStepHook, StopCondition, SummarySaverHook,
     },
     model_dir::ModelDir,
     summary::{event_files, read_event_file},
@@ -292,6 +292,66 @@ fn early_stopping_restores_the_best_weights_into_the_final_checkpoint() -> Resul
     ensure!(read(15).is_err() && read(20).is_err(), "the other old checkpoints were collected");
     let leases = std::fs::read_dir(dir.path().join("leases")).map(|d| d.count()).unwrap_or(0);
     ensure!(leases == 0, "the lease ends with the run");
+    Ok(())
+}
+
+/// The linear model at 0.1 times `learning_rate_scale`, never below 0.03.
+fn reducible_rate(
+    features: &Features,
+    labels: Option<Outlet>,
+    mode: Mode,
+    params: &Params,
+    b: &mut GraphBuilder<'_>,
+) -> engine_estimator::Result<EstimatorSpec> {
+    let mut spec = estimator_common::linear_model(features, labels, mode, params, b)?;
+    if mode == Mode::Train {
+        let mut optimizer = sgd(0.1);
+        optimizer.learning_rate =
+            LearningRate::ReducedOnPlateau { then: Box::new(LearningRate::Constant(0.1)), min_lr: 0.03 };
+        spec.train_op = Some(TrainOp::Minimize(optimizer));
+    }
+    Ok(spec)
+}
+
+#[test]
+fn reduce_lr_on_plateau_halves_the_rate_after_patience_evaluations_without_improvement() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let config = RunConfig { save_summary_steps: 5, keep_checkpoint_max: 0, ..config(&dir_string(&dir), 5) };
+    let estimator = Estimator::new(reducible_rate, config)?;
+    // min_delta 10: no evaluation after the first improves on it. At step s the hook sees
+    // evaluations up to s - 5, so with patience 2 it reduces at 20, 30 and 40.
+    let hook = ReduceLrOnPlateauHook::new("loss", 0.5, 2).min_delta(10.0).run_every_steps(5);
+    let train_spec = TrainSpec::new(train_input, Some(40)).with_hooks(vec![Box::new(hook)]);
+    let eval_spec = EvalSpec { every_n_steps: Some(5), ..EvalSpec::new(eval_input) };
+    train_and_evaluate(&estimator, train_spec, eval_spec)?;
+    let scale = |step: u64| -> Result<f64> {
+        let c = read_checkpoint(&format!("{}/model.ckpt-{step}", dir_string(&dir)), None)?;
+        c.tensors.get("learning_rate_scale").and_then(|t| t.scalar_value()).context("no learning_rate_scale")
+    };
+    // The saver runs after the hook, so the checkpoint of a reducing step holds the new scale.
+    let scales = [scale(15)?, scale(20)?, scale(25)?, scale(30)?, scale(35)?, scale(40)?];
+    ensure!(scales == [1.0, 0.5, 0.5, 0.25, 0.25, 0.125], "{scales:?}");
+    // The rate the steps ran at: 0.1, then 0.05, then min_lr (0.1 / 4 is below it).
+    let mut rates: Vec<f64> =
+        scalars(&dir, "")?.into_iter().filter(|p| p.0 == "learning_rate").map(|p| (p.2 * 1e6).round() / 1e6).collect();
+    rates.dedup();
+    ensure!(rates == [0.1, 0.05, 0.03], "{rates:?}");
+    Ok(())
+}
+
+#[test]
+fn a_hook_assigning_a_variable_the_graph_lacks_is_named() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let estimator = linear_estimator(&dir_string(&dir), 100, 0.1)?;
+    let hook = ReduceLrOnPlateauHook::new("loss", 0.5, 2).run_every_steps(1);
+    let err = estimator
+        .train(&train_input, vec![Box::new(hook)], StepLimit::Steps(3), Vec::new())
+        .err()
+        .context("assigned a variable that does not exist")?;
+    ensure!(
+        err.to_string().contains("ReduceLROnPlateau") && err.to_string().contains("'learning_rate_scale'"),
+        "{err}"
+    );
     Ok(())
 }
 

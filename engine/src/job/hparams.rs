@@ -46,5 +46,6 @@ fn schedule(lr: &LearningRate) -> (&'static str, f64) {
         }
         LearningRate::CosineDecay { initial, .. } => ("CosineDecay", f64::from(*initial)),
         LearningRate::LinearWarmup { then, .. } => ("LinearWarmup", schedule(then).1),
+        LearningRate::ReducedOnPlateau { then, .. } => schedule(then),
     }
 }

@@ -10,7 +10,7 @@ mod label_vocabulary;
 mod model_fn;
 
 pub use error::JobError;
-pub use hooks::hooks_of;
+pub use hooks::{hooks_of, optimizer_config};
 pub use input_fn::SpecInputFn;
 pub use label_vocabulary::{LABEL_VOCABULARY_FILE, label_vocabulary, save_label_vocabulary};
 pub use model_fn::SpecModelFn;

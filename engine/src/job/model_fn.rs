@@ -46,7 +46,7 @@ impl ModelFn for SpecModelFn {
         spec.predictions = m.predictions.clone();
         spec.loss = m.loss;
         if mode == Mode::Train {
-            spec.train_op = Some(TrainOp::Minimize(self.spec.job.optimizer.to_config()));
+            spec.train_op = Some(TrainOp::Minimize(super::optimizer_config(&self.spec)));
         }
         if mode == Mode::Eval
             && let Some(labels) = m.labels

@@ -14,7 +14,7 @@ pub fn compile(spec: &Spec, mode: Mode, strategy: StrategyKind) -> Result<Plan, 
     let strategy = strategy.build(&config.strategy).map_err(|e| LowerError::Strategy(e.to_string()))?;
     let mut graph = Graph::new();
     build_model(spec, mode, &mut GraphBuilder::new(&mut graph), config.seed())?;
-    let optimizer = (mode == Mode::Train).then(|| spec.job.optimizer.to_config());
+    let optimizer = (mode == Mode::Train).then(|| crate::job::optimizer_config(spec));
     compile_plan(graph, optimizer, strategy.as_ref()).map_err(|e| LowerError::Strategy(e.to_string()))
 }
 

@@ -405,6 +405,8 @@ impl Checker<'_> {
                 )?;
                 self.learning_rate(&LearningRateSpec((**then).clone()), at.field("then"))
             }
+            // Not written in specs: the job wraps the spec's rate when a hook reduces it.
+            LearningRate::ReducedOnPlateau { then, .. } => self.learning_rate(&LearningRateSpec((**then).clone()), at),
         }
     }
 

@@ -95,6 +95,7 @@ impl Estimator {
             preempted: None,
             examples_seen,
             restore: Cell::new(None),
+            assign: Default::default(),
         };
         let outcome = match session.run(&mut all_hooks) {
             Ok(outcome) => outcome,

@@ -45,6 +45,25 @@ impl std::fmt::Display for StopCondition {
     }
 }
 
+/// `(step, value)` of `metric` in the evaluation events of `eval_dir`, in step order.
+pub(super) fn eval_history(ctx: &HookContext<'_>, eval_dir: &str, metric: &str) -> Result<Vec<(u64, f64)>> {
+    let mut points = Vec::new();
+    for file in event_files(ctx.model_dir, eval_dir)? {
+        for event in read_event_file(ctx.model_dir, &file)? {
+            let Some(summary) = event.summary else { continue };
+            for v in summary.value {
+                if v.tag == metric
+                    && let Some(x) = v.simple_value
+                {
+                    points.push((event.step as u64, x as f64));
+                }
+            }
+        }
+    }
+    points.sort_by_key(|p| p.0);
+    Ok(points)
+}
+
 impl StopCondition {
     /// Whether `a` is a better value than `b`: lower for the conditions that watch for a
     /// decrease or a fall below, higher for the others (Keras' `mode`).
@@ -128,25 +147,6 @@ impl EarlyStoppingHook {
         Ok(())
     }
 
-    /// `(step, value)` of the metric, in step order.
-    fn history(&self, ctx: &HookContext<'_>) -> Result<Vec<(u64, f64)>> {
-        let mut points = Vec::new();
-        for file in event_files(ctx.model_dir, &self.eval_dir)? {
-            for event in read_event_file(ctx.model_dir, &file)? {
-                let Some(summary) = event.summary else { continue };
-                for v in summary.value {
-                    if v.tag == self.metric
-                        && let Some(x) = v.simple_value
-                    {
-                        points.push((event.step as u64, x as f64));
-                    }
-                }
-            }
-        }
-        points.sort_by_key(|p| p.0);
-        Ok(points)
-    }
-
     /// Whether the condition holds for a history, at training step `now`.
     pub fn should_stop(&self, history: &[(u64, f64)], now: u64) -> bool {
         let Some(&(last_step, last)) = history.last() else { return false };
@@ -167,11 +167,14 @@ impl SessionRunHook for EarlyStoppingHook {
     fn name(&self) -> &str {
         "EarlyStoppingHook"
     }
+    fn changes_variables(&self) -> bool {
+        self.restore_best_weights
+    }
     fn after_run(&mut self, ctx: &HookContext<'_>, _: &RunValues) -> Result<()> {
         if !ctx.global_step.is_multiple_of(self.run_every_steps) {
             return Ok(());
         }
-        let history = self.history(ctx)?;
+        let history = eval_history(ctx, &self.eval_dir, &self.metric)?;
         let best = self.best_step(&history).filter(|_| self.restore_best_weights);
         if let Some(step) = best
             && ctx.is_chief

@@ -12,6 +12,7 @@ mod logging_tensor;
 mod nan_tensor;
 mod profiler;
 mod progress_bar;
+mod reduce_lr;
 mod registry;
 mod step_counter;
 mod stop_at_step;
@@ -25,6 +26,7 @@ pub use nan_tensor::NanTensorHook;
 pub use profiler::ProfilerHook;
 pub(crate) use progress_bar::EvalProgress;
 pub use progress_bar::{ProgressBarHook, print_line};
+pub use reduce_lr::{Monitor, ReduceLrOnPlateauHook};
 pub use registry::{HOOK_NAMES, HookConfig, hook_from_config};
 pub use step_counter::StepCounterHook;
 pub use stop_at_step::StopAtStepHook;
@@ -33,7 +35,7 @@ pub use summary_saver::SummarySaverHook;
 use crate::{Result, checkpoint::CheckpointManager, model_dir::ModelDir, summary::SummaryWriter};
 use engine_graph::HostTensor;
 use engine_runtime::OpTiming;
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -69,6 +71,8 @@ pub struct HookContext<'a> {
     pub(crate) stop: &'a Cell<bool>,
     /// A checkpoint step whose variables replace the trained ones when training ends.
     pub(crate) restore: &'a Cell<Option<u64>>,
+    /// Variables a hook assigned, applied by the loop before the next hook runs.
+    pub(crate) assign: &'a RefCell<BTreeMap<String, HostTensor>>,
 }
 
 impl HookContext<'_> {
@@ -90,6 +94,14 @@ impl HookContext<'_> {
 
     pub fn restore_requested(&self) -> Option<u64> {
         self.restore.get()
+    }
+
+    /// Sets variable `name` to `value` between steps, in every replica (what a hook's
+    /// `session.run(assign_op)` does in TensorFlow); the hooks after this one, the saver
+    /// included, see it. Only a training session acts on it, and refuses a name the
+    /// graph lacks.
+    pub fn request_assign(&self, name: &str, value: HostTensor) {
+        self.assign.borrow_mut().insert(name.to_string(), value);
     }
 }
 
@@ -127,6 +139,13 @@ pub trait SessionRunHook: Send {
     /// Node names this hook will fetch, so compilation keeps them.
     fn required_tensors(&self) -> Vec<String> {
         Vec::new()
+    }
+
+    /// Whether this hook assigns or restores variables while training runs, which only
+    /// one process holding all of them can do: a cluster's tasks refuse it before the
+    /// first step instead of at the first assignment.
+    fn changes_variables(&self) -> bool {
+        false
     }
 
     fn begin(&mut self, _ctx: &HookContext<'_>) -> Result<()> {

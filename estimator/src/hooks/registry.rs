@@ -2,12 +2,12 @@
 //! `hooks: [LoggingTensor(tensors: ["loss"], every_n_iter: 10), StopAtStep(last_step: 500)]`.
 
 use super::{
-    EarlyStoppingHook, LoggingTensorHook, NanTensorHook, ProfilerHook, ProgressBarHook, SessionRunHook,
-    StepCounterHook, StopAtStepHook, StopCondition, SummarySaverHook,
+    EarlyStoppingHook, LoggingTensorHook, Monitor, NanTensorHook, ProfilerHook, ProgressBarHook, ReduceLrOnPlateauHook,
+    SessionRunHook, StepCounterHook, StopAtStepHook, StopCondition, SummarySaverHook,
 };
 use serde::Deserialize;
 
-pub const HOOK_NAMES: [&str; 8] = [
+pub const HOOK_NAMES: [&str; 9] = [
     "LoggingTensor",
     "StopAtStep",
     "StepCounter",
@@ -16,6 +16,7 @@ pub const HOOK_NAMES: [&str; 8] = [
     "Profiler",
     "EarlyStopping",
     "ProgressBar",
+    "ReduceLROnPlateau",
 ];
 
 fn hundred() -> u64 {
@@ -24,6 +25,27 @@ fn hundred() -> u64 {
 
 fn yes() -> bool {
     true
+}
+
+fn tenth() -> f64 {
+    0.1
+}
+
+fn ten() -> u32 {
+    10
+}
+
+fn min_delta() -> f64 {
+    1e-4
+}
+
+/// Keras' `mode`; `auto` when left out.
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+pub enum Mode {
+    #[serde(rename = "min")]
+    Min,
+    #[serde(rename = "max")]
+    Max,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -74,6 +96,26 @@ pub enum HookConfig {
         #[serde(default)]
         restore_best_weights: bool,
     },
+    /// Keras' callback; the job's learning rate becomes `ReducedOnPlateau` with `min_lr`.
+    ReduceLROnPlateau {
+        metric: String,
+        #[serde(default = "tenth")]
+        factor: f64,
+        #[serde(default = "ten")]
+        patience: u32,
+        #[serde(default)]
+        mode: Option<Mode>,
+        #[serde(default = "min_delta")]
+        min_delta: f64,
+        #[serde(default)]
+        cooldown: u32,
+        #[serde(default)]
+        min_lr: f32,
+        #[serde(default)]
+        eval_dir: Option<String>,
+        #[serde(default = "hundred")]
+        run_every_steps: u64,
+    },
     /// Training shows one by default on a terminal; this sets where it ends (`None`: the
     /// run's last step when it has one, else a counter).
     ProgressBar {
@@ -96,6 +138,39 @@ pub fn hook_from_config(config: &HookConfig) -> Result<Box<dyn SessionRunHook>, 
         }
         HookConfig::NanTensor { fail_on_nan } => Box::new(NanTensorHook::new("loss", *fail_on_nan)),
         HookConfig::Profiler { first_step, last_step } => Box::new(ProfilerHook::steps(*first_step, *last_step)),
+        HookConfig::ReduceLROnPlateau {
+            metric,
+            factor,
+            patience,
+            mode,
+            min_delta,
+            cooldown,
+            min_lr,
+            eval_dir,
+            run_every_steps,
+        } => {
+            if !(factor.is_finite() && *factor > 0.0 && *factor < 1.0) {
+                return Err(format!("ReduceLROnPlateau's factor must be in (0, 1), found {factor}"));
+            }
+            if *patience == 0 {
+                return Err("ReduceLROnPlateau's patience must be at least one evaluation".into());
+            }
+            if !(min_delta.is_finite() && *min_delta >= 0.0 && min_lr.is_finite() && *min_lr >= 0.0) {
+                return Err("ReduceLROnPlateau's min_delta and min_lr must be >= 0".into());
+            }
+            let mut hook = ReduceLrOnPlateauHook::new(metric, *factor, *patience)
+                .min_delta(*min_delta)
+                .cooldown(*cooldown)
+                .eval_dir(eval_dir.as_deref().unwrap_or("eval"))
+                .run_every_steps(*run_every_steps);
+            if let Some(mode) = mode {
+                hook = hook.monitor(match mode {
+                    Mode::Min => Monitor::Min,
+                    Mode::Max => Monitor::Max,
+                });
+            }
+            Box::new(hook)
+        }
         HookConfig::ProgressBar { last_step } => Box::new(ProgressBarHook::new(*last_step)),
         HookConfig::EarlyStopping {
             metric,

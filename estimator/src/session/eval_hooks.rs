@@ -11,7 +11,7 @@ use crate::{
     session::EvalObserver,
 };
 use engine_graph::HostTensor;
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 
 /// What evaluation hooks see as the session: the evaluated checkpoint's variables (the
@@ -62,6 +62,7 @@ impl EvalHooks<'_> {
             session: &state,
             stop: &self.stop,
             restore: &Cell::new(None),
+            assign: &RefCell::new(BTreeMap::new()),
         };
         self.hooks.iter_mut().try_for_each(|h| f(h.as_mut(), &ctx))
     }

@@ -11,7 +11,7 @@ use crate::{
 };
 use engine_graph::{HostTensor, Outlet, passes::strategy::STOP_REQUEST};
 use engine_runtime::{NonFinite, RunOptions};
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::time::Instant;
 
@@ -35,6 +35,8 @@ pub(crate) struct TrainingSession<'a> {
     pub examples_seen: u64,
     /// The checkpoint step a hook asked to restore when training ends.
     pub restore: Cell<Option<u64>>,
+    /// Variables a hook assigned, not yet applied.
+    pub assign: RefCell<BTreeMap<String, HostTensor>>,
 }
 
 /// How a training run ended.
@@ -127,6 +129,7 @@ impl TrainingSession<'_> {
             session: &state,
             stop,
             restore: &self.restore,
+            assign: &self.assign,
         };
         f(&ctx)
     }
@@ -134,6 +137,18 @@ impl TrainingSession<'_> {
     /// Runs steps until a hook requests a stop (StopAtStepHook ends every bounded run) or
     /// the input is exhausted, then calls every hook's `end`.
     pub fn run(&mut self, hooks: &mut [Box<dyn SessionRunHook + '_>]) -> Result<TrainOutcome> {
+        if let Some(h) = hooks.iter().find(|h| h.changes_variables())
+            && (self.in_cluster || self.replicas.on_parameter_servers())
+        {
+            return Err(EstimatorError::Hook {
+                hook: h.name().into(),
+                reason: "changes variables while training runs (ReduceLROnPlateau, EarlyStopping with \
+                         restore_best_weights), which a cluster does not support yet: every task would have to \
+                         apply the same values at the same step. Train in one process (default, one_device, \
+                         mirrored, central_storage), or use a learning-rate schedule"
+                    .into(),
+            });
+        }
         let stop = Cell::new(false);
         self.with_ctx(&stop, |ctx| hooks.iter_mut().try_for_each(|h| h.begin(ctx)))?;
         self.with_ctx(&stop, |ctx| hooks.iter_mut().try_for_each(|h| h.after_create_session(ctx)))?;
@@ -203,6 +218,7 @@ impl TrainingSession<'_> {
                 };
                 for h in hooks.iter_mut() {
                     self.with_ctx(&stop, |ctx| h.after_run(ctx, &values))?;
+                    self.apply_assigns(h.name())?;
                 }
                 if agreed > 0.0 {
                     log::info!(
@@ -225,17 +241,28 @@ impl TrainingSession<'_> {
         Ok(TrainOutcome { global_step: self.global_step, loss: progress.last_loss })
     }
 
-    /// Loads every variable of `model.ckpt-<step>` but the global step into every replica,
-    /// before `end`, so that the final checkpoint holds them. Parameter servers keep their
-    /// own variables, which this process cannot replace: there it is refused by name.
-    fn restore_weights(&mut self, step: u64) -> Result<()> {
-        if self.replicas.on_parameter_servers() {
-            return Err(EstimatorError::Other(format!(
-                "restoring the variables of model.ckpt-{step} at the end of training is not supported with \
-                 parameter servers (they hold the variables); drop restore_best_weights, or restore that \
-                 checkpoint with warm_start_from"
-            )));
+    /// Sets the variables hook `hook` assigned, in every local replica (`run` refuses such
+    /// hooks in a cluster before the first step).
+    fn apply_assigns(&mut self, hook: &str) -> Result<()> {
+        let values = std::mem::take(&mut *self.assign.borrow_mut());
+        if values.is_empty() {
+            return Ok(());
         }
+        let names: Vec<&str> = values.keys().map(String::as_str).collect();
+        let loaded = self.replicas.restore(&values, 0)?;
+        if let Some(missing) = names.iter().find(|n| !loaded.iter().any(|l| l == *n)) {
+            return Err(EstimatorError::Hook {
+                hook: hook.into(),
+                reason: format!("assigns '{missing}', which is not a variable of the training graph"),
+            });
+        }
+        Ok(())
+    }
+
+    /// Loads every variable of `model.ckpt-<step>` but the global step into every replica,
+    /// before `end`, so that the final checkpoint holds them (`run` refuses such hooks in a
+    /// cluster before the first step).
+    fn restore_weights(&mut self, step: u64) -> Result<()> {
         let name = format!("model.ckpt-{step}");
         let checkpoint = self.checkpoints.restore(&name)?;
         let mut values = checkpoint.tensors;

@@ -33,7 +33,17 @@ pub enum LearningRate {
         initial: f32,
         then: Box<LearningRate>,
     },
+    /// `then(step)` times the variable `learning_rate_scale` (1 at first), never below
+    /// `min_lr` unless `then` is: the rate Keras' `ReduceLROnPlateau` lowers. The scale is a
+    /// variable, so a checkpoint keeps the reductions and a resumed run goes on from them.
+    ReducedOnPlateau {
+        then: Box<LearningRate>,
+        min_lr: f32,
+    },
 }
+
+/// The variable of [`LearningRate::ReducedOnPlateau`] that the hook assigns.
+pub const LEARNING_RATE_SCALE: &str = "learning_rate_scale";
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Optimizer {

@@ -1,7 +1,7 @@
 //! Learning-rate schedules as nodes reading the global step.
 
-use super::LearningRate;
-use crate::{DType, GraphBuilder, GraphError, Outlet, Result};
+use super::{LEARNING_RATE_SCALE, LearningRate};
+use crate::{DType, GraphBuilder, GraphError, Initializer, Outlet, Result, ops::source::Variable};
 
 impl LearningRate {
     /// Wires the learning rate for the step `global_step` (read at the start of the step).
@@ -85,6 +85,26 @@ impl LearningRate {
                     let a = b.mul(warm, warming)?;
                     let c = b.mul(after, done)?;
                     b.add(a, c)
+                }
+                LearningRate::ReducedOnPlateau { then, min_lr } => {
+                    let base = then.at(b, step)?;
+                    let scale = match b.graph().find(LEARNING_RATE_SCALE) {
+                        Ok(id) => Outlet::from(id),
+                        Err(_) => {
+                            let op = Variable {
+                                dtype: DType::F32,
+                                shape: vec![],
+                                init: Initializer::Ones,
+                                trainable: false,
+                                partition: None,
+                            };
+                            b.op_named(LEARNING_RATE_SCALE, op.into(), &[])?
+                        }
+                    };
+                    let scaled = b.mul(base, scale)?;
+                    let floor = b.scalar(*min_lr)?;
+                    let floored = b.maximum(scaled, floor)?;
+                    b.minimum(base, floored)
                 }
             }
         }

@@ -13,7 +13,7 @@ mod momentum;
 mod pass;
 mod rmsprop;
 
-pub use config::{LearningRate, Optimizer, OptimizerConfig};
+pub use config::{LEARNING_RATE_SCALE, LearningRate, Optimizer, OptimizerConfig};
 pub use pass::ApplyOptimizer;
 
 use crate::{
