@@ -3,7 +3,7 @@
 
 use super::{LowerError, Mode, build::Lowering};
 use crate::spec::{ErrorKind, FieldPath, Loss, Metric};
-use engine_graph::{DType, Dim, GraphBuilder, Outlet, Shape};
+use engine_graph::{DType, Dim, GraphBuilder, HostTensor, Outlet, Shape};
 use std::collections::BTreeMap;
 
 /// The feed name of the labels.
@@ -37,6 +37,10 @@ pub(super) fn build(
     let labels = cx.labels(dtype, labels_shape, output_path)?;
     let regularizers = cx.regularizers.clone();
     let smoothing = cx.spec.job.label_smoothing;
+    let class_weights = match cx.mode {
+        Mode::Train => class_weights(cx, &shape)?,
+        _ => None,
+    };
     let scope = cx.b.unique_scope("loss");
     let (loss, regularization) =
         cx.b.with_scope(&scope, |b| {
@@ -65,6 +69,10 @@ pub(super) fn build(
                 }
                 Loss::MeanSquaredError => b.mean_squared_error(logits, labels)?,
             };
+            let per_example = match class_weights.clone() {
+                Some(table) => weigh_by_class(b, per_example, labels, loss_kind, table)?,
+                None => per_example,
+            };
             // The mean over every element: over the batch, and for sigmoid losses over
             // the labels of each example too (TensorFlow's SUM_BY_NONZERO_WEIGHTS).
             let mean = b.reduce_mean(per_example, &[], false)?;
@@ -85,6 +93,54 @@ pub(super) fn build(
         })
         .map_err(|e| cx.graph_error(output_path, e))?;
     Ok(Head { labels: Some(labels), loss: Some(loss), regularization, predictions })
+}
+
+/// The training spec's class weights as one weight per class of the model's output, or
+/// `None` when it gives none; a class past the output's is a shape error naming the field.
+fn class_weights(cx: &Lowering<'_, '_, '_>, logits: &Shape) -> Result<Option<HostTensor>, LowerError> {
+    let given = &cx.spec.job.train_spec.class_weight;
+    if given.is_empty() {
+        return Ok(None);
+    }
+    let at = FieldPath::root().field("train_spec").field("class_weight");
+    let classes = logits.dims().last().and_then(|d| d.known()).unwrap_or(0);
+    let mut table = vec![1.0f32; classes];
+    for (&class, &w) in given {
+        let slot = usize::try_from(class).ok().and_then(|c| table.get_mut(c));
+        let Some(slot) = slot else {
+            return Err(cx.shape_error(
+                &at,
+                format!(
+                    "class {class} is not one of the model's {classes} classes (0 to {})",
+                    classes.saturating_sub(1)
+                ),
+            ));
+        };
+        *slot = w;
+    }
+    HostTensor::f32(vec![classes], table).map(Some).map_err(|e| cx.graph_error(&at, e))
+}
+
+/// Each example's loss times its class's weight: looked up by the label for integer labels,
+/// `labels . weights` for probability labels (the class's weight for a one-hot label).
+fn weigh_by_class(
+    b: &mut GraphBuilder<'_>,
+    per_example: Outlet,
+    labels: Outlet,
+    loss: Loss,
+    table: HostTensor,
+) -> engine_graph::Result<Outlet> {
+    b.with_scope("class_weight", |b| {
+        let table = b.constant(table)?;
+        let weights = match loss {
+            Loss::SparseSoftmaxCrossEntropy => b.gather(table, labels)?,
+            _ => {
+                let spread = b.mul(labels, table)?;
+                b.reduce_sum(spread, &[1], false)?
+            }
+        };
+        b.mul(per_example, weights)
+    })
 }
 
 /// `labels * (1 - s) + s / classes`.

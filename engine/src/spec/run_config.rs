@@ -140,6 +140,11 @@ pub struct TrainSpec {
     pub max_steps: Option<u64>,
     #[serde(default)]
     pub hooks: Vec<HookSection>,
+    /// Keras' `fit(class_weight=...)`: the training loss weights each example by its
+    /// class's weight (`{6: 2.0}`; a class not listed weighs 1), still divided by the
+    /// batch size. Evaluation's loss is not weighted, as in Keras.
+    #[serde(default)]
+    pub class_weight: std::collections::BTreeMap<u64, f32>,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]

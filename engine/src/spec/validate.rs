@@ -46,6 +46,7 @@ impl Checker<'_> {
         }
         self.metrics(job.loss, &job.metrics)?;
         self.label_smoothing(job)?;
+        self.class_weight(job)?;
         self.optimizer(&job.optimizer)?;
         self.run_config(job)?;
         self.warm_start(job)
@@ -322,6 +323,32 @@ impl Checker<'_> {
             at,
             format!("applies to cross-entropy losses, not {:?}", job.loss),
         )
+    }
+
+    /// The classes themselves are checked against the model's output when it is lowered.
+    fn class_weight(&self, job: &Job) -> Check {
+        let weights = &job.train_spec.class_weight;
+        let at = root().field("train_spec").field("class_weight");
+        if weights.is_empty() {
+            return Ok(());
+        }
+        self.require(
+            job.loss.is_softmax(),
+            at.clone(),
+            format!(
+                "weights the examples of a classifier by their class: it needs SparseSoftmaxCrossEntropy or \
+                 SoftmaxCrossEntropy, not {:?}",
+                job.loss
+            ),
+        )?;
+        for (class, w) in weights {
+            self.require(
+                w.is_finite() && *w >= 0.0,
+                at.clone(),
+                format!("the weight of class {class} must be finite and >= 0, found {w}"),
+            )?;
+        }
+        Ok(())
     }
 
     fn optimizer(&self, o: &OptimizerSpec) -> Check {
