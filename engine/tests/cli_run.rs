@@ -239,3 +239,28 @@ fn reduce_lr_on_plateau_from_a_spec() -> Result<()> {
     ensure!(plan.code == Some(0) && plan.stdout.contains("learning_rate_scale"), "{}", plan.stdout);
     Ok(())
 }
+
+/// `train_spec.epochs`: one pass over Fashion-MNIST's 60,000 training examples in batches of
+/// 128 is 468 steps (the remainder dropped), before the spec's max_steps of 1406.
+#[test]
+fn epochs_end_training_after_passes_over_the_input() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let model_dir = dir.path().join("model").display().to_string();
+    let spec = spec_path("fashion_mnist_mlp.ron");
+    let out = engine(&[
+        "run",
+        &spec,
+        "--model-dir",
+        &model_dir,
+        "--set",
+        "train_spec.epochs=1",
+        "--set",
+        "eval_spec.steps=1",
+    ])?;
+    ensure!(out.code == Some(0), "{}", out.stderr);
+    ensure!(out.stderr.contains("1 epoch(s) of 468 steps end at step 468"), "{}", out.stderr);
+    ensure!(out.stdout.contains("'global_step': 468"), "{}", out.stdout);
+    let out = engine(&["plan", &spec, "--set", "train_spec.epochs=0"])?;
+    ensure!(out.code != Some(0) && out.stderr.contains("train_spec.epochs: must be at least 1"), "{}", out.stderr);
+    Ok(())
+}

@@ -33,10 +33,11 @@ pub(crate) fn run(
         log::info!("{cluster}: serving ended at global step {}", outcome.global_step);
         return Ok(EvalResult::from([("global_step".to_string(), outcome.global_step as f64)]));
     }
+    let max_steps = train_spec.last_step(estimator)?;
     if !trains(cluster) {
-        return continuous_evaluation(estimator, eval_spec, train_spec.max_steps, cluster);
+        return continuous_evaluation(estimator, eval_spec, max_steps, cluster);
     }
-    let limit = match train_spec.max_steps {
+    let limit = match max_steps {
         Some(m) => StepLimit::MaxSteps(m),
         None => StepLimit::UntilInputEnds,
     };

@@ -95,6 +95,7 @@ pub fn train_and_evaluate(
         },
         None => estimator.config().checkpoint_trigger(),
     };
+    let max_steps = train_spec.last_step(estimator)?;
     let final_step;
     let (last_step, last_path) = {
         let mut listener = EvaluateAfterSave {
@@ -106,9 +107,9 @@ pub fn train_and_evaluate(
             last_time: None,
             last_step: None,
             last_result: &mut last_result,
-            max_steps: train_spec.max_steps,
+            max_steps,
         };
-        let limit = match train_spec.max_steps {
+        let limit = match max_steps {
             Some(m) => StepLimit::MaxSteps(m),
             None => StepLimit::UntilInputEnds,
         };

@@ -8,6 +8,10 @@ use std::sync::Arc;
 pub struct TrainSpec {
     pub input_fn: Arc<dyn InputFn>,
     pub max_steps: Option<u64>,
+    /// Passes over the training input, as the strategy shards it; training stops at the
+    /// end of the last one or at `max_steps`, whichever comes first (an Estimator
+    /// input_fn's `num_epochs` beside `max_steps`).
+    pub epochs: Option<u64>,
     pub hooks: Vec<Box<dyn SessionRunHook>>,
 }
 
@@ -36,7 +40,32 @@ impl TrainSpec {
 
     /// With an input function shared with other owners.
     pub fn from_shared(input_fn: Arc<dyn InputFn>, max_steps: Option<u64>) -> Self {
-        TrainSpec { input_fn, max_steps, hooks: Vec::new() }
+        TrainSpec { input_fn, max_steps, epochs: None, hooks: Vec::new() }
+    }
+
+    /// Keras' `fit(epochs=...)`: see [`TrainSpec::epochs`].
+    pub fn with_epochs(mut self, epochs: u64) -> Self {
+        self.epochs = Some(epochs);
+        self
+    }
+
+    /// The global step training ends at: `max_steps`, or the end of `epochs`, whichever
+    /// comes first; `None` trains until the input ends.
+    pub fn last_step(&self, estimator: &Estimator) -> Result<Option<u64>> {
+        let Some(epochs) = self.epochs else { return Ok(self.max_steps) };
+        let per_epoch = estimator.steps_per_epoch(self.input_fn.as_ref())?;
+        let end = epochs.checked_mul(per_epoch).ok_or_else(|| {
+            crate::EstimatorError::Other(format!("{epochs} epochs of {per_epoch} steps overflow the global step"))
+        })?;
+        let last = self.max_steps.map_or(end, |m| m.min(end));
+        log::info!(
+            "{epochs} epoch(s) of {per_epoch} steps end at step {end}{}",
+            match self.max_steps {
+                Some(m) if m < end => format!("; max_steps {m} comes first"),
+                _ => String::new(),
+            }
+        );
+        Ok(Some(last))
     }
 
     pub fn with_hooks(mut self, hooks: Vec<Box<dyn SessionRunHook>>) -> Self {

@@ -18,6 +18,10 @@ pub fn run(args: &RunArgs) -> Result<(), CliError> {
     }
     let train_hooks = job::hooks_of(&spec, &spec.job.train_spec.hooks)?;
     let max_steps = spec.job.train_spec.max_steps;
+    let with_epochs = |t: TrainSpec| match spec.job.train_spec.epochs {
+        Some(e) => t.with_epochs(e),
+        None => t,
+    };
     match job::eval_input_fn(&spec)? {
         Some(eval_input) => {
             let es = &spec.job.eval_spec;
@@ -31,13 +35,14 @@ pub fn run(args: &RunArgs) -> Result<(), CliError> {
                 throttle_secs: es.throttle_secs,
                 every_n_steps: es.every_n_steps,
             };
-            let train_spec = TrainSpec::from_shared(train_input, max_steps).with_hooks(train_hooks);
+            let train_spec = with_epochs(TrainSpec::from_shared(train_input, max_steps)).with_hooks(train_hooks);
             let result = train_and_evaluate(&estimator, train_spec, eval_spec)
                 .map_err(|e| super::label_error::locate(&spec, e))?;
             super::output(&format!("{}\n", python_dict(&result)));
         }
         None => {
-            let limit = max_steps.map(StepLimit::MaxSteps).unwrap_or(StepLimit::UntilInputEnds);
+            let last = with_epochs(TrainSpec::from_shared(train_input.clone(), max_steps)).last_step(&estimator)?;
+            let limit = last.map(StepLimit::MaxSteps).unwrap_or(StepLimit::UntilInputEnds);
             let outcome = estimator
                 .train(train_input.as_ref(), train_hooks, limit, Vec::new())
                 .map_err(|e| super::label_error::locate(&spec, e))?;

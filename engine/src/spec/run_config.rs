@@ -138,6 +138,11 @@ pub struct TrainSpec {
     /// The global step at which training stops; `None` trains until the input ends.
     #[serde(default)]
     pub max_steps: Option<u64>,
+    /// Keras' `fit(epochs=...)`: passes over the training input, counted in steps of the
+    /// global batch as the strategy shards the input; with `max_steps` too, whichever
+    /// comes first ends training.
+    #[serde(default)]
+    pub epochs: Option<u64>,
     #[serde(default)]
     pub hooks: Vec<HookSection>,
     /// Keras' `fit(class_weight=...)`: the training loss weights each example by its

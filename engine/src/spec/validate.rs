@@ -47,6 +47,7 @@ impl Checker<'_> {
         self.metrics(job.loss, &job.metrics)?;
         self.label_smoothing(job)?;
         self.class_weight(job)?;
+        self.epochs(job)?;
         self.optimizer(&job.optimizer)?;
         self.run_config(job)?;
         self.warm_start(job)
@@ -323,6 +324,11 @@ impl Checker<'_> {
             at,
             format!("applies to cross-entropy losses, not {:?}", job.loss),
         )
+    }
+
+    fn epochs(&self, job: &Job) -> Check {
+        let at = root().field("train_spec").field("epochs");
+        self.require(job.train_spec.epochs != Some(0), at, "must be at least 1")
     }
 
     /// The classes themselves are checked against the model's output when it is lowered.

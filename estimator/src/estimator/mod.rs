@@ -167,6 +167,25 @@ impl Estimator {
         Ok(input_fn.dataset(mode, &strategy.input_context())?)
     }
 
+    /// Global steps in one pass over `input_fn`'s data as the training strategy shards it
+    /// (each step takes a batch on every replica; the remainder that fills no step on every
+    /// replica is dropped, as every epoch does; with parameter servers each trainer's step
+    /// is a global step).
+    pub fn steps_per_epoch(&self, input_fn: &dyn InputFn) -> Result<u64> {
+        let dataset = input_fn.dataset(Mode::Train, &self.train_strategy.training_input_context())?;
+        let batch = dataset.batch_size().ok_or_else(|| {
+            EstimatorError::Other("epochs need a batched training input: its batches are what a step takes".into())
+        })?;
+        let per_pipeline = dataset.steps_per_epoch(batch)?;
+        // Asynchronous training counts every trainer's step in the global step.
+        Ok(match self.train_strategy.kind() {
+            crate::strategy::StrategyKind::ParameterServer => {
+                per_pipeline * self.train_strategy.training_input_context().num_input_pipelines as u64
+            }
+            _ => per_pipeline,
+        })
+    }
+
     /// The dataset of `input_fn` for `mode` under `strategy`, and the model compiled for
     /// its schema with the tensors `hooks` fetch: the start of training, evaluation and a
     /// ps task's serving alike.

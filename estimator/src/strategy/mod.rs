@@ -70,6 +70,11 @@ pub trait Strategy: Send + Sync {
     }
     /// This process's input pipeline and its place among the job's pipelines.
     fn input_context(&self) -> InputContext;
+    /// The input context of a training pipeline, also on a task that trains none (the
+    /// evaluator): what an epoch is counted in, the same for every pipeline.
+    fn training_input_context(&self) -> InputContext {
+        self.input_context()
+    }
     /// Passes for a graph of this mode at `stage`.
     fn passes(&self, stage: Stage, training: bool) -> Vec<Box<dyn Pass>>;
     /// How those passes partition the graph of this mode.

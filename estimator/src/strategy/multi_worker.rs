@@ -76,6 +76,13 @@ impl Strategy for MultiWorkerStrategy {
     fn num_replicas_in_sync(&self) -> usize {
         self.replicas()
     }
+    fn training_input_context(&self) -> InputContext {
+        InputContext {
+            num_input_pipelines: self.replicas(),
+            input_pipeline_id: self.cluster.rank().unwrap_or(0),
+            num_replicas_in_sync: self.replicas(),
+        }
+    }
     fn input_context(&self) -> InputContext {
         // The evaluator task is no training pipeline: it reads the whole evaluation input
         // (sharded like a worker's, it covered 1/N of the examples and reported that).

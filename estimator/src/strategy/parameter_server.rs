@@ -90,6 +90,13 @@ impl Strategy for ParameterServerStrategy {
     fn num_replicas_in_sync(&self) -> usize {
         1
     }
+    fn training_input_context(&self) -> InputContext {
+        InputContext {
+            num_input_pipelines: self.trainers(),
+            input_pipeline_id: self.cluster.rank().unwrap_or(0),
+            num_replicas_in_sync: self.trainers(),
+        }
+    }
     fn input_context(&self) -> InputContext {
         // The evaluator task is no training pipeline: it reads the whole evaluation input
         // (sharded like a worker's, it covered 1/N of the examples and reported that).
