@@ -84,17 +84,31 @@ fn metric_of(
         SpecMetric::Recall { class_id: None, average: None } => {
             Metric::Recall { labels, predictions: classes, threshold: 0.5 }
         }
-        SpecMetric::Precision { class_id, average } | SpecMetric::Recall { class_id, average } => {
+        SpecMetric::Auc { class_id: None, average: None } => {
+            Metric::Auc { labels, predictions: positive_scores(loss, scores, b)?, num_thresholds: 200 }
+        }
+        SpecMetric::Precision { class_id, average }
+        | SpecMetric::Recall { class_id, average }
+        | SpecMetric::Auc { class_id, average } => {
             let num_classes = b.fact(m.logits)?.shape.dims().last().and_then(|d| d.known()).unwrap_or(0);
             let select = match (class_id, average) {
                 (Some(k), _) => Select::Class(*k),
                 (None, Some(Average::Micro)) => Select::Micro,
                 _ => Select::Macro,
             };
-            let recall = matches!(metric, SpecMetric::Recall { .. });
-            Metric::PerClass { labels, classes, num_classes, select, recall }
+            match metric {
+                SpecMetric::Auc { .. } => {
+                    Metric::MultiClassAuc { labels, probabilities: scores, num_classes, num_thresholds: 200, select }
+                }
+                _ => Metric::PerClass {
+                    labels,
+                    classes,
+                    num_classes,
+                    select,
+                    recall: matches!(metric, SpecMetric::Recall { .. }),
+                },
+            }
         }
-        SpecMetric::Auc => Metric::Auc { labels, predictions: positive_scores(loss, scores, b)?, num_thresholds: 200 },
         SpecMetric::MeanSquaredError => Metric::MeanSquaredError { labels, predictions: scores },
         SpecMetric::TopKAccuracy { k } => Metric::TopKAccuracy { labels, logits: m.logits, k: *k },
         SpecMetric::Mean => match m.loss {

@@ -183,49 +183,45 @@ fn check_metrics(cx: &Lowering<'_, '_, '_>, loss: Loss, logits: &Shape) -> Resul
             Metric::TopKAccuracy { k } if *k > classes => {
                 Some((at.field("k"), format!("k = {k} exceeds the model's {classes} classes")))
             }
-            Metric::Precision { class_id: Some(k), .. } | Metric::Recall { class_id: Some(k), .. }
-                if !loss.is_softmax() || *k >= classes =>
-            {
-                let why = match loss.is_softmax() {
-                    true => format!(
-                        "class_id {k} is not one of the model's {classes} classes (0 to {})",
-                        classes.max(1) - 1
-                    ),
-                    false => "class_id is for a softmax classifier's classes".to_string(),
-                };
-                Some((at.field("class_id"), why))
-            }
-            Metric::Precision { class_id: Some(_), average: Some(_) }
-            | Metric::Recall { class_id: Some(_), average: Some(_) } => {
-                Some((at.field("average"), "give class_id or average, not both".to_string()))
-            }
-            Metric::Precision { average: Some(_), .. } | Metric::Recall { average: Some(_), .. }
-                if !loss.is_softmax() =>
-            {
-                Some((at.field("average"), "average is for a softmax classifier's classes".to_string()))
-            }
-            Metric::Precision { class_id: None, average: None } | Metric::Recall { class_id: None, average: None }
-                if loss.is_softmax() && classes != 2 =>
-            {
-                Some((
-                    at,
-                    format!(
-                        "`{}` of a {classes}-class model needs `class_id: K` (one class against the rest) or \
-                         `average: Macro` (or `Micro`)",
-                        m.key()
-                    ),
-                ))
-            }
-            Metric::Auc if loss.is_softmax() && classes != 2 => {
-                Some((at, format!("`{}` needs a binary problem; the model has {classes} classes", m.key())))
-            }
-            _ => None,
+            _ => per_class_problem(m, loss, classes, &at),
         };
         if let Some((at, why)) = why {
             return Err(LowerError::Spec(cx.spec_error(&at, ErrorKind::Invalid(why))));
         }
     }
     Ok(())
+}
+
+/// What is wrong with a Precision, Recall or AUC's `class_id` and `average` for this model.
+fn per_class_problem(m: &Metric, loss: Loss, classes: usize, at: &FieldPath) -> Option<(FieldPath, String)> {
+    let (class_id, average) = match m {
+        Metric::Precision { class_id, average }
+        | Metric::Recall { class_id, average }
+        | Metric::Auc { class_id, average } => (*class_id, *average),
+        _ => return None,
+    };
+    match (class_id, average) {
+        (Some(_), Some(_)) => Some((at.field("average"), "give class_id or average, not both".to_string())),
+        (Some(_), None) if !loss.is_softmax() => {
+            Some((at.field("class_id"), "class_id is for a softmax classifier's classes".to_string()))
+        }
+        (Some(k), None) if k >= classes => Some((
+            at.field("class_id"),
+            format!("class_id {k} is not one of the model's {classes} classes (0 to {})", classes.max(1) - 1),
+        )),
+        (None, Some(_)) if !loss.is_softmax() => {
+            Some((at.field("average"), "average is for a softmax classifier's classes".to_string()))
+        }
+        (None, None) if loss.is_softmax() && classes != 2 => Some((
+            at.clone(),
+            format!(
+                "`{}` of a {classes}-class model needs `class_id: K` (one class against the rest) or `average: \
+                 Macro` (or `Micro`)",
+                m.key()
+            ),
+        )),
+        _ => None,
+    }
 }
 
 fn predictions(b: &mut GraphBuilder<'_>, loss: Loss, logits: Outlet) -> engine_graph::Result<BTreeMap<String, Outlet>> {

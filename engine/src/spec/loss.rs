@@ -45,8 +45,15 @@ pub enum Metric {
         #[serde(default)]
         average: Option<Average>,
     },
+    /// Binary by default; of a multi-class classifier, one class against the rest
+    /// (`class_id`) or averaged over classes (`average`), as Precision.
     #[serde(rename = "AUC", alias = "Auc")]
-    Auc,
+    Auc {
+        #[serde(default)]
+        class_id: Option<usize>,
+        #[serde(default)]
+        average: Option<Average>,
+    },
     MeanSquaredError,
     /// Whether the label is among the `k` largest logits.
     TopKAccuracy {
@@ -63,7 +70,7 @@ impl Metric {
             Metric::Accuracy => "accuracy".into(),
             Metric::Precision { class_id, average } => per_class_key("precision", *class_id, *average),
             Metric::Recall { class_id, average } => per_class_key("recall", *class_id, *average),
-            Metric::Auc => "auc".into(),
+            Metric::Auc { class_id, average } => per_class_key("auc", *class_id, *average),
             Metric::MeanSquaredError => "mean_squared_error".into(),
             Metric::TopKAccuracy { k } => format!("top_{k}_accuracy"),
             Metric::Mean => "mean".into(),
@@ -81,7 +88,7 @@ pub enum Average {
     Micro,
 }
 
-/// `precision`, `precision_class_3`, `precision_macro`, `recall_micro`.
+/// `precision`, `precision_class_3`, `precision_macro`, `recall_micro`, `auc_macro`.
 fn per_class_key(name: &str, class_id: Option<usize>, average: Option<Average>) -> String {
     match (class_id, average) {
         (Some(k), _) => format!("{name}_class_{k}"),

@@ -301,7 +301,7 @@ impl Checker<'_> {
             let at = root().field("metrics").index(i);
             self.require(seen.insert(m.key()), at.clone(), format!("`{}` is listed twice", m.key()))?;
             let fits = match m {
-                Metric::Accuracy | Metric::Precision { .. } | Metric::Recall { .. } | Metric::Auc => {
+                Metric::Accuracy | Metric::Precision { .. } | Metric::Recall { .. } | Metric::Auc { .. } => {
                     loss.is_classification()
                 }
                 Metric::TopKAccuracy { k } => {

@@ -9,6 +9,7 @@
 mod accuracy;
 mod auc;
 mod mean;
+mod multi_auc;
 mod per_class;
 mod precision_recall;
 mod squared_error;
@@ -58,6 +59,15 @@ pub enum Metric {
         predictions: Outlet,
         num_thresholds: usize,
     },
+    /// Area under the ROC curve of a classifier over `num_classes` classes, each against
+    /// the rest: one class, or averaged over classes (see [`Select`]).
+    MultiClassAuc {
+        labels: Outlet,
+        probabilities: Outlet,
+        num_classes: usize,
+        num_thresholds: usize,
+        select: Select,
+    },
     MeanSquaredError {
         labels: Outlet,
         predictions: Outlet,
@@ -88,6 +98,9 @@ impl Metric {
             Metric::Auc { labels, predictions, num_thresholds } => {
                 auc::build(b, *labels, *predictions, *num_thresholds)
             }
+            Metric::MultiClassAuc { labels, probabilities, num_classes, num_thresholds, .. } => {
+                multi_auc::build(b, *labels, *probabilities, *num_classes, *num_thresholds)
+            }
             Metric::MeanSquaredError { labels, predictions } => squared_error::build(b, *labels, *predictions),
             Metric::TopKAccuracy { labels, logits, k } => top_k::build(b, *labels, *logits, *k),
         })
@@ -106,6 +119,7 @@ impl Metric {
             Metric::Recall { .. } => precision_recall::recall(s),
             Metric::PerClass { select, recall, .. } => per_class::result(s, *select, *recall),
             Metric::Auc { .. } => auc::result(s),
+            Metric::MultiClassAuc { select, .. } => multi_auc::result(s, *select),
         }
     }
 }
