@@ -264,3 +264,39 @@ fn epochs_end_training_after_passes_over_the_input() -> Result<()> {
     ensure!(out.code != Some(0) && out.stderr.contains("train_spec.epochs: must be at least 1"), "{}", out.stderr);
     Ok(())
 }
+
+/// With one-hot labels (`SoftmaxCrossEntropy`, Keras' categorical cross-entropy) the
+/// classification metrics read each label's class, as Keras' categorical metrics do: the
+/// same checkpoint evaluated through integer and one-hot labels gives the same figures.
+/// (They failed with a shape error at the first evaluation: `[10N]` against `[N]`.)
+#[test]
+fn one_hot_labels_give_the_metrics_of_integer_labels() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let model_dir = dir.path().join("model").display().to_string();
+    let metrics = "metrics=[Accuracy, Precision(class_id: 2), Recall(average: Macro), AUC(average: Micro), \
+                   TopKAccuracy(k: 3)]";
+    let sparse = spec_path("fashion_mnist_cnn.ron");
+    let common = ["--model-dir", &model_dir, "--set", metrics, "--set", "eval_spec.steps=1"];
+    let mut args = vec!["run", &sparse, "--max-steps", "5"];
+    args.extend(common);
+    let out = engine(&args)?;
+    ensure!(out.code == Some(0), "{}", out.stderr);
+    let one_hot = cnn_text()?
+        .replace("loss: SparseSoftmaxCrossEntropy", "loss: SoftmaxCrossEntropy")
+        .replace("scale: 255.0,", "scale: 255.0, maps: [OneHot(feature: \"label\", depth: 10)],");
+    let (_spec_dir, one_hot) = write_spec("one_hot.ron", &one_hot)?;
+    let one_hot = one_hot.display().to_string();
+    let eval = |spec: &str| -> Result<String> {
+        let mut args = vec!["eval", spec];
+        args.extend(common);
+        let out = engine(&args)?;
+        ensure!(out.code == Some(0), "{}", out.stderr);
+        let line = out.stdout.lines().rev().find(|l| l.starts_with('{')).unwrap_or_default();
+        // The loss differs in form only; the metrics must be equal.
+        Ok(line.split(", ").filter(|kv| !kv.contains("'loss'")).collect::<Vec<_>>().join(", "))
+    };
+    let (a, b) = (eval(&sparse)?, eval(&one_hot)?);
+    ensure!(a.contains("'auc_micro'") && a.contains("'top_3_accuracy'"), "{a}");
+    ensure!(a == b, "integer labels: {a}\none-hot labels: {b}");
+    Ok(())
+}

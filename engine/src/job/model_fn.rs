@@ -76,6 +76,13 @@ fn metric_of(
     else {
         return Ok(None);
     };
+    // Classification metrics compare class ids: a one-hot (or soft) label is its largest
+    // class, as Keras' CategoricalAccuracy takes it.
+    let labels = match (loss, metric) {
+        (Loss::SoftmaxCrossEntropy, SpecMetric::MeanSquaredError | SpecMetric::Mean) => labels,
+        (Loss::SoftmaxCrossEntropy, _) => b.argmax(labels, -1)?,
+        _ => labels,
+    };
     Ok(Some(match metric {
         SpecMetric::Accuracy => Metric::Accuracy { labels, predictions: classes },
         SpecMetric::Precision { class_id: None, average: None } => {
