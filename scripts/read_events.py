@@ -3,7 +3,7 @@
 
 Uses TensorBoard's own `EventAccumulator` (the loader behind its dashboards), so a test comparing this
 output with what the engine wrote proves that TensorBoard shows our summaries. Scalars and histograms
-of every tag, all events kept (no sampling), the graph (the Graphs tab's nodes) and the run's hyperparameters (the HParams
+of every tag, all events kept (no sampling), text summaries (the Text dashboard), the graph (the Graphs tab's nodes) and the run's hyperparameters (the HParams
 dashboard's session start).
 
 usage: read_events.py DIR
@@ -14,6 +14,7 @@ import sys
 from tensorboard.backend.event_processing.event_accumulator import (
     HISTOGRAMS,
     SCALARS,
+    TENSORS,
     EventAccumulator,
 )
 
@@ -56,11 +57,23 @@ def hparams_of(accumulator):
     return out
 
 
+def texts_of(accumulator):
+    """The Text dashboard's view: every text tag's strings by step."""
+    try:
+        tags = accumulator.PluginTagToContent("text")
+    except KeyError:
+        return {}
+    return {
+        tag: [[event.step, event.tensor_proto.string_val[0].decode()] for event in accumulator.Tensors(tag)]
+        for tag in tags
+    }
+
+
 def main() -> int:
     if len(sys.argv) != 2:
         print(__doc__, file=sys.stderr)
         return 2
-    accumulator = EventAccumulator(sys.argv[1], size_guidance={SCALARS: 0, HISTOGRAMS: 0})
+    accumulator = EventAccumulator(sys.argv[1], size_guidance={SCALARS: 0, HISTOGRAMS: 0, TENSORS: 0})
     accumulator.Reload()
     tags = accumulator.Tags()
     out = {
@@ -87,6 +100,7 @@ def main() -> int:
         "file_version": accumulator.file_version,
         "graph": graph_of(accumulator),
         "hparams": hparams_of(accumulator),
+        "texts": texts_of(accumulator),
     }
     json.dump(out, sys.stdout)
     return 0

@@ -13,7 +13,7 @@ import struct
 import sys
 
 import numpy as np
-from sklearn.metrics import precision_score, recall_score
+from sklearn.metrics import confusion_matrix, precision_score, recall_score
 
 
 def keras_auc(labels, scores, num_thresholds=200):
@@ -53,7 +53,9 @@ def main():
         "auc_micro": keras_auc(one_hot, probabilities),
         "auc_class_6": keras_auc(one_hot[:, 6], probabilities[:, 6]),
     }
-    print(json.dumps({k: float(v) for k, v in report.items()}))
+    out = {k: float(v) for k, v in report.items()}
+    out["confusion_matrix"] = confusion_matrix(labels, predicted, labels=list(range(10))).tolist()
+    print(json.dumps(out))
 
 
 main()

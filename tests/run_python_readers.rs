@@ -148,7 +148,8 @@ fn a_spec_summary_saver_replaces_the_default_one() -> Result<()> {
 }
 
 /// Multi-class precision, recall and ROC AUC (one class against the rest, macro and micro
-/// averages) agree with scikit-learn's on the same predictions: `engine eval`'s figures
+/// averages) and the confusion matrix (printed, and in TensorBoard) agree with
+/// scikit-learn's on the same predictions: `engine eval`'s figures
 /// against `sklearn.metrics` over `engine predict`'s classes and probabilities and the test
 /// set's labels. The AUCs are Keras' area at 200 thresholds, written out with numpy in the
 /// script (the engine's is checked against Keras itself in estimator/tests/metrics_keras.rs).
@@ -162,7 +163,8 @@ fn multi_class_precision_and_recall_agree_with_scikit_learn() -> Result<()> {
     engine(&strs(&run_args(&dir, 40, &["--set", metrics])))?.ok()?;
     let spec = common::spec_path("fashion_mnist_cnn.ron");
     let (take, n) = ("eval_input.take=500", "500");
-    let eval = engine(&["eval", &spec, "--model-dir", &dir, "--set", metrics, "--set", take])?.ok()?;
+    let eval =
+        engine(&["eval", &spec, "--model-dir", &dir, "--set", metrics, "--set", take, "--confusion-matrix"])?.ok()?;
     let ours = printed_dict(&eval.stdout)?;
     let predictions = tmp.path().join("predictions.jsonl").display().to_string();
     engine(&["predict", &spec, "--model-dir", &dir, "--set", take, "--output", &predictions])?.ok()?;
@@ -170,7 +172,27 @@ fn multi_class_precision_and_recall_agree_with_scikit_learn() -> Result<()> {
     let script = common::repo_root().join("scripts/sklearn_metrics.py");
     let out = std::process::Command::new(common::python()?).arg(script).args([&predictions, labels, n]).output()?;
     ensure!(out.status.success(), "sklearn_metrics.py: {}", String::from_utf8_lossy(&out.stderr));
-    let theirs: serde_json::Map<String, Value> = serde_json::from_slice(&out.stdout)?;
+    let mut theirs: serde_json::Map<String, Value> = serde_json::from_slice(&out.stdout)?;
+    // The confusion matrix: as engine eval prints it, and as TensorBoard's Text dashboard
+    // shows the evaluation's summary, against scikit-learn's.
+    let want: Vec<Vec<u64>> = serde_json::from_value(theirs.remove("confusion_matrix").context("no matrix")?)?;
+    let printed: Vec<Vec<u64>> = eval
+        .stdout
+        .lines()
+        .skip_while(|l| !l.starts_with("confusion matrix"))
+        .skip(2)
+        .map(|l| l.split_whitespace().skip(1).map(str::parse).collect::<Result<Vec<u64>, _>>())
+        .collect::<Result<_, _>>()?;
+    ensure!(printed == want, "engine eval --confusion-matrix printed {printed:?}, scikit-learn {want:?}");
+    let view = python_json("read_events.py", &tmp.path().join("eval"))?;
+    let texts = view["texts"]["confusion_matrix"].as_array().context("no confusion_matrix text in TensorBoard")?;
+    let markdown = texts.last().and_then(|t| t[1].as_str()).context("no text")?;
+    let shown: Vec<Vec<u64>> = markdown
+        .lines()
+        .skip(2)
+        .map(|l| l.split('|').skip(2).filter(|c| !c.trim().is_empty()).map(|c| c.trim().parse()).collect())
+        .collect::<Result<_, _>>()?;
+    ensure!(shown == want, "TensorBoard shows {shown:?}, scikit-learn {want:?}");
     for (key, want) in &theirs {
         let want = want.as_f64().context("a number")?;
         let got = *ours.get(key).with_context(|| format!("engine eval reported no `{key}`: {ours:?}"))?;

@@ -34,12 +34,26 @@ impl EvalSummaries {
     /// Writes `values` at `step` into `dir`, or into `dir` + [`BACKFILL_SUFFIX`] when
     /// `dir`'s curve already reaches past `step`; returns the directory written.
     pub fn write(&self, dir: &str, step: u64, values: &[(&str, f64)]) -> Result<String> {
+        self.write_with(dir, step, |w| w.scalars(step, values))
+    }
+
+    /// Writes Markdown `text` under `tag` at `step`, beside the scalars (see [`Self::write`]).
+    pub fn write_text(&self, dir: &str, step: u64, tag: &str, text: &str) -> Result<String> {
+        self.write_with(dir, step, |w| w.text(tag, step, text))
+    }
+
+    fn write_with(
+        &self,
+        dir: &str,
+        step: u64,
+        write: impl FnOnce(&mut SummaryWriter) -> crate::summary::Result<()>,
+    ) -> Result<String> {
         let mut curves =
             self.curves.lock().map_err(|_| crate::EstimatorError::Other("eval summaries lock poisoned".into()))?;
         let behind = self.curve(&mut curves, dir)?.last_step.is_some_and(|last| step < last);
         let target = if behind { format!("{dir}{BACKFILL_SUFFIX}") } else { dir.to_string() };
         let curve = self.curve(&mut curves, &target)?;
-        curve.writer.scalars(step, values)?;
+        write(&mut curve.writer)?;
         curve.writer.flush()?;
         curve.last_step = curve.last_step.max(Some(step));
         Ok(target)

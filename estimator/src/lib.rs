@@ -32,7 +32,7 @@ mod train_eval_spec;
 mod warm_start;
 
 pub use error::{EstimatorError, Result};
-pub use estimator::{Estimator, EvalResult, Evaluator, StepLimit};
+pub use estimator::{ConfusionMatrices, Estimator, EvalResult, Evaluator, StepLimit};
 pub use estimator_spec::{EstimatorSpec, TrainOp};
 pub use mode::Mode;
 pub use model_fn::{Features, InputFn, ModelFn, Params};

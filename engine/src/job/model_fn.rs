@@ -116,6 +116,10 @@ fn metric_of(
                 },
             }
         }
+        SpecMetric::ConfusionMatrix => {
+            let num_classes = b.fact(m.logits)?.shape.dims().last().and_then(|d| d.known()).unwrap_or(0);
+            Metric::ConfusionMatrix { labels, classes, num_classes }
+        }
         SpecMetric::MeanSquaredError => Metric::MeanSquaredError { labels, predictions: scores },
         SpecMetric::TopKAccuracy { k } => Metric::TopKAccuracy { labels, logits: m.logits, k: *k },
         SpecMetric::Mean => match m.loss {

@@ -61,6 +61,9 @@ pub enum Metric {
     },
     /// The mean of the loss over the evaluation (TensorFlow reports `loss` this way).
     Mean,
+    /// Counts of (label's class, predicted class) pairs: written to TensorBoard's Text
+    /// dashboard at every evaluation and printed by `engine eval --confusion-matrix`.
+    ConfusionMatrix,
 }
 
 impl Metric {
@@ -74,6 +77,7 @@ impl Metric {
             Metric::MeanSquaredError => "mean_squared_error".into(),
             Metric::TopKAccuracy { k } => format!("top_{k}_accuracy"),
             Metric::Mean => "mean".into(),
+            Metric::ConfusionMatrix => "confusion_matrix".into(),
         }
     }
 }

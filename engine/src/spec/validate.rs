@@ -308,6 +308,7 @@ impl Checker<'_> {
                     self.require(*k > 0, at.field("k"), "must be positive")?;
                     loss.is_softmax()
                 }
+                Metric::ConfusionMatrix => loss.is_softmax(),
                 Metric::MeanSquaredError | Metric::Mean => true,
             };
             self.require(fits, at, format!("`{}` does not apply to the loss {loss:?}", m.key()))?;

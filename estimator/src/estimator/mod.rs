@@ -33,6 +33,9 @@ pub enum StepLimit {
 /// The result of `evaluate`: every metric, `loss` and `global_step`.
 pub type EvalResult = BTreeMap<String, f64>;
 
+/// Confusion matrices by metric name: row = the label's class, column = the predicted class.
+pub type ConfusionMatrices = BTreeMap<String, Vec<Vec<u64>>>;
+
 pub struct Estimator {
     pub(crate) model_fn: Arc<dyn ModelFn>,
     config: RunConfig,
@@ -237,13 +240,28 @@ impl Estimator {
         checkpoint_path: Option<&str>,
         name: Option<&str>,
     ) -> Result<EvalResult> {
+        Ok(self.evaluate_with_matrices(input_fn, steps, hooks, checkpoint_path, name)?.0)
+    }
+
+    /// [`Estimator::evaluate`], with the confusion matrices of the model's
+    /// `ConfusionMatrix` metrics (row = the label's class, column = the predicted class).
+    pub fn evaluate_with_matrices(
+        &self,
+        input_fn: &dyn InputFn,
+        steps: Option<u64>,
+        hooks: Vec<Box<dyn SessionRunHook>>,
+        checkpoint_path: Option<&str>,
+        name: Option<&str>,
+    ) -> Result<(EvalResult, ConfusionMatrices)> {
         let checkpoint = match checkpoint_path {
             Some(p) => read_checkpoint(p, self.config.s3.as_ref())?,
             None => {
                 self.checkpoints.restore_latest_valid()?.ok_or(EstimatorError::NoCheckpoint("evaluate"))?.checkpoint
             }
         };
-        self.evaluator(input_fn, steps, hooks, name)?.evaluate(&checkpoint)
+        let mut evaluator = self.evaluator(input_fn, steps, hooks, name)?;
+        let result = evaluator.evaluate(&checkpoint)?;
+        Ok((result, std::mem::take(&mut evaluator.matrices)))
     }
 
     /// An evaluator compiled once, for evaluating checkpoint after checkpoint.
@@ -273,6 +291,7 @@ impl Estimator {
             hooks: all_hooks,
             global_batch_size,
             is_chief,
+            matrices: BTreeMap::new(),
         })
     }
 
@@ -309,6 +328,10 @@ impl Estimator {
             let values: Vec<(&str, f64)> =
                 result.iter().filter(|(k, _)| *k != "global_step").map(|(k, v)| (k.as_str(), *v)).collect();
             let written = self.eval_summaries.write(&dir, step, &values)?;
+            for (name, matrix) in &outcome.matrices {
+                let table = crate::metrics::confusion_markdown(matrix, None);
+                self.eval_summaries.write_text(&dir, step, name, &table)?;
+            }
             if written != dir {
                 log::info!(
                     "Step {step} is behind the evaluation curve in {dir}/: its summaries go to {written}/ (a run of \
@@ -365,9 +388,17 @@ pub struct Evaluator<'e> {
     hooks: Vec<Box<dyn SessionRunHook>>,
     global_batch_size: usize,
     is_chief: bool,
+    /// The last evaluation's confusion matrices, by metric name.
+    matrices: ConfusionMatrices,
 }
 
 impl Evaluator<'_> {
+    /// The confusion matrices of the last evaluation (row = the label's class, column = the
+    /// predicted class), by metric name: what is not a scalar of its result.
+    pub fn matrices(&self) -> &ConfusionMatrices {
+        &self.matrices
+    }
+
     pub fn evaluate(&mut self, checkpoint: &Checkpoint) -> Result<EvalResult> {
         self.replicas
             .restore(&checkpoint.tensors, self.estimator.seed)
@@ -398,6 +429,7 @@ impl Evaluator<'_> {
             outcome.examples,
             started.elapsed().as_secs_f64()
         );
+        self.matrices = outcome.matrices.clone();
         self.estimator.report(&outcome, step, self.name.as_deref())
     }
 

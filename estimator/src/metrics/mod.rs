@@ -8,6 +8,7 @@
 
 mod accuracy;
 mod auc;
+mod confusion;
 mod mean;
 mod multi_auc;
 mod per_class;
@@ -15,6 +16,7 @@ mod precision_recall;
 mod squared_error;
 mod top_k;
 
+pub use confusion::markdown as confusion_markdown;
 pub use per_class::Select;
 
 use crate::{EstimatorError, Result};
@@ -68,6 +70,12 @@ pub enum Metric {
         num_thresholds: usize,
         select: Select,
     },
+    /// Counts of (label's class, predicted class) pairs; see [`Metric::matrix`].
+    ConfusionMatrix {
+        labels: Outlet,
+        classes: Outlet,
+        num_classes: usize,
+    },
     MeanSquaredError {
         labels: Outlet,
         predictions: Outlet,
@@ -101,6 +109,9 @@ impl Metric {
             Metric::MultiClassAuc { labels, probabilities, num_classes, num_thresholds, .. } => {
                 multi_auc::build(b, *labels, *probabilities, *num_classes, *num_thresholds)
             }
+            Metric::ConfusionMatrix { labels, classes, num_classes } => {
+                confusion::build(b, *labels, *classes, *num_classes)
+            }
             Metric::MeanSquaredError { labels, predictions } => squared_error::build(b, *labels, *predictions),
             Metric::TopKAccuracy { labels, logits, k } => top_k::build(b, *labels, *logits, *k),
         })
@@ -120,6 +131,21 @@ impl Metric {
             Metric::PerClass { select, recall, .. } => per_class::result(s, *select, *recall),
             Metric::Auc { .. } => auc::result(s),
             Metric::MultiClassAuc { select, .. } => multi_auc::result(s, *select),
+            // The fraction on the diagonal; evaluation reports the matrix instead.
+            Metric::ConfusionMatrix { num_classes, .. } => {
+                let m = confusion::matrix(s, *num_classes);
+                let total: u64 = m.iter().flatten().sum();
+                ratio((0..m.len()).map(|k| m[k][k]).sum::<u64>() as f64, total as f64)
+            }
+        }
+    }
+
+    /// The confusion matrix, row = label's class, column = predicted class, for a
+    /// [`Metric::ConfusionMatrix`]; `None` for the scalar metrics.
+    pub fn matrix(&self, state: &MetricState) -> Option<Vec<Vec<u64>>> {
+        match self {
+            Metric::ConfusionMatrix { num_classes, .. } => Some(confusion::matrix(&state.sums, *num_classes)),
+            _ => None,
         }
     }
 }

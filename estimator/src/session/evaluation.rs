@@ -28,6 +28,8 @@ pub(crate) struct EvalOutcome {
     /// Example-weighted mean of the loss.
     pub loss: f64,
     pub metrics: BTreeMap<String, f64>,
+    /// Confusion matrices, by metric name (not scalars, so not among `metrics`).
+    pub matrices: BTreeMap<String, Vec<Vec<u64>>>,
     /// Raw states, so workers can merge them before computing results.
     pub states: BTreeMap<String, MetricState>,
     pub loss_sum: f64,
@@ -157,7 +159,14 @@ pub(crate) fn evaluate_dataset(
     }
     out.loss = out.loss_sum / out.examples as f64;
     for ((name, metric, _), state) in compiled.metrics.iter().zip(states) {
-        out.metrics.insert(name.clone(), metric.result(&state));
+        match metric.matrix(&state) {
+            Some(m) => {
+                out.matrices.insert(name.clone(), m);
+            }
+            None => {
+                out.metrics.insert(name.clone(), metric.result(&state));
+            }
+        }
         out.states.insert(name.clone(), state);
     }
     Ok(out)

@@ -76,7 +76,12 @@ pub(super) fn session_start(hparams: &BTreeMap<String, HParam>, start_time_secs:
                 content: prost::Message::encode_to_vec(&data),
             }),
         }),
-        tensor: Some(TensorProto { dtype: 1, tensor_shape: Some(TensorShapeProto::default()), float_val: vec![0.0] }),
+        tensor: Some(TensorProto {
+            dtype: 1,
+            tensor_shape: Some(TensorShapeProto::default()),
+            float_val: vec![0.0],
+            ..TensorProto::default()
+        }),
         ..SummaryValue::default()
     }
 }

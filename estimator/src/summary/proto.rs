@@ -64,7 +64,7 @@ pub struct PluginData {
     pub content: Vec<u8>,
 }
 
-/// `tensorflow.TensorProto`, float values only.
+/// `tensorflow.TensorProto`, float and string values only.
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct TensorProto {
     /// `tensorflow.DataType`: 1 is `DT_FLOAT`.
@@ -75,6 +75,9 @@ pub struct TensorProto {
     pub tensor_shape: Option<super::graph::TensorShapeProto>,
     #[prost(float, repeated, packed = "true", tag = "5")]
     pub float_val: Vec<f32>,
+    /// `DT_STRING` values (dtype 7): the text plugin's.
+    #[prost(bytes = "vec", repeated, tag = "8")]
+    pub string_val: Vec<Vec<u8>>,
 }
 
 /// `tensorflow.HistogramProto`: bucket `i` counts values in `[bucket_limit[i-1], bucket_limit[i])`.

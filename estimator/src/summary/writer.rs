@@ -115,6 +115,26 @@ impl SummaryWriter {
         self.write_summary(step, summary)
     }
 
+    /// Records Markdown text (TensorBoard's Text dashboard: `tf.summary.text`'s plugin
+    /// metadata and a scalar string tensor).
+    pub fn text(&mut self, tag: &str, step: u64, markdown: &str) -> Result<()> {
+        check_tag(tag)?;
+        let value = SummaryValue {
+            tag: tag.to_string(),
+            metadata: Some(super::proto::SummaryMetadata {
+                plugin_data: Some(super::proto::PluginData { plugin_name: "text".into(), content: Vec::new() }),
+            }),
+            tensor: Some(super::proto::TensorProto {
+                dtype: 7,
+                tensor_shape: Some(super::graph::TensorShapeProto::default()),
+                string_val: vec![markdown.as_bytes().to_vec()],
+                ..Default::default()
+            }),
+            ..SummaryValue::default()
+        };
+        self.write_summary(step, Summary { value: vec![value] })
+    }
+
     /// Records a histogram of `values` with TensorFlow's default buckets. Non-finite values are an error,
     /// as in TensorFlow, naming the tag and the step.
     pub fn histogram(&mut self, tag: &str, step: u64, values: &[f64]) -> Result<()> {
