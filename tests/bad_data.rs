@@ -37,7 +37,7 @@ fn write_data(dir: &Path) -> Result<()> {
         ],
         outputs: ["logits"],
     ),
-    loss: SparseSoftmaxCrossEntropy,
+    loss: SparseCategoricalCrossentropy(from_logits: true),
     optimizer: Sgd(learning_rate: 0.1),
     metrics: [Accuracy],
     train_input: Csv(path: "DIR/train.csv", label: "label", batch_size: 16, shuffle_buffer: 100, seed: 1,
@@ -165,7 +165,7 @@ fn an_idx_label_out_of_range_names_the_labels_file_and_the_example() -> Result<(
     std::fs::write(dir.join("labels.idx"), idx(&[4], [1, 2, 200, 3]))?;
     let spec = r#"Job(
     model: Sequential(input_shape: [2, 2, 1], layers: [Flatten, Dense(units: 10)]),
-    loss: SparseSoftmaxCrossEntropy,
+    loss: SparseCategoricalCrossentropy(from_logits: true),
     optimizer: Sgd(learning_rate: 0.1),
     train_input: Idx(images: "DIR/images.idx", labels: "DIR/labels.idx", batch_size: 4),
     run_config: (model_dir: "DIR/run"),
@@ -203,7 +203,7 @@ fn unbounded_idx_inputs_are_refused_before_they_are_read() -> Result<()> {
         let spec = format!(
             r#"Job(
     model: Sequential(input_shape: [2, 2, 1], layers: [Flatten, Dense(units: 10)]),
-    loss: SparseSoftmaxCrossEntropy,
+    loss: SparseCategoricalCrossentropy(from_logits: true),
     optimizer: Sgd(learning_rate: 0.1),
     train_input: Idx(images: "{images}", labels: "{dir}/labels.idx", batch_size: 4),
     run_config: (model_dir: "{dir}/run"),

@@ -30,7 +30,7 @@ fn write_data(dir: &Path) -> Result<String> {
     let spec = format!(
         r#"Job(
     model: Sequential(input_shape: [4], layers: [Dense(units: 16, activation: Relu), Dense(units: 2)]),
-    loss: SparseSoftmaxCrossEntropy,
+    loss: SparseCategoricalCrossentropy(from_logits: true),
     optimizer: Sgd(learning_rate: 0.1),
     metrics: [Accuracy],
     train_input: {input}, batch_size: 16, shuffle_buffer: 100, seed: 1),

@@ -129,7 +129,7 @@ fn idx_spec(images: &str, labels: &str, dir: &Path) -> String {
     format!(
         r#"Job(
     model: Sequential(input_shape: [4, 4, 1], layers: [Flatten, Dense(units: 8, activation: Relu), Dense(units: 10)]),
-    loss: SparseSoftmaxCrossEntropy,
+    loss: SparseCategoricalCrossentropy(from_logits: true),
     optimizer: Sgd(learning_rate: 0.1),
     metrics: [Accuracy],
     train_input: Idx(images: "{images}", labels: "{labels}", scale: 255.0, batch_size: 8, shuffle_buffer: 16, seed: 1),
@@ -150,7 +150,7 @@ fn csv_spec(train: &str, eval: &str, dir: &Path) -> String {
         nodes: [("both", Concatenate(axis: -1), ["a", "b"]), ("logits", Dense(units: 3), ["both"])],
         outputs: ["logits"],
     ),
-    loss: SparseSoftmaxCrossEntropy,
+    loss: SparseCategoricalCrossentropy(from_logits: true),
     optimizer: Sgd(learning_rate: 0.1),
     metrics: [Accuracy],
     train_input: Csv(path: "{train}", label: "label", batch_size: 8,

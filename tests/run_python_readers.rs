@@ -62,7 +62,7 @@ fn tensorboard_reads_the_summaries_of_a_real_run() -> Result<()> {
     let hparams = &view["hparams"];
     ensure!(hparams["optimizer"] == "SGD" && hparams["batch_size"] == 64.0, "{hparams}");
     ensure!((hparams["learning_rate"].as_f64().unwrap_or(0.0) - 0.05).abs() < 1e-7, "{hparams}");
-    ensure!(hparams["strategy"] == "default" && hparams["loss"] == "SparseSoftmaxCrossEntropy", "{hparams}");
+    ensure!(hparams["strategy"] == "default" && hparams["loss"] == "SparseCategoricalCrossentropy", "{hparams}");
 
     // TensorBoard's values are exactly what our own reader decodes from the same files.
     let model_dir = ModelDir::open(&dir)?;

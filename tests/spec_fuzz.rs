@@ -79,7 +79,7 @@ fn seeds(dir: &Path) -> Result<Vec<String>> {
         ],
         outputs: ["logits"],
     ),
-    loss: SparseSoftmaxCrossEntropy,
+    loss: SparseCategoricalCrossentropy(from_logits: true),
     optimizer: Adam(learning_rate: 0.01),
     metrics: [Accuracy],
     train_input: Csv(path: "{csv}", label: "label", batch_size: 8, shuffle_buffer: 16, seed: 3, prefetch: 2,

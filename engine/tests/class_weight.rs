@@ -122,7 +122,7 @@ fn class_weights_the_model_cannot_use_are_refused_by_field() -> Result<()> {
     );
 
     let text = MLP
-        .replace("loss: SparseSoftmaxCrossEntropy", "loss: MeanSquaredError")
+        .replace("loss: SparseCategoricalCrossentropy(from_logits: true)", "loss: MeanSquaredError")
         .replace("metrics: [Accuracy]", "metrics: []")
         .replace("train_spec: (max_steps: 1406)", "train_spec: (max_steps: 1406, class_weight: {1: 2.0})");
     let err = Spec::parse(&text, "mse.ron", &[]).err().context("class_weight on a regression accepted")?;

@@ -89,14 +89,14 @@ fn flags_are_checked_like_the_spec() -> Result<()> {
 
 #[test]
 fn a_bad_spec_fails_before_running() -> Result<()> {
-    let text = cnn_text()?.replacen("loss: SparseSoftmaxCrossEntropy", "loss: Hinge", 1);
+    let text = cnn_text()?.replacen("loss: SparseCategoricalCrossentropy(from_logits: true)", "loss: Hinge", 1);
     let (_dir, path) = write_spec("hinge.ron", &text)?;
     let path = path.display().to_string();
     let out = engine(&["run", &path])?;
     ensure!(out.code == Some(1));
     let want = format!(
-        "error: {path}:14:11: loss: unknown loss `Hinge`, expected one of: SparseSoftmaxCrossEntropy, \
-         SoftmaxCrossEntropy, SigmoidCrossEntropy, MeanSquaredError"
+        "error: {path}:14:11: loss: unknown loss `Hinge`, expected one of: \
+         SparseCategoricalCrossentropy, CategoricalCrossentropy, BinaryCrossentropy, MeanSquaredError"
     );
     ensure!(out.stderr.trim_end() == want, "expected `{want}`, got `{}`", out.stderr);
     Ok(())
@@ -282,7 +282,10 @@ fn one_hot_labels_give_the_metrics_of_integer_labels() -> Result<()> {
     let out = engine(&args)?;
     ensure!(out.code == Some(0), "{}", out.stderr);
     let one_hot = cnn_text()?
-        .replace("loss: SparseSoftmaxCrossEntropy", "loss: SoftmaxCrossEntropy")
+        .replace(
+            "loss: SparseCategoricalCrossentropy(from_logits: true)",
+            "loss: CategoricalCrossentropy(from_logits: true)",
+        )
         .replace("scale: 255.0,", "scale: 255.0, maps: [OneHot(feature: \"label\", depth: 10)],");
     let (_spec_dir, one_hot) = write_spec("one_hot.ron", &one_hot)?;
     let one_hot = one_hot.display().to_string();

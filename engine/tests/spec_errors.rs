@@ -68,7 +68,7 @@ fn the_issue_example_parses_as_written_with_tensorflow_defaults() -> Result<(), 
     assert_eq!(names, ["Conv2D", "MaxPooling2D", "Flatten", "Dense", "Dense"]);
     let Layer::MaxPool2d(pool) = &model.layers[1] else { panic!() };
     assert_eq!(pool.strides().0, [2, 2]);
-    assert_eq!(job.loss, Loss::SparseSoftmaxCrossEntropy);
+    assert_eq!(job.loss.kind, Loss::SparseSoftmaxCrossEntropy);
     assert_eq!(job.optimizer.learning_rate(), &LearningRate::Constant(0.05));
     assert_eq!(job.metrics, [Metric::Accuracy]);
     assert_eq!((job.train_input.kind.as_str(), job.train_input.path.to_string().as_str()), ("Idx", "train_input"));
@@ -147,7 +147,7 @@ fn missing_field() {
     let f = fail(&text);
     assert_eq!((f.line, f.col, f.path.as_str()), (11, 13, "model.layers[4].units"));
     assert_eq!(f.message, "job.ron:11:13: model.layers[4].units: missing field `units`");
-    let text = cnn_with("    loss: SparseSoftmaxCrossEntropy,\n", "");
+    let text = cnn_with("    loss: SparseCategoricalCrossentropy(from_logits: true),\n", "");
     let f = fail(&text);
     assert_eq!((f.line, f.col, f.path.as_str()), (3, 1, "loss"));
 }
@@ -205,9 +205,16 @@ fn unknown_activation_loss_optimizer_metric_and_padding_names() {
             "activation",
             6,
         ),
-        ("loss: SparseSoftmaxCrossEntropy", "loss: CrossEntropy", "CrossEntropy", "loss", "loss", 4),
+        (
+            "loss: SparseCategoricalCrossentropy(from_logits: true)",
+            "loss: CrossEntropy",
+            "CrossEntropy",
+            "loss",
+            "loss",
+            4,
+        ),
         ("SGD(learning_rate", "Momentum(learning_rate", "Momentum", "optimizer", "optimizer", 5),
-        ("metrics: [Accuracy]", "metrics: [Accuracy, F1]", "F1", "metrics[1]", "metric", 7),
+        ("metrics: [Accuracy]", "metrics: [Accuracy, F1]", "F1", "metrics[1]", "metric", 8),
         (
             "MaxPooling2D(pool_size: 2)",
             "MaxPooling2D(pool_size: 2, padding: Full)",

@@ -81,7 +81,7 @@ fn accepted() -> Vec<(String, String)> {
     // Enums: the names valid at a place, then each struct variant's fields.
     let enums: [(&str, &str, &str); 9] = [
         ("layer", "            Flatten,", "            {},"),
-        ("loss", "loss: SparseSoftmaxCrossEntropy", "loss: {}"),
+        ("loss", "loss: SparseCategoricalCrossentropy(from_logits: true)", "loss: {}"),
         ("optimizer", "optimizer: SGD(learning_rate: 0.05)", "optimizer: {}"),
         ("learning rate schedule", "learning_rate: 0.05", "learning_rate: {}"),
         ("metric", "metrics: [Accuracy]", "metrics: [{}]"),

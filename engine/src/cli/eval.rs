@@ -33,8 +33,8 @@ pub struct EvalArgs {
 pub fn eval(args: &EvalArgs) -> Result<(), CliError> {
     let mut spec = args.common.load(model_dir_override(args.model_dir.as_deref()))?;
     if args.confusion_matrix && !spec.job.metrics.contains(&Metric::ConfusionMatrix) {
-        if !spec.job.loss.is_softmax() {
-            let why = format!("--confusion-matrix counts classes: it needs a softmax loss, not {:?}", spec.job.loss);
+        if !spec.job.loss.kind.is_softmax() {
+            let why = format!("--confusion-matrix counts classes: it needs a softmax loss, not {}", spec.job.loss);
             return Err(CliError::Spec(spec.error(FieldPath::root().field("loss"), ErrorKind::Invalid(why))));
         }
         spec.job.metrics.push(Metric::ConfusionMatrix);

@@ -22,7 +22,7 @@ pub fn hparams(spec: &Spec) -> BTreeMap<String, HParam> {
         ("optimizer".to_string(), HParam::Text(optimizer.into())),
         ("learning_rate".to_string(), HParam::Number(rate)),
         ("learning_rate_schedule".to_string(), HParam::Text(schedule.into())),
-        ("loss".to_string(), HParam::Text(format!("{:?}", job.loss))),
+        ("loss".to_string(), HParam::Text(job.loss.kind.keras_name().into())),
     ]);
     if let Some(batch) = input_batch_size(spec, &job.train_input) {
         out.insert("batch_size".into(), HParam::Number(batch as f64));

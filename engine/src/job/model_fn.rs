@@ -53,7 +53,7 @@ impl ModelFn for SpecModelFn {
         {
             for metric in &self.spec.job.metrics {
                 if let Some(built) =
-                    metric_of(metric, self.spec.job.loss, labels, &m, b).map_err(EstimatorError::Graph)?
+                    metric_of(metric, self.spec.job.loss.kind, labels, &m, b).map_err(EstimatorError::Graph)?
                 {
                     spec.eval_metric_ops.insert(metric.key(), built);
                 }

@@ -14,7 +14,8 @@ pub struct ModelGraph {
     pub features: BTreeMap<String, Outlet>,
     /// The `labels` placeholder (not in predict mode).
     pub labels: Option<Outlet>,
-    /// The model's output.
+    /// The logits: the model's output, or what its final softmax (sigmoid) reads when the
+    /// loss takes probabilities.
     pub logits: Outlet,
     /// `logits`, and `probabilities` and `classes` for classification (`predictions` for regression).
     pub predictions: BTreeMap<String, Outlet>,
@@ -89,7 +90,7 @@ pub fn build_model_on(
         mode,
         features,
         labels: head.labels,
-        logits,
+        logits: head.logits,
         predictions: head.predictions,
         loss: head.loss,
         layers: cx.layers,

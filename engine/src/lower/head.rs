@@ -10,6 +10,9 @@ use std::collections::BTreeMap;
 pub const LABELS: &str = "labels";
 
 pub(super) struct Head {
+    /// The logits the loss and predictions read: the model's output, or the input of its
+    /// final softmax (sigmoid) when the loss takes probabilities (`from_logits: false`).
+    pub logits: Outlet,
     pub labels: Option<Outlet>,
     pub loss: Option<Outlet>,
     pub regularization: Option<Outlet>,
@@ -22,7 +25,8 @@ pub(super) fn build(
     logits: Outlet,
     output_path: &FieldPath,
 ) -> Result<Head, LowerError> {
-    let loss_kind = cx.spec.job.loss;
+    let loss_kind = cx.spec.job.loss.kind;
+    let logits = logits_of(cx, logits, output_path)?;
     let shape = cx.shape_of(logits)?;
     let labels_shape = labels_shape(cx, loss_kind, &shape, output_path)?;
     check_metrics(cx, loss_kind, &shape)?;
@@ -31,7 +35,7 @@ pub(super) fn build(
     let predictions =
         cx.b.with_scope(&scope, |b| predictions(b, loss_kind, logits)).map_err(|e| cx.graph_error(output_path, e))?;
     if cx.mode == Mode::Predict {
-        return Ok(Head { labels: None, loss: None, regularization: None, predictions });
+        return Ok(Head { logits, labels: None, loss: None, regularization: None, predictions });
     }
     let dtype = if loss_kind == Loss::SparseSoftmaxCrossEntropy { DType::I64 } else { DType::F32 };
     let labels = cx.labels(dtype, labels_shape, output_path)?;
@@ -92,7 +96,42 @@ pub(super) fn build(
             Ok((b.add(mean, reg)?, Some(reg)))
         })
         .map_err(|e| cx.graph_error(output_path, e))?;
-    Ok(Head { labels: Some(labels), loss: Some(loss), regularization, predictions })
+    Ok(Head { logits, labels: Some(labels), loss: Some(loss), regularization, predictions })
+}
+
+/// The logits under the model's output. With `from_logits: false` (Keras' default) the
+/// output is probabilities and must be the loss's own squashing, a softmax over classes or
+/// a sigmoid, whose input is taken instead (Keras takes the logits from under it too, for
+/// a stable cross-entropy); anything else is refused at the output, since reading
+/// probabilities as logits trains silently worse. With `from_logits: true` an output that
+/// is already a softmax or sigmoid gets Keras' warning for the same reason.
+fn logits_of(cx: &Lowering<'_, '_, '_>, output: Outlet, at: &FieldPath) -> Result<Outlet, LowerError> {
+    let loss = cx.spec.job.loss;
+    let squash = match loss.kind {
+        Loss::SparseSoftmaxCrossEntropy | Loss::SoftmaxCrossEntropy => "Softmax",
+        Loss::SigmoidCrossEntropy => "Sigmoid",
+        Loss::MeanSquaredError => return Ok(output),
+    };
+    let node = cx.b.graph().node(output.node);
+    let squashed = node.op.name() == squash && node.inputs.len() == 1;
+    match (loss.from_logits, squashed) {
+        (false, true) => Ok(node.inputs[0]),
+        (false, false) => Err(cx.spec_error(at, ErrorKind::Invalid(format!(
+            "{loss} reads the model's output as probabilities, as Keras does, but the output is a {} node, not a \
+             {}: end the model with `activation: {squash}`, or write `from_logits: true` if it outputs logits",
+            node.op.name(),
+            squash.to_lowercase()
+        ))).into()),
+        (true, true) => {
+            log::warn!(
+                "{at}: the loss takes logits (from_logits: true) but the model's output is a {}, so it reads \
+                 probabilities as logits and trains worse; drop the activation or write from_logits: false",
+                squash.to_lowercase()
+            );
+            Ok(output)
+        }
+        (true, false) => Ok(output),
+    }
 }
 
 /// The training spec's class weights as one weight per class of the model's output, or
@@ -166,11 +205,11 @@ fn labels_shape(cx: &Lowering<'_, '_, '_>, loss: Loss, logits: &Shape, at: &Fiel
             }),
             _ => Err(cx.shape_error(
                 at,
-                format!("{loss:?} needs the model to output logits of shape [batch, classes] with at least 2 classes, got {logits}"),
+                format!("{} needs the model to output logits of shape [batch, classes] with at least 2 classes, got {logits}", loss.keras_name()),
             )),
         },
         Loss::SigmoidCrossEntropy | Loss::MeanSquaredError if batched && logits.rank() >= 2 => Ok(logits.clone()),
-        _ => Err(cx.shape_error(at, format!("{loss:?} needs the model to output [batch, ...], got {logits}"))),
+        _ => Err(cx.shape_error(at, format!("{} needs the model to output [batch, ...], got {logits}", loss.keras_name()))),
     }
 }
 

@@ -10,7 +10,7 @@
 //!
 //! let spec = Spec::parse(r#"Job(
 //!     model: Sequential(input_shape: [4], layers: [Dense(units: 8, activation: Relu), Dense(units: 3)]),
-//!     loss: SparseSoftmaxCrossEntropy,
+//!     loss: SparseCategoricalCrossentropy(from_logits: true),
 //!     optimizer: Adam(),
 //!     train_input: Idx(images: "i.gz", labels: "l.gz", batch_size: 8),
 //!     run_config: (model_dir: "runs/x"),

@@ -246,6 +246,48 @@ fn two_towers_concatenated_lower() -> TestResult {
     Ok(())
 }
 
+/// Keras' losses take probabilities unless `from_logits: true`: a final softmax (sigmoid)
+/// is looked under, so the loss and predictions read the same logits as a linear output
+/// with `from_logits: true`; an output that is no probability is refused at that layer.
+#[test]
+fn from_logits_false_reads_the_logits_under_the_final_squashing() -> TestResult {
+    let model = |activation: &str| {
+        format!(
+            "Sequential(input_shape: [3], layers: [Dense(units: 4, activation: Relu), Dense(units: 3{activation})])"
+        )
+    };
+    for (loss, squash) in [
+        ("SparseCategoricalCrossentropy", "Softmax"),
+        ("CategoricalCrossentropy", "Softmax"),
+        ("BinaryCrossentropy", "Sigmoid"),
+    ] {
+        let probabilities = spec(&job(&model(&format!(", activation: {squash}")), loss))?;
+        let logits = spec(&job(&model(""), &format!("{loss}(from_logits: true)")))?;
+        let (pg, p) = build(&probabilities, Mode::Train)?;
+        let (lg, l) = build(&logits, Mode::Train)?;
+        // The head's logits are the last Dense's output (a BiasAdd or fused matmul), not the squashing.
+        assert_ne!(pg.node(p.logits.node).op.name(), squash, "{loss}");
+        assert_eq!(pg.node(p.logits.node).op.name(), lg.node(l.logits.node).op.name(), "{loss}");
+        let ops = |g: &Graph, loss_node: Option<engine_graph::Outlet>| {
+            loss_node.map(|o| g.node(o.node).op.name()).unwrap_or_default()
+        };
+        assert_eq!(ops(&pg, p.loss), ops(&lg, l.loss), "{loss}");
+        assert_eq!(p.predictions.keys().collect::<Vec<_>>(), l.predictions.keys().collect::<Vec<_>>(), "{loss}");
+        // The training step is the same computation: the model's own squashing is dead code.
+        let steps = |s: &Spec| training_plan(s, StrategyKind::Default).map(|p| op_names(&p).join(" "));
+        assert_eq!(steps(&probabilities)?, steps(&logits)?, "{loss}");
+
+        // Keras' default with a linear output: refused at the output layer, naming the fix.
+        let err = match build(&spec(&job(&model(""), loss))?, Mode::Train) {
+            Err(e) => e.to_string(),
+            Ok(_) => return Err(format!("{loss} without from_logits accepted a linear output").into()),
+        };
+        assert!(err.contains("model.layers[1]") && err.contains("reads the model's output as probabilities"), "{err}");
+        assert!(err.contains(&format!("activation: {squash}")) && err.contains("from_logits: true"), "{err}");
+    }
+    Ok(())
+}
+
 #[test]
 fn labels_and_predictions_follow_the_loss() -> TestResult {
     let model = "Sequential(input_shape: [3], layers: [Dense(units: 2)])";
@@ -335,7 +377,7 @@ fn other_shape_errors_name_the_layer_and_the_shapes() {
     );
     assert_eq!(
         case("Conv2d(filters: 3, kernel_size: 3)", "SparseSoftmaxCrossEntropy"),
-        "model.layers[0]: SparseSoftmaxCrossEntropy needs the model to output logits of shape [batch, classes] \
+        "model.layers[0]: SparseCategoricalCrossentropy needs the model to output logits of shape [batch, classes] \
          with at least 2 classes, got [N, 4, 4, 3]"
     );
 }

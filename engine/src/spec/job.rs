@@ -2,7 +2,7 @@
 
 use super::{
     input::InputSection,
-    loss::{Loss, Metric},
+    loss::{LossSpec, Metric},
     model::Model,
     optimizer::OptimizerSpec,
     run_config::{EvalSpec, RunConfig, TrainSpec},
@@ -14,7 +14,7 @@ use serde::Deserialize;
 #[serde(deny_unknown_fields)]
 pub struct Job {
     pub model: Model,
-    pub loss: Loss,
+    pub loss: LossSpec,
     /// Cross-entropy against smoothed labels: `labels * (1 - s) + s / classes` for the
     /// softmax losses, `labels * (1 - s) + s / 2` for the sigmoid one (Keras'
     /// `label_smoothing`). 0 turns it off.

@@ -2,8 +2,69 @@
 
 use serde::Deserialize;
 
-/// The training loss, computed from the model's output (logits) and the labels.
+/// `loss: SparseCategoricalCrossentropy(from_logits: true)`: Keras' loss names, each with
+/// Keras' `from_logits` (false by default: the model's output is probabilities, a softmax or
+/// sigmoid whose input the loss then reads, as Keras takes the logits from under it). The
+/// engine's earlier names (`SparseSoftmaxCrossEntropy`, ...) read logits, and are accepted
+/// with a warning.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(from = "LossName")]
+pub struct LossSpec {
+    pub kind: Loss,
+    /// Whether the model's output is logits; otherwise it must end in the loss's softmax
+    /// (or sigmoid), whose input is the logits.
+    pub from_logits: bool,
+}
+
+impl std::fmt::Display for LossSpec {
+    /// Keras' name, as a spec writes it.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.kind {
+            Loss::MeanSquaredError => write!(f, "MeanSquaredError"),
+            kind => write!(f, "{}(from_logits: {})", kind.keras_name(), self.from_logits),
+        }
+    }
+}
+
+/// Named `Loss` for serde, so that errors say "unknown loss".
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename = "Loss")]
+enum LossName {
+    SparseCategoricalCrossentropy {
+        #[serde(default)]
+        from_logits: bool,
+    },
+    CategoricalCrossentropy {
+        #[serde(default)]
+        from_logits: bool,
+    },
+    BinaryCrossentropy {
+        #[serde(default)]
+        from_logits: bool,
+    },
+    MeanSquaredError,
+    SparseSoftmaxCrossEntropy,
+    SoftmaxCrossEntropy,
+    SigmoidCrossEntropy,
+}
+
+impl From<LossName> for LossSpec {
+    fn from(name: LossName) -> Self {
+        let (kind, from_logits) = match name {
+            LossName::SparseCategoricalCrossentropy { from_logits } => (Loss::SparseSoftmaxCrossEntropy, from_logits),
+            LossName::CategoricalCrossentropy { from_logits } => (Loss::SoftmaxCrossEntropy, from_logits),
+            LossName::BinaryCrossentropy { from_logits } => (Loss::SigmoidCrossEntropy, from_logits),
+            LossName::MeanSquaredError => (Loss::MeanSquaredError, true),
+            LossName::SparseSoftmaxCrossEntropy => (Loss::SparseSoftmaxCrossEntropy, true),
+            LossName::SoftmaxCrossEntropy => (Loss::SoftmaxCrossEntropy, true),
+            LossName::SigmoidCrossEntropy => (Loss::SigmoidCrossEntropy, true),
+        };
+        LossSpec { kind, from_logits }
+    }
+}
+
+/// The kind of training loss, computed from the model's logits and the labels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Loss {
     /// Integer class labels `[N]` against logits `[N, C]`.
     SparseSoftmaxCrossEntropy,
@@ -16,6 +77,16 @@ pub enum Loss {
 }
 
 impl Loss {
+    /// Keras' name for it, as a spec writes it.
+    pub fn keras_name(self) -> &'static str {
+        match self {
+            Loss::SparseSoftmaxCrossEntropy => "SparseCategoricalCrossentropy",
+            Loss::SoftmaxCrossEntropy => "CategoricalCrossentropy",
+            Loss::SigmoidCrossEntropy => "BinaryCrossentropy",
+            Loss::MeanSquaredError => "MeanSquaredError",
+        }
+    }
+
     /// Whether the output is a distribution over classes.
     pub fn is_softmax(self) -> bool {
         matches!(self, Loss::SparseSoftmaxCrossEntropy | Loss::SoftmaxCrossEntropy)

@@ -10,7 +10,7 @@
 //!
 //! let text = r#"Job(
 //!     model: Sequential(input_shape: [4], layers: [Dense(units: 3)]),
-//!     loss: SparseSoftmaxCrossEntropy,
+//!     loss: SparseCategoricalCrossentropy(from_logits: true),
 //!     optimizer: SGD(learning_rate: 0.1),
 //!     train_input: Idx(images: "i.gz", labels: "l.gz", batch_size: 8),
 //!     run_config: (model_dir: "runs/x"),
@@ -53,7 +53,7 @@ pub use layer::{
     Activation, Concatenate, Conv2d, Dense, Dropout, Layer, MAX_MERGE_INPUTS, Pool2d, Regularizer, Reshape, Size2,
     ZeroPadding2D,
 };
-pub use loss::{Average, Loss, Metric};
+pub use loss::{Average, Loss, LossSpec, Metric};
 pub use model::{Functional, FunctionalNode, Model, Sequential};
 pub use normalization::{BatchNormalization, LayerNormalization};
 pub use optimizer::{Adagrad, Adam, AdamW, LearningRateSpec, OptimizerSpec, RmsProp, Sgd};

@@ -12,6 +12,9 @@ pub const OLD_NAMES: &[(&str, &str)] = &[
     ("Auc", "AUC"),
     ("Sgd", "SGD"),
     ("RmsProp", "RMSprop"),
+    ("SparseSoftmaxCrossEntropy", "SparseCategoricalCrossentropy(from_logits: true)"),
+    ("SoftmaxCrossEntropy", "CategoricalCrossentropy(from_logits: true)"),
+    ("SigmoidCrossEntropy", "BinaryCrossentropy(from_logits: true)"),
 ];
 
 /// The Keras name an earlier spelling stands for.
@@ -107,20 +110,22 @@ mod tests {
     /// name is found where it is written (for its warning).
     #[test]
     fn earlier_spellings_are_the_same_job_and_are_found() -> Result<(), crate::spec::SpecError> {
-        let text = |conv: &str, pool: &str, opt: &str, auc: &str| {
+        let text = |conv: &str, pool: &str, opt: &str, auc: &str, loss: &str| {
             format!(
                 "Job(model: Sequential(input_shape: [8, 8, 1], layers: [{conv}(filters: 2, kernel_size: 3), \
-                 {pool}(pool_size: 2), Flatten, Dense(units: 2)]), loss: SigmoidCrossEntropy, \
+                 {pool}(pool_size: 2), Flatten, Dense(units: 2)]), loss: {loss}, \
                  optimizer: {opt}(learning_rate: 0.1), metrics: [{auc}], \
                  train_input: Idx(images: \"i.gz\", labels: \"l.gz\", batch_size: 8), \
                  run_config: (model_dir: \"m\"))"
             )
         };
-        let old = crate::spec::Spec::parse(&text("Conv2d", "AvgPool2d", "RmsProp", "Auc"), "old.ron", &[])?;
-        let new = crate::spec::Spec::parse(&text("Conv2D", "AveragePooling2D", "RMSprop", "AUC"), "new.ron", &[])?;
+        let old = text("Conv2d", "AvgPool2d", "RmsProp", "Auc", "SigmoidCrossEntropy");
+        let old = crate::spec::Spec::parse(&old, "old.ron", &[])?;
+        let new = text("Conv2D", "AveragePooling2D", "RMSprop", "AUC", "BinaryCrossentropy(from_logits: true)");
+        let new = crate::spec::Spec::parse(&new, "new.ron", &[])?;
         assert_eq!(old.job, new.job);
         let found: Vec<_> = old_names_in(old.tree()).into_iter().map(|(_, o, n)| (o, n)).collect();
-        assert_eq!(found.len(), 4, "{found:?}");
+        assert_eq!(found.len(), 5, "{found:?}");
         assert!(found.contains(&("RmsProp", "RMSprop")) && found.contains(&("Conv2d", "Conv2D")));
         assert!(old_names_in(new.tree()).is_empty());
         Ok(())

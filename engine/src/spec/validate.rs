@@ -44,7 +44,7 @@ impl Checker<'_> {
             Model::Sequential(s) => self.sequential(s)?,
             Model::Functional(f) => self.functional(f)?,
         }
-        self.metrics(job.loss, &job.metrics)?;
+        self.metrics(job.loss.kind, &job.metrics)?;
         self.label_smoothing(job)?;
         self.class_weight(job)?;
         self.epochs(job)?;
@@ -311,7 +311,7 @@ impl Checker<'_> {
                 Metric::ConfusionMatrix => loss.is_softmax(),
                 Metric::MeanSquaredError | Metric::Mean => true,
             };
-            self.require(fits, at, format!("`{}` does not apply to the loss {loss:?}", m.key()))?;
+            self.require(fits, at, format!("`{}` does not apply to the loss {}", m.key(), loss.keras_name()))?;
         }
         Ok(())
     }
@@ -321,9 +321,9 @@ impl Checker<'_> {
         let at = root().field("label_smoothing");
         self.require((0.0..1.0).contains(&s), at.clone(), format!("must be in [0, 1), found {s}"))?;
         self.require(
-            s == 0.0 || job.loss.is_classification(),
+            s == 0.0 || job.loss.kind.is_classification(),
             at,
-            format!("applies to cross-entropy losses, not {:?}", job.loss),
+            format!("applies to cross-entropy losses, not {}", job.loss),
         )
     }
 
@@ -340,11 +340,11 @@ impl Checker<'_> {
             return Ok(());
         }
         self.require(
-            job.loss.is_softmax(),
+            job.loss.kind.is_softmax(),
             at.clone(),
             format!(
-                "weights the examples of a classifier by their class: it needs SparseSoftmaxCrossEntropy or \
-                 SoftmaxCrossEntropy, not {:?}",
+                "weights the examples of a classifier by their class: it needs SparseCategoricalCrossentropy or \
+                 CategoricalCrossentropy, not {}",
                 job.loss
             ),
         )?;
