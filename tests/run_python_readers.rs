@@ -152,7 +152,7 @@ fn a_spec_summary_saver_replaces_the_default_one() -> Result<()> {
 /// scikit-learn's on the same predictions: `engine eval`'s figures
 /// against `sklearn.metrics` over `engine predict`'s classes and probabilities and the test
 /// set's labels. The AUCs are Keras' area at 200 thresholds, written out with numpy in the
-/// script (the engine's is checked against Keras itself in estimator/tests/metrics_keras.rs).
+/// script (the engine's is checked against Keras itself in estimator/tests/graph_values.rs).
 #[test]
 fn multi_class_precision_and_recall_agree_with_scikit_learn() -> Result<()> {
     let tmp = tempfile::tempdir()?;

@@ -135,3 +135,24 @@ fn tfrecord_spec_builds_from_python_written_files() -> Result<()> {
     assert_eq!(batches[0].labels.as_ref().map(|l| l.shape.clone()), Some(vec![4, 3]));
     Ok(())
 }
+
+/// What an export runs before the model: the input's scale and its Scale and Normalize maps
+/// (a map of the label alone does not concern a request); nothing when another map changes
+/// the features' form, since a request must then carry them as the model sees them.
+#[test]
+fn serving_preprocessing_is_the_scale_and_normalize_of_features() -> Result<()> {
+    let with_maps = |maps: &str| -> Result<InputSpec> {
+        Ok(ron::from_str(&FASHION_SPEC.replace("seed: 1)", &format!("seed: 1, maps: [{maps}])")))?)
+    };
+    let normalize = Map::Normalize { feature: "image".into(), mean: vec![0.5], std: vec![0.25] };
+    let spec: InputSpec = ron::from_str(FASHION_SPEC)?;
+    assert_eq!(spec.serving_preprocessing(Some("label")), Some(vec![Map::Scale(255.0)]));
+    let spec =
+        with_maps(r#"Normalize(feature: "image", mean: [0.5], std: [0.25]), OneHot(feature: "label", depth: 10)"#)?;
+    assert_eq!(spec.serving_preprocessing(Some("label")), Some(vec![Map::Scale(255.0), normalize]));
+    let spec = with_maps(r#"Reshape(feature: "image", shape: [784])"#)?;
+    assert_eq!(spec.serving_preprocessing(Some("label")), None);
+    let spec = with_maps(r#"Pack(into: "x")"#)?;
+    assert_eq!(spec.serving_preprocessing(Some("label")), None);
+    Ok(())
+}

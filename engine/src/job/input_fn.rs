@@ -32,6 +32,11 @@ impl SpecInputFn {
     pub fn spec(&self) -> &InputSpec {
         &self.spec
     }
+
+    /// The name of the source's label, if it has one.
+    pub fn source_label(&self) -> Option<String> {
+        self.source.source_schema().label.as_ref().map(|l| l.name.clone())
+    }
 }
 
 impl InputFn for SpecInputFn {

@@ -101,7 +101,15 @@ pub fn serving_input(spec: &Spec) -> Result<engine_estimator::export::ServingInp
             open_input(spec, &spec.job.train_input.path, s, engine_estimator::Mode::Train)?
         }
     };
-    let serving = engine_estimator::export::ServingInput::from_input_fn(input.as_ref())?;
+    let mut serving = engine_estimator::export::ServingInput::from_input_fn(input.as_ref())?;
+    let label = input.source_label();
+    match input.spec().serving_preprocessing(label.as_deref()) {
+        Some(maps) => serving = serving.with_preprocessing(maps)?,
+        None => log::info!(
+            "The export takes the features after the input's maps (they reshape or pack features, which only \
+             Scale and Normalize do not): a client applies them before sending"
+        ),
+    }
     Ok(match label_vocabulary(spec)? {
         Some((_, classes)) => serving.with_class_names(classes),
         None => serving,

@@ -50,7 +50,8 @@ impl Estimator {
         let checkpoint = self.checkpoint_for(checkpoint_path, "export")?;
         let schema = Schema::new(serving_input.features.clone(), None)?;
         let mut graph = Graph::new();
-        build_model(&mut graph, self.model_fn.as_ref(), &self.params, Mode::Predict, &schema)?;
+        let preprocessing = &serving_input.preprocessing;
+        build_model(&mut graph, self.model_fn.as_ref(), &self.params, Mode::Predict, &schema, preprocessing)?;
         let def = graph.to_def()?;
         let variables = variables_of(&graph, &checkpoint.tensors, &checkpoint.path)?;
 
@@ -98,6 +99,7 @@ impl Estimator {
             files: files.iter().map(|(n, d)| (n.to_string(), super::FileEntry::of(d))).collect(),
             metrics: metrics.clone(),
             class_names: serving_input.class_names.clone(),
+            preprocessing: serving_input.preprocessing.iter().map(|m| format!("{m:?}")).collect(),
         };
         let manifest = serde_json::to_vec_pretty(&manifest).map_err(|e| EstimatorError::Other(e.to_string()))?;
         let at = write_export(base, name, &files, manifest)?;

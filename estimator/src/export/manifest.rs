@@ -67,4 +67,8 @@ pub struct Manifest {
     /// The names of the classes the `classes` output numbers (a label vocabulary).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub class_names: Option<Vec<String>>,
+    /// The input transforms the graph runs before the model (`Scale(255.0)`): a request
+    /// carries the features before them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub preprocessing: Vec<String>,
 }

@@ -20,6 +20,7 @@ mod export_model;
 mod exporters;
 mod manifest;
 mod predictor;
+mod preprocess;
 mod saved_graph;
 mod serving_input;
 mod write;
@@ -27,6 +28,7 @@ mod write;
 pub use exporters::{BestExporter, Compare, FinalExporter, LatestExporter, exports};
 pub use manifest::{FileEntry, Manifest, Signature, TensorSpec};
 pub use predictor::{LoadedModel, Predictor};
+pub use preprocess::preprocess;
 pub use saved_graph::SavedGraph;
 pub use serving_input::ServingInput;
 

@@ -194,6 +194,36 @@ struct Pipeline<'a> {
 }
 
 impl InputSpec {
+    /// The transforms of features a served model can run itself: the input's `scale` and
+    /// its `Scale` and `Normalize` maps, when those are all that change the features (a map
+    /// of the label `label` alone does not concern a request). `None` when another map
+    /// reshapes, retypes or packs features: an export then takes the features after the
+    /// whole pipeline, as `predict` feeds them.
+    pub fn serving_preprocessing(&self, label: Option<&str>) -> Option<Vec<Map>> {
+        let mut out = Vec::new();
+        if let InputSpec::Idx { scale: Some(s), .. } = self
+            && *s != 1.0
+        {
+            out.push(Map::Scale(*s));
+        }
+        for map in self.pipeline().maps {
+            let target = match map {
+                Map::Scale(_) | Map::Normalize { .. } => {
+                    out.push(map.clone());
+                    continue;
+                }
+                Map::OneHot { feature, .. } | Map::Cast { feature, .. } | Map::Reshape { feature, .. } => {
+                    Some(feature.as_str())
+                }
+                Map::Pack { .. } => None,
+            };
+            if target.is_none() || target != label {
+                return None;
+            }
+        }
+        Some(out)
+    }
+
     /// Packs a table's columns into the one feature `into` a `Sequential` model reads (see
     /// `Map::Pack`), after the section's own maps, unless one of them packs already. Other
     /// sources keep their features: an image is its own feature already.

@@ -127,7 +127,7 @@ fn compile_with(
     with_metrics: bool,
 ) -> Result<Compiled> {
     let mut graph = Graph::new();
-    let mut spec = build_model(&mut graph, model_fn, params, mode, schema)?;
+    let mut spec = build_model(&mut graph, model_fn, params, mode, schema, &[])?;
     let mut b = GraphBuilder::new(&mut graph);
     let mut metrics = Vec::new();
     if with_metrics {
@@ -210,20 +210,25 @@ pub(crate) fn build_model(
     params: &Params,
     mode: Mode,
     schema: &Schema,
+    preprocessing: &[crate::input::Map],
 ) -> Result<EstimatorSpec> {
     let mut b = GraphBuilder::new(graph);
-    let mut features = BTreeMap::new();
+    let mut inputs = BTreeMap::new();
     for f in &schema.features {
         let p = b.placeholder(&f.name, f.dtype, Shape::batched(&f.shape))?;
-        features.insert(f.name.clone(), p);
+        inputs.insert(f.name.clone(), p);
     }
+    let features = match preprocessing.is_empty() {
+        true => inputs.clone(),
+        false => b.with_scope("preprocessing", |b| crate::export::preprocess(b, &inputs, schema, preprocessing))?,
+    };
     let labels = match (&schema.label, mode) {
         (Some(l), Mode::Train | Mode::Eval) => Some(b.placeholder(LABELS, l.dtype, Shape::batched(&l.shape))?),
         _ => None,
     };
     let spec: EstimatorSpec = model_fn.build(&features, labels, mode, params, &mut b)?;
     spec.validate(mode, b.graph())?;
-    graph.roles.inputs = features;
+    graph.roles.inputs = inputs;
     if let Some(l) = labels {
         graph.roles.inputs.insert(LABELS.into(), l);
     }

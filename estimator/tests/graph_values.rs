@@ -1,5 +1,6 @@
-//! Metrics computed through the graph and the runtime, against the values Keras 2.15 gives
-//! for the same labels and predictions (the script is in each test's comment).
+//! Values computed through the graph and the runtime against their references: metrics
+//! against what Keras 2.15 gives for the same labels and predictions (the script is in the
+//! test's comment), an export's preprocessing against the input pipeline's maps.
 
 use anyhow::Result;
 use engine_estimator::metrics::{Metric, MetricState, Select};
@@ -59,6 +60,31 @@ fn multi_class_auc_agrees_with_keras() -> Result<()> {
             let got = multi_class_auc(select, batch)?;
             anyhow::ensure!((got - keras).abs() < 1e-6, "{select:?} in batches of {batch}: {got}, Keras {keras}");
         }
+    }
+    Ok(())
+}
+
+/// An export's preprocessing computes what the input pipeline's maps compute: `Scale(255)`
+/// then a per-channel `Normalize`, on raw pixels fed to the graph.
+#[test]
+fn export_preprocessing_is_the_pipelines_maps() -> Result<()> {
+    use engine_estimator::input::{FeatureInfo, Map, Schema};
+    let schema = Schema::new(vec![FeatureInfo::new("x", engine_graph::DType::F32, vec![2, 2])], None)?;
+    let maps = [Map::Scale(255.0), Map::Normalize { feature: "x".into(), mean: vec![0.5, 0.25], std: vec![0.5, 0.25] }];
+    let mut g = Graph::new();
+    let mut b = GraphBuilder::new(&mut g);
+    let x = b.placeholder("x", engine_graph::DType::F32, engine_graph::Shape::batched(&[2, 2]))?;
+    let inputs = BTreeMap::from([("x".to_string(), x)]);
+    let out = engine_estimator::export::preprocess(&mut b, &inputs, &schema, &maps)?["x"];
+    let exec = Executor::new(Arc::new(Plan::new(g, vec![])?), Device::cpu(), Precision::F32)?;
+    let raw = [0.0f32, 255.0, 51.0, 102.0];
+    let feeds = BTreeMap::from([("x".to_string(), HostTensor::f32(vec![1, 2, 2], raw.to_vec())?)]);
+    let run = exec.run(&mut VariableStore::new(), &feeds, &[out], RunOptions::default())?;
+    let got = run.fetched[0].to_host()?.to_f64_vec();
+    // Channel c of each pixel: (raw / 255 - mean[c]) / std[c].
+    let want = [(0.0 - 0.5) / 0.5, (1.0 - 0.25) / 0.25, (0.2 - 0.5) / 0.5, (0.4 - 0.25) / 0.25];
+    for (g, w) in got.iter().zip(want) {
+        anyhow::ensure!((g - w).abs() < 1e-6, "{got:?} against {want:?}");
     }
     Ok(())
 }
