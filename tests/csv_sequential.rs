@@ -105,3 +105,62 @@ fn string_labels_get_an_inferred_vocabulary_that_predict_prints() -> Result<()> 
     );
     Ok(())
 }
+
+/// A weight column (Keras' `sample_weight`): it weighs each example's training loss and is
+/// not one of the model's inputs, so a table whose weights are all 2 trained at half the
+/// learning rate is the same run as the plain table (SGD's step is `lr * grad`); all-zero
+/// weights train nothing; a negative weight is refused naming its line. The served model's
+/// signature carries no weight.
+#[test]
+fn a_weight_column_weighs_the_training_loss() -> Result<()> {
+    let tmp = tempfile::tempdir()?;
+    let spec = write_data(tmp.path())?;
+    let table = tmp.path().join("table.csv");
+    let text = std::fs::read_to_string(&table)?;
+    let with_weight = |w: &str| -> String {
+        text.lines().enumerate().map(|(i, l)| if i == 0 { format!("{l},w\n") } else { format!("{l},{w}\n") }).collect()
+    };
+    std::fs::write(tmp.path().join("twice.csv"), with_weight("2"))?;
+    std::fs::write(tmp.path().join("zero.csv"), with_weight("0"))?;
+    let dir = tmp.path().to_string_lossy().into_owned();
+    let run = |csv: &str, lr: &str, name: &str| -> Result<common::Run> {
+        let train = format!(
+            r#"train_input=Csv(path: "{dir}/{csv}", label: "label", weight: "w", categorical: {{"colour": ["red", "green", "blue"]}}, batch_size: 16, shuffle_buffer: 100, seed: 1)"#
+        );
+        let model_dir = format!("{dir}/{name}");
+        engine(&[
+            "run",
+            &spec,
+            "--max-steps",
+            "50",
+            "--model-dir",
+            &model_dir,
+            "--set",
+            &train,
+            "--set",
+            &format!("optimizer=SGD(learning_rate: {lr})"),
+        ])
+    };
+    let plain = engine(&["run", &spec, "--max-steps", "50", "--model-dir", &format!("{dir}/plain")])?.ok()?;
+    let twice = run("twice.csv", "0.05", "twice")?.ok()?;
+    let (plain, twice) = (printed_dict(&plain.stdout)?, printed_dict(&twice.stdout)?);
+    ensure!(
+        (plain["loss"] - twice["loss"]).abs() <= 1e-6 * plain["loss"] && plain["accuracy"] == twice["accuracy"],
+        "weights of 2 at lr 0.05: {twice:?}; no weights at lr 0.1: {plain:?}"
+    );
+    let zero = printed_dict(&run("zero.csv", "0.1", "zero")?.ok()?.stdout)?;
+    let untrained = printed_dict(
+        &engine(&["eval", &spec, "--model-dir", &format!("{dir}/zero"), "--checkpoint", "model.ckpt-0"])?.ok()?.stdout,
+    )?;
+    ensure!(zero["loss"] == untrained["loss"], "zero weights trained: {zero:?} against {untrained:?}");
+
+    let export = engine(&["export", &spec, "--model-dir", &format!("{dir}/twice"), "--set", &format!(r#"eval_input=Csv(path: "{dir}/twice.csv", label: "label", weight: "w", categorical: {{"colour": ["red", "green", "blue"]}}, batch_size: 100)"#)])?.ok()?;
+    let manifest = std::fs::read_to_string(Path::new(export.stdout.trim()).join("saved_model.json"))?;
+    ensure!(!manifest.contains("sample_weight") && manifest.contains("\"x\""), "{manifest}");
+
+    std::fs::write(tmp.path().join("negative.csv"), with_weight("-1"))?;
+    let bad = run("negative.csv", "0.1", "negative")?;
+    ensure!(bad.code == Some(1) && bad.stderr.contains("negative.csv:2:"), "{}", bad.stderr);
+    ensure!(bad.stderr.contains("weight must be a finite number >= 0"), "{}", bad.stderr);
+    Ok(())
+}

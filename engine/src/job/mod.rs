@@ -195,7 +195,7 @@ pub fn check_model_inputs(spec: &Spec, input: &SpecInputFn, mode: crate::lower::
         ),
         _ => None,
     };
-    let provided = crate::lower::ProvidedInputs { features, labels };
+    let provided = crate::lower::ProvidedInputs::new(features, labels);
     crate::lower::build_model_on(spec, mode, &mut b, spec.job.run_config.to_estimator().seed(), Some(&provided))?;
     Ok(())
 }

@@ -39,7 +39,7 @@ impl ModelFn for SpecModelFn {
         _: &Params,
         b: &mut GraphBuilder<'_>,
     ) -> engine_estimator::Result<EstimatorSpec> {
-        let provided = ProvidedInputs { features: features.clone(), labels };
+        let provided = ProvidedInputs::new(features.clone(), labels);
         let m = lower::build_model_on(&self.spec, lower_mode(mode), b, self.seed, Some(&provided))
             .map_err(|e| EstimatorError::Model(Box::new(e)))?;
         let mut spec = EstimatorSpec::new(mode);

@@ -49,6 +49,17 @@ pub fn build_model(spec: &Spec, mode: Mode, b: &mut GraphBuilder<'_>, seed: u64)
 pub struct ProvidedInputs {
     pub features: BTreeMap<String, Outlet>,
     pub labels: Option<Outlet>,
+    /// Each example's weight in the loss (the input's `weight` column), when it has one.
+    pub weights: Option<Outlet>,
+}
+
+impl ProvidedInputs {
+    /// The pipeline's features, with the examples' weights (`sample_weight`) taken out of
+    /// the model's inputs.
+    pub fn new(mut features: BTreeMap<String, Outlet>, labels: Option<Outlet>) -> Self {
+        let weights = features.remove(engine_estimator::input::SAMPLE_WEIGHT);
+        ProvidedInputs { features, labels, weights }
+    }
 }
 
 /// [`build_model`] on inputs that already exist: the model's inputs are bound by name to

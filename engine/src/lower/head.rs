@@ -41,6 +41,7 @@ pub(super) fn build(
     let labels = cx.labels(dtype, labels_shape, output_path)?;
     let regularizers = cx.regularizers.clone();
     let smoothing = cx.spec.job.label_smoothing;
+    let sample_weights = cx.provided.and_then(|p| p.weights);
     let class_weights = match cx.mode {
         Mode::Train => class_weights(cx, &shape)?,
         _ => None,
@@ -75,6 +76,19 @@ pub(super) fn build(
             };
             let per_example = match class_weights.clone() {
                 Some(table) => weigh_by_class(b, per_example, labels, loss_kind, table)?,
+                None => per_example,
+            };
+            // Keras' sample_weight: each example's loss times its weight, still over the batch.
+            let per_example = match sample_weights {
+                Some(w) => b.with_scope("sample_weight", |b| {
+                    // [N] against a per-example loss of [N, ...]: one weight per example.
+                    let rank = b.fact(per_example)?.shape.rank();
+                    let n = b.fact(w)?.shape.dim(0);
+                    let mut dims = vec![n];
+                    dims.resize(rank.max(1), Dim::Known(1));
+                    let w = b.reshape(w, Shape(dims))?;
+                    b.mul(per_example, w)
+                })?,
                 None => per_example,
             };
             // The mean over every element: over the batch, and for sigmoid losses over

@@ -52,6 +52,9 @@ impl ServingInput {
     /// part of a request).
     pub fn from_input_fn(input_fn: &dyn InputFn) -> Result<Self> {
         let dataset = input_fn.dataset(Mode::Predict, &InputContext::default())?;
-        Ok(ServingInput { features: dataset.schema()?.features, class_names: None, preprocessing: Vec::new() })
+        // A request carries no weights: those are for the loss.
+        let features =
+            dataset.schema()?.features.into_iter().filter(|f| f.name != crate::input::SAMPLE_WEIGHT).collect();
+        Ok(ServingInput { features, class_names: None, preprocessing: Vec::new() })
     }
 }

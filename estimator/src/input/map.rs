@@ -4,6 +4,7 @@
 //! `batch`); each of them gives the same batch either way, and keeping them per example lets
 //! them run on the decoding threads.
 
+use super::SAMPLE_WEIGHT;
 use super::error::{InputError, Result};
 use super::schema::{Row, Schema};
 use engine_graph::{DType, HostData};
@@ -11,7 +12,8 @@ use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Map {
-    /// Divides every f32 feature (not the label) by this: `Scale(255.0)` takes pixels to [0, 1].
+    /// Divides every f32 feature (not the label, nor the examples' weights) by this:
+    /// `Scale(255.0)` takes pixels to [0, 1].
     Scale(f32),
     /// `(x - mean) / std`; `mean` and `std` hold one value, one per element of the last
     /// dimension (per channel), or one per element.
@@ -73,7 +75,9 @@ impl Map {
                         "Scale({divisor}) must divide by a finite non-zero number"
                     )));
                 }
-                let columns = (0..schema.features.len()).filter(|&i| schema.features[i].dtype == DType::F32).collect();
+                let columns = (0..schema.features.len())
+                    .filter(|&i| schema.features[i].dtype == DType::F32 && schema.features[i].name != SAMPLE_WEIGHT)
+                    .collect();
                 CompiledMap::Scale { columns, divisor: *divisor }
             }
             Map::Normalize { feature, mean, std } => {
@@ -134,7 +138,8 @@ impl Map {
             }
             Map::Pack { features, into } => {
                 let names: Vec<&str> = match features.is_empty() {
-                    true => schema.features.iter().map(|f| f.name.as_str()).collect(),
+                    // Every feature but the examples' weights, which weigh the loss.
+                    true => schema.features.iter().map(|f| f.name.as_str()).filter(|n| *n != SAMPLE_WEIGHT).collect(),
                     false => features.iter().map(String::as_str).collect(),
                 };
                 if names.is_empty() {

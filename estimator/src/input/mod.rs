@@ -88,6 +88,10 @@ pub use filter::{FilterFn, Predicate};
 pub use iter::{DatasetIter, IterStats, NonFiniteFinder};
 pub use limits::{InputField, MAX_BATCH_SIZE, MAX_PARALLEL_CALLS, MAX_PREFETCH};
 pub use map::Map;
+
+/// The feature that carries each example's weight in the loss (Keras' `sample_weight`): a
+/// table's `weight` column, read under this name, never packed, scaled or served.
+pub const SAMPLE_WEIGHT: &str = "sample_weight";
 pub use materialize::MASK_FEATURE;
 pub use schema::{FeatureInfo, Schema};
 pub use source::csv::CsvOptions;

@@ -99,6 +99,9 @@ pub enum InputSpec {
         label: Option<String>,
         #[serde(default, deserialize_with = "lenient::option")]
         columns: Option<Vec<String>>,
+        /// A column of per-example loss weights (Keras' `sample_weight`).
+        #[serde(default, deserialize_with = "lenient::option")]
+        weight: Option<String>,
         #[serde(default)]
         categorical: BTreeMap<String, Vec<String>>,
         #[serde(default = "comma")]
@@ -244,6 +247,7 @@ impl InputSpec {
                 .map_err(|e| InputError::Field { field: InputField::named("path"), source: Box::new(e) })?,
             label: Some(label.clone()),
             columns: None,
+            weight: None,
             categorical: categorical.clone(),
             delimiter: *delimiter,
         };
@@ -402,22 +406,26 @@ impl InputSpec {
                     at(field)(e)
                 })
             }
-            InputSpec::Csv { path, label, columns, categorical, delimiter, .. } => Dataset::from_csv(CsvOptions {
-                path: remote::localize(path).map_err(at("path"))?,
-                label: label.clone(),
-                columns: columns.clone(),
-                categorical: categorical.clone(),
-                delimiter: *delimiter,
-            })
-            .map_err(|e| {
-                let field = match &e {
-                    InputError::MissingColumn { column, .. } if label.as_deref() == Some(column) => "label",
-                    InputError::MissingColumn { column, .. } if categorical.contains_key(column) => "categorical",
-                    InputError::MissingColumn { .. } => "columns",
-                    _ => "path",
-                };
-                at(field)(e)
-            }),
+            InputSpec::Csv { path, label, columns, weight, categorical, delimiter, .. } => {
+                Dataset::from_csv(CsvOptions {
+                    path: remote::localize(path).map_err(at("path"))?,
+                    label: label.clone(),
+                    columns: columns.clone(),
+                    weight: weight.clone(),
+                    categorical: categorical.clone(),
+                    delimiter: *delimiter,
+                })
+                .map_err(|e| {
+                    let field = match &e {
+                        InputError::MissingColumn { column, .. } if label.as_deref() == Some(column) => "label",
+                        InputError::MissingColumn { column, .. } if weight.as_deref() == Some(column) => "weight",
+                        InputError::MissingColumn { column, .. } if categorical.contains_key(column) => "categorical",
+                        InputError::MissingColumn { .. } => "columns",
+                        _ => "path",
+                    };
+                    at(field)(e)
+                })
+            }
             InputSpec::TfRecord { files, features, label, .. } => {
                 let files = remote::localize(files).map_err(at("files"))?;
                 Dataset::from_tfrecord(&files, FeatureSpec { features: features.clone(), label: label.clone() })

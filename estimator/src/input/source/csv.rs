@@ -9,6 +9,7 @@
 
 use super::files::expand;
 use super::{FileSpan, Source, file_spans};
+use crate::input::SAMPLE_WEIGHT;
 use crate::input::error::{InputError, Result};
 use crate::input::schema::{FeatureInfo, Row, Schema};
 use engine_graph::{DType, HostData};
@@ -24,9 +25,14 @@ pub struct CsvOptions {
     /// The label column, if any.
     #[serde(default)]
     pub label: Option<String>,
-    /// The feature columns, in this order; all columns but the label when absent.
+    /// The feature columns, in this order; all columns but the label (and the weight) when
+    /// absent.
     #[serde(default)]
     pub columns: Option<Vec<String>>,
+    /// A column of per-example weights for the loss (Keras' `sample_weight`), read as the
+    /// feature `sample_weight`: non-negative numbers.
+    #[serde(default)]
+    pub weight: Option<String>,
     /// Vocabularies of categorical columns: a value becomes its index in the list.
     #[serde(default)]
     pub categorical: BTreeMap<String, Vec<String>>,
@@ -44,6 +50,7 @@ impl CsvOptions {
             path: path.into(),
             label: None,
             columns: None,
+            weight: None,
             categorical: BTreeMap::new(),
             delimiter: default_delimiter(),
         }
@@ -258,7 +265,18 @@ impl CsvSource {
                         Some(vocab) => Column::Categorical(vocab),
                         None => Column::Numeric,
                     };
-                    out.push(convert(path, record.line, name, raw, &kind)?);
+                    let value = convert(path, record.line, name, raw, &kind)?;
+                    if name == SAMPLE_WEIGHT && !(value.is_finite() && value >= 0.0) {
+                        return Err(InputError::Csv {
+                            path: path.clone(),
+                            line: record.line,
+                            detail: format!(
+                                "the weight column `{}` holds {raw}: an example's weight must be a finite number >= 0",
+                                options.weight.as_deref().unwrap_or(SAMPLE_WEIGHT)
+                            ),
+                        });
+                    }
+                    out.push(value);
                 }
                 if let Some(at) = label_at {
                     label_raw.push((path.clone(), record.line, record.fields[*at].trim().to_string()));
@@ -319,12 +337,20 @@ impl CsvSource {
             })
         };
         let label_at = options.label.as_deref().map(find).transpose()?;
-        let selected = match &options.columns {
+        let weight_at = options.weight.as_deref().map(find).transpose()?;
+        let mut selected = match &options.columns {
             Some(columns) => columns.iter().map(|c| Ok((find(c)?, c.clone()))).collect::<Result<Vec<_>>>()?,
-            None => {
-                names.iter().enumerate().filter(|(i, _)| Some(*i) != label_at).map(|(i, n)| (i, n.clone())).collect()
-            }
+            None => names
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| Some(*i) != label_at && Some(*i) != weight_at)
+                .map(|(i, n)| (i, n.clone()))
+                .collect(),
         };
+        if let Some(at) = weight_at {
+            selected.retain(|(i, _)| *i != at);
+            selected.push((at, SAMPLE_WEIGHT.to_string()));
+        }
         for column in options.categorical.keys() {
             find(column)?;
         }
