@@ -8,10 +8,12 @@
 //! dropout masks (drawn from the seed and step on every backend). A test per spec, and a
 //! test that the list names every file in `specs/`.
 
+mod common;
+
 use anyhow::{Context, Result, anyhow, ensure};
 use engine_cli::lower::training_plan;
 use engine_cli::spec::{Spec, StrategyKind};
-use engine_graph::{DType, HostTensor, Outlet, Plan};
+use engine_graph::{HostTensor, Outlet, Plan};
 use engine_runtime::{Device, DeviceName, Executor, Precision, RunOptions, VariableStore};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -33,31 +35,10 @@ fn backends() -> Result<Vec<Backend>> {
     Ok(out)
 }
 
-/// A fixed batch for every input the plan has, in the placeholder's shape: floats in
-/// [0, 1) from a simple generator, integers (labels) cycling over the ten classes.
+/// A fixed batch for every input the plan has: floats in [0, 1), integers (labels) cycling
+/// over the ten classes.
 fn feeds(plan: &Plan) -> Result<BTreeMap<String, HostTensor>> {
-    let mut state = 12345u64;
-    let mut out = BTreeMap::new();
-    for (name, outlet) in &plan.graph.roles.inputs {
-        let fact = plan.graph.fact(*outlet)?;
-        let dims = fact.shape.resolve(BATCH);
-        let n = dims.iter().product::<usize>();
-        let value = match fact.dtype {
-            DType::F32 => HostTensor::f32(
-                dims,
-                (0..n)
-                    .map(|_| {
-                        state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-                        (state >> 40) as f32 / (1u64 << 24) as f32
-                    })
-                    .collect(),
-            )?,
-            DType::I64 => HostTensor::i64(dims, (0..n as i64).map(|i| (i * 7) % 10).collect())?,
-            other => return Err(anyhow!("input `{name}` is {other}: no feed for it")),
-        };
-        out.insert(name.clone(), value);
-    }
-    Ok(out)
+    common::feeds::fixed_feeds(plan, BATCH, 12345, |i| (i as i64 * 7) % 10)
 }
 
 /// The loss and every gradient of one step at step 3 (dropout draws a non-trivial mask).

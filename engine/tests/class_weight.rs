@@ -3,10 +3,12 @@
 //! not weighted; a weight for a class the model lacks, or on a loss without classes, is
 //! refused with the field named.
 
+mod common;
+
 use anyhow::{Context, Result, ensure};
 use engine_cli::lower::{eval_plan, training_plan};
 use engine_cli::spec::{Spec, StrategyKind};
-use engine_graph::{DType, HostTensor, Plan};
+use engine_graph::{HostTensor, Plan};
 use engine_runtime::{Device, Executor, Precision, RunOptions, VariableStore};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -21,27 +23,7 @@ fn mlp(class_weight: &str) -> Result<Spec> {
 
 /// Images from a fixed generator, and `labels`.
 fn feeds(plan: &Plan, labels: &[i64]) -> Result<BTreeMap<String, HostTensor>> {
-    let mut state = 99u64;
-    let mut out = BTreeMap::new();
-    for (name, outlet) in &plan.graph.roles.inputs {
-        let fact = plan.graph.fact(*outlet)?;
-        let dims = fact.shape.resolve(BATCH);
-        let n = dims.iter().product::<usize>();
-        let value = match fact.dtype {
-            DType::F32 => HostTensor::f32(
-                dims,
-                (0..n)
-                    .map(|_| {
-                        state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-                        (state >> 40) as f32 / (1u64 << 24) as f32
-                    })
-                    .collect(),
-            )?,
-            _ => HostTensor::i64(dims, labels.to_vec())?,
-        };
-        out.insert(name.clone(), value);
-    }
-    Ok(out)
+    common::feeds::fixed_feeds(plan, BATCH, 99, |i| labels[i % labels.len()])
 }
 
 /// The loss and the first layer's kernel gradient (training plans), or the loss alone, from

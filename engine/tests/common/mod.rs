@@ -2,6 +2,8 @@
 
 #![allow(dead_code)]
 
+pub mod feeds;
+
 use std::{path::PathBuf, process::Command};
 
 pub struct Output {

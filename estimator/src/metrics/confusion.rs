@@ -12,10 +12,8 @@ pub(super) fn build(
     num_classes: usize,
 ) -> Result<Vec<Outlet>> {
     let one_hot = |b: &mut GraphBuilder<'_>, ids: Outlet, shape: [usize; 2]| -> Result<Outlet> {
-        let ids = super::flat(b, ids)?;
-        let ids = if b.fact(ids)?.dtype == DType::I64 { ids } else { b.cast(ids, DType::I64)? };
-        let n = b.fact(ids)?.shape.dim(0);
-        let hot = b.one_hot(ids, num_classes)?;
+        let hot = super::one_hot_classes(b, ids, num_classes)?;
+        let n = b.fact(hot)?.shape.dim(0);
         let hot = b.cast(hot, DType::F32)?;
         b.reshape(hot, Shape(vec![n, Dim::Known(shape[0]), Dim::Known(shape[1])]))
     };

@@ -216,6 +216,13 @@ pub(crate) fn flat(b: &mut GraphBuilder<'_>, x: Outlet) -> engine_graph::Result<
     }
 }
 
+/// Class ids (any shape, integers or floats holding them) as one-hot rows `[N, classes]`.
+pub(crate) fn one_hot_classes(b: &mut GraphBuilder<'_>, ids: Outlet, classes: usize) -> engine_graph::Result<Outlet> {
+    let ids = flat(b, ids)?;
+    let ids = if b.fact(ids)?.dtype == DType::I64 { ids } else { b.cast(ids, DType::I64)? };
+    b.one_hot(ids, classes)
+}
+
 /// A 0/1 float version of a label or prediction: booleans as is, numbers as `x > threshold`
 /// (threshold 0 for integers, as TensorFlow casts class ids to booleans).
 pub(crate) fn as_indicator(b: &mut GraphBuilder<'_>, x: Outlet, threshold: f32) -> engine_graph::Result<Outlet> {

@@ -24,11 +24,7 @@ pub(super) fn build(
             let half = b.scalar(0.5)?;
             b.greater(labels, half)?
         }
-        _ => {
-            let ids = super::flat(b, labels)?;
-            let ids = if b.fact(ids)?.dtype == DType::I64 { ids } else { b.cast(ids, DType::I64)? };
-            b.one_hot(ids, num_classes)?
-        }
+        _ => super::one_hot_classes(b, labels, num_classes)?,
     };
     let l = b.cast(l, DType::F32)?;
     let p = b.cast(probabilities, DType::F32)?;

@@ -4,7 +4,7 @@
 //! the same exact, mergeable counts.
 
 use super::ratio;
-use engine_graph::{DType, GraphBuilder, Outlet, Result};
+use engine_graph::{GraphBuilder, Outlet, Result};
 
 /// Which precision or recall of the per-class counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,14 +24,8 @@ pub(super) fn build(
     classes: Outlet,
     num_classes: usize,
 ) -> Result<Vec<Outlet>> {
-    let labels = super::flat(b, labels)?;
-    let classes = super::flat(b, classes)?;
-    let one_hot = |b: &mut GraphBuilder<'_>, ids: Outlet| -> Result<Outlet> {
-        let ids = if b.fact(ids)?.dtype == DType::I64 { ids } else { b.cast(ids, DType::I64)? };
-        b.one_hot(ids, num_classes)
-    };
-    let l = one_hot(b, labels)?;
-    let p = one_hot(b, classes)?;
+    let l = super::one_hot_classes(b, labels, num_classes)?;
+    let p = super::one_hot_classes(b, classes, num_classes)?;
     super::precision_recall::hits(b, l, p)?.iter().map(|&x| b.reduce_sum(x, &[0], false)).collect()
 }
 
