@@ -59,7 +59,10 @@ pub mod prelude {
         Estimator, EstimatorError, EstimatorSpec, EvalSpec, Features, InputFn, Mode, ModelFn, Params, RunConfig,
         StepLimit, TrainOp, TrainSpec, train_and_evaluate,
     };
-    pub use engine_graph::layers::{Activation, Conv2D, Dense, Dropout, Flatten, MaxPooling2D};
+    pub use engine_graph::layers::{
+        Activation, AveragePooling2D, BatchNormalization, Conv2D, Dense, Dropout, Flatten, GlobalAveragePooling1D,
+        GlobalAveragePooling2D, LayerNormalization, MaxPooling2D, ZeroPadding2D,
+    };
     pub use engine_graph::ops::Padding;
     pub use engine_graph::optimizer::{LearningRate, Optimizer, OptimizerConfig};
     pub use engine_graph::{DeviceName, GraphBuilder, HostTensor, Initializer, Outlet};

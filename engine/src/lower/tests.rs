@@ -288,6 +288,58 @@ fn from_logits_false_reads_the_logits_under_the_final_squashing() -> TestResult 
     Ok(())
 }
 
+/// The spec's normalization, pooling and padding layers build through the graph's
+/// Keras-named layers, so the same model written in Rust has the same variables, updates
+/// and ops.
+#[test]
+fn spec_layers_and_rust_layers_build_the_same_model() -> TestResult {
+    use engine_graph::layers::{
+        AveragePooling2D, BatchNormalization, Conv2D, Dense, GlobalAveragePooling2D, LayerNormalization, ZeroPadding2D,
+    };
+    let model = "Sequential(input_shape: [8, 8, 3], layers: [Conv2D(filters: 4, kernel_size: 3, use_bias: false), \
+                 BatchNormalization, ZeroPadding2D(padding: 1), AveragePooling2D(pool_size: 2), LayerNormalization, \
+                 GlobalAveragePooling2D, Dense(units: 3)])";
+    let (spec_graph, _) = build(&spec(&job(model, "SparseCategoricalCrossentropy(from_logits: true)"))?, Mode::Train)?;
+
+    let mut graph = Graph::new();
+    let mut b = GraphBuilder::new(&mut graph);
+    let x = b.placeholder("x", DType::F32, engine_graph::Shape::batched(&[8, 8, 3]))?;
+    let x = Conv2D { use_bias: false, ..Conv2D::new(4, 3) }.apply(&mut b, x)?;
+    let x = BatchNormalization::default().apply(&mut b, x, true)?;
+    let x = ZeroPadding2D { padding: [1, 1] }.apply(&mut b, x)?;
+    let x = AveragePooling2D::new(2).apply(&mut b, x)?;
+    let x = LayerNormalization::default().apply(&mut b, x)?;
+    let x = GlobalAveragePooling2D.apply(&mut b, x)?;
+    Dense::new(3).apply(&mut b, x)?;
+
+    let variables = |g: &Graph| {
+        let mut v: Vec<(String, String)> = g
+            .variables()
+            .into_iter()
+            .map(|id| (g.node(id).name.clone(), g.fact(id.into()).map(|f| f.to_string()).unwrap_or_default()))
+            .collect();
+        v.retain(|(n, _)| n != "global_step");
+        v.sort();
+        v
+    };
+    assert_eq!(variables(&spec_graph), variables(&graph));
+    assert_eq!(spec_graph.roles.updates.len(), graph.roles.updates.len());
+    // Every op of the Rust model appears in the spec's (which adds the head and the loss).
+    let ops = |g: &Graph, prefix: &str| {
+        let mut o: Vec<String> = g
+            .nodes()
+            .filter(|(_, n)| n.name.split('/').next().is_some_and(|s| s.starts_with(prefix)))
+            .map(|(_, n)| format!("{} {}", n.name, n.op.name()))
+            .collect();
+        o.sort();
+        o
+    };
+    for layer in ["conv2d", "batch_normalization", "zero_padding2d", "average_pooling2d", "layer_normalization"] {
+        assert_eq!(ops(&spec_graph, layer), ops(&graph, layer), "{layer}");
+    }
+    Ok(())
+}
+
 #[test]
 fn labels_and_predictions_follow_the_loss() -> TestResult {
     let model = "Sequential(input_shape: [3], layers: [Dense(units: 2)])";

@@ -3,7 +3,7 @@
 
 use super::super::{LowerError, build::Lowering};
 use crate::spec::{FieldPath, Pool2d, ZeroPadding2D};
-use engine_graph::{Dim, Outlet, ops::Window};
+use engine_graph::{Dim, Outlet, layers, ops::Window};
 
 #[derive(Clone, Copy)]
 pub enum Kind {
@@ -65,8 +65,7 @@ pub fn global_average(
         let want = if rank == 4 { "[batch, height, width, channels]" } else { "[batch, steps, features]" };
         return Err(cx.shape_error(path, format!("{layer} needs an input of shape {want}, got {shape}")));
     }
-    let axes: Vec<usize> = (1..rank - 1).collect();
-    cx.b.with_scope(name, |b| b.reduce_mean(x, &axes, false)).map_err(|e| cx.graph_error(path, e))
+    cx.b.with_scope(name, |b| layers::global_average(b, x, rank)).map_err(|e| cx.graph_error(path, e))
 }
 
 pub fn zero_padding(
@@ -83,6 +82,6 @@ pub fn zero_padding(
             format!("ZeroPadding2D needs an input of shape [batch, height, width, channels], got {shape}"),
         ));
     }
-    let [ph, pw] = z.padding.0;
-    cx.b.with_scope(name, |b| b.pad(x, &[(0, 0), (ph, ph), (pw, pw), (0, 0)])).map_err(|e| cx.graph_error(path, e))
+    let layer = layers::ZeroPadding2D { padding: z.padding.0 };
+    cx.b.with_scope(name, |b| layer.build(b, x)).map_err(|e| cx.graph_error(path, e))
 }
