@@ -60,8 +60,9 @@ pub mod prelude {
         StepLimit, TrainOp, TrainSpec, train_and_evaluate,
     };
     pub use engine_graph::layers::{
-        Activation, AveragePooling2D, BatchNormalization, Conv2D, Dense, Dropout, Flatten, GlobalAveragePooling1D,
-        GlobalAveragePooling2D, LayerNormalization, MaxPooling2D, ZeroPadding2D,
+        Activation, Add, AddPositionEmbedding, AveragePooling2D, BatchNormalization, Concatenate, Conv2D, Dense,
+        Dropout, Embedding, Flatten, GlobalAveragePooling1D, GlobalAveragePooling2D, LayerNormalization, MaxPooling2D,
+        MultiHeadAttention, Multiply, Reshape, ZeroPadding2D,
     };
     pub use engine_graph::ops::Padding;
     pub use engine_graph::optimizer::{LearningRate, Optimizer, OptimizerConfig};

@@ -1,7 +1,8 @@
 //! Keras-named layers over the builder: `Dense`, `Conv2D`, `MaxPooling2D`,
 //! `AveragePooling2D`, `GlobalAveragePooling2D` and `1D`, `ZeroPadding2D`, `Flatten`,
-//! `Dropout`, `BatchNormalization`, `LayerNormalization`, each a small value whose `apply`
-//! adds its variables and nodes under a fresh
+//! `Reshape`, `Dropout`, `BatchNormalization`, `LayerNormalization`, `MultiHeadAttention`,
+//! `AddPositionEmbedding`, `Embedding`, `Add`, `Multiply`, `Concatenate`: every layer a job
+//! spec has, each a small value whose `apply` adds its variables and nodes under a fresh
 //! scope (`dense`, `dense_1`, ... as Keras names layers), with Keras' defaults
 //! (Glorot-uniform kernels, zero biases, `valid` padding). The spec's layers lower through
 //! the same code, so a model written here and one written in RON build the same graph.
@@ -23,17 +24,21 @@
 //! # Ok::<(), engine_graph::GraphError>(())
 //! ```
 
+mod attention;
 mod conv;
 mod dense;
+mod merge;
 mod normalization;
 mod pooling;
 mod simple;
 
+pub use attention::{AddPositionEmbedding, Embedding, MultiHeadAttention};
 pub use conv::Conv2D;
 pub use dense::Dense;
+pub use merge::{Add, Concatenate, Multiply};
 pub use normalization::{BatchNormalization, LayerNormalization};
 pub use pooling::{AveragePooling2D, GlobalAveragePooling1D, GlobalAveragePooling2D, ZeroPadding2D, global_average};
-pub use simple::{Dropout, Flatten, MaxPooling2D};
+pub use simple::{Dropout, Flatten, MaxPooling2D, Reshape};
 
 use crate::{GraphBuilder, Outlet, Result};
 use serde::{Deserialize, Serialize};

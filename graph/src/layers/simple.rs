@@ -1,4 +1,4 @@
-//! The layers without variables: `MaxPooling2D`, `Flatten`, `Dropout`.
+//! The layers without variables: `MaxPooling2D`, `Flatten`, `Reshape`, `Dropout`.
 
 use crate::{
     GraphBuilder, Outlet, Result, derive_seed,
@@ -34,6 +34,20 @@ impl Flatten {
     pub fn apply(&self, b: &mut GraphBuilder<'_>, x: Outlet) -> Result<Outlet> {
         let name = b.unique_scope("flatten");
         b.with_scope(&name, |b| b.flatten(x))
+    }
+}
+
+/// Keras' `Reshape(target_shape)`: the batch dimension stays, the rest becomes
+/// `target_shape` (one `-1` takes what is left).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reshape {
+    pub target_shape: Vec<i64>,
+}
+
+impl Reshape {
+    pub fn apply(&self, b: &mut GraphBuilder<'_>, x: Outlet) -> Result<Outlet> {
+        let name = b.unique_scope("reshape");
+        b.with_scope(&name, |b| b.reshape_batched(x, &self.target_shape))
     }
 }
 

@@ -2,7 +2,7 @@
 
 use super::super::{LowerError, build::Lowering};
 use crate::spec::FieldPath;
-use engine_graph::{Outlet, Shape};
+use engine_graph::{Outlet, Shape, layers};
 
 #[derive(Clone, Copy)]
 pub enum Kind {
@@ -29,15 +29,9 @@ pub fn elementwise(
         );
     }
     let xs: Vec<Outlet> = inputs.iter().map(|i| i.1).collect();
-    cx.b.with_scope(name, |b| {
-        let mut acc = xs[0];
-        for &x in &xs[1..] {
-            acc = match kind {
-                Kind::Add => b.add(acc, x)?,
-                Kind::Multiply => b.mul(acc, x)?,
-            };
-        }
-        Ok(acc)
+    cx.b.with_scope(name, |b| match kind {
+        Kind::Add => layers::Add.build(b, &xs),
+        Kind::Multiply => layers::Multiply.build(b, &xs),
     })
     .map_err(|e| cx.graph_error(path, e))
 }
@@ -68,7 +62,7 @@ pub fn concatenate(
         }
     }
     let xs: Vec<Outlet> = inputs.iter().map(|i| i.1).collect();
-    cx.b.with_scope(name, |b| b.concat(&xs, a as i64)).map_err(|e| cx.graph_error(path, e))
+    cx.b.with_scope(name, |b| layers::Concatenate { axis }.build(b, &xs)).map_err(|e| cx.graph_error(path, e))
 }
 
 fn shapes(cx: &Lowering<'_, '_, '_>, inputs: &[(String, Outlet)]) -> Result<Vec<Shape>, LowerError> {
