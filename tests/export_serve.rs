@@ -307,6 +307,8 @@ fn serve_answers_hostile_requests_with_statuses_in_bounded_memory() -> Result<()
 
 /// A model trained on string labels is served by class name, with the ids beside them, as
 /// `engine predict` prints them; the metadata says so in TensorFlow Serving's dtype names.
+/// The table's columns are sent as the file holds them: the export runs the section's
+/// Scale on the packed columns, so the logits are engine predict's.
 #[test]
 fn serve_answers_the_class_names_of_a_label_vocabulary() -> Result<()> {
     let tmp = tempfile::tempdir()?;
@@ -314,7 +316,14 @@ fn serve_answers_the_class_names_of_a_label_vocabulary() -> Result<()> {
     train(&spec, tmp.path(), 5, &["--set", "eval_spec.exporters=[Latest()]"])?;
     let (server, url) = serve(&tmp.path().join("export/latest"), &[])?;
     let address = url.trim_start_matches("http://").split('/').next().unwrap_or_default().to_string();
-    let body = serde_json::json!({ "instances": [vec![0.5f32; 49], vec![0.0f32; 49]] }).to_string();
+    // The first test rows as the table holds them (pixel sums, 0 to 255 * 16): the export
+    // packs and scales them itself, as engine predict's pipeline does.
+    let table = std::fs::read_to_string(common::repo_root().join("data/fashion_mnist_table/test.csv"))?;
+    let rows: Vec<Vec<f32>> =
+        table.lines().skip(1).take(3).map(|l| l.split(',').filter_map(|v| v.parse().ok()).collect()).collect();
+    ensure!(rows.iter().all(|r| r.len() == 49), "{rows:?}");
+    let predicted = std::fs::read_to_string(predict(&spec, tmp.path(), 3)?)?;
+    let body = serde_json::json!({ "instances": rows }).to_string();
     let head = format!(
         "POST /v1/models/model:predict HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/json\r\n\
          Content-Length: {}\r\nConnection: close\r\n\r\n",
@@ -332,10 +341,21 @@ fn serve_answers_the_class_names_of_a_label_vocabulary() -> Result<()> {
     let reply: serde_json::Value = serde_json::from_str(&text)?;
     let names = std::fs::read_to_string(tmp.path().join("label_vocabulary.txt"))?;
     let names: Vec<&str> = names.lines().collect();
-    for prediction in reply["predictions"].as_array().context("no predictions")? {
+    let served = reply["predictions"].as_array().context("no predictions")?;
+    for (prediction, line) in served.iter().zip(predicted.lines()) {
         let id = prediction["class_ids"].as_u64().context("no class id")? as usize;
         ensure!(prediction["classes"] == names[id], "{prediction} (classes {names:?})");
+        let want: serde_json::Value = serde_json::from_str(line)?;
+        let (got, want) = (prediction["logits"].as_array(), want["logits"].as_array());
+        let close = got.zip(want).is_some_and(|(g, w)| {
+            g.len() == w.len()
+                && g.iter()
+                    .zip(w)
+                    .all(|(g, w)| (g.as_f64().unwrap_or(f64::NAN) - w.as_f64().unwrap_or(0.0)).abs() < 1e-4)
+        });
+        ensure!(close, "served on raw columns {prediction}, engine predict {line}");
     }
+    ensure!(served.len() == 3, "{reply}");
     let (status, text) = metadata?;
     let metadata: serde_json::Value = serde_json::from_str(&text)?;
     let outputs = &metadata["metadata"]["signature_def"]["signature_def"]["serving_default"]["outputs"];

@@ -137,22 +137,51 @@ fn tfrecord_spec_builds_from_python_written_files() -> Result<()> {
 }
 
 /// What an export runs before the model: the input's scale and its Scale and Normalize maps
-/// (a map of the label alone does not concern a request); nothing when another map changes
-/// the features' form, since a request must then carry them as the model sees them.
+/// (a map of the label alone does not concern a request), composed per element when a Pack
+/// follows; nothing when another map changes the features' form, since a request must then
+/// carry them as the model sees them.
 #[test]
 fn serving_preprocessing_is_the_scale_and_normalize_of_features() -> Result<()> {
+    use engine_estimator::input::{FeatureInfo, Schema};
+    use engine_graph::DType;
+    let images = Schema::new(
+        vec![FeatureInfo::new("image", DType::F32, vec![28, 28, 1])],
+        Some(FeatureInfo::new("label", DType::I64, vec![])),
+    )?;
     let with_maps = |maps: &str| -> Result<InputSpec> {
         Ok(ron::from_str(&FASHION_SPEC.replace("seed: 1)", &format!("seed: 1, maps: [{maps}])")))?)
     };
     let normalize = Map::Normalize { feature: "image".into(), mean: vec![0.5], std: vec![0.25] };
     let spec: InputSpec = ron::from_str(FASHION_SPEC)?;
-    assert_eq!(spec.serving_preprocessing(Some("label")), Some(vec![Map::Scale(255.0)]));
+    assert_eq!(spec.serving_preprocessing(&images), Some(vec![Map::Scale(255.0)]));
     let spec =
         with_maps(r#"Normalize(feature: "image", mean: [0.5], std: [0.25]), OneHot(feature: "label", depth: 10)"#)?;
-    assert_eq!(spec.serving_preprocessing(Some("label")), Some(vec![Map::Scale(255.0), normalize]));
+    assert_eq!(spec.serving_preprocessing(&images), Some(vec![Map::Scale(255.0), normalize]));
     let spec = with_maps(r#"Reshape(feature: "image", shape: [784])"#)?;
-    assert_eq!(spec.serving_preprocessing(Some("label")), None);
-    let spec = with_maps(r#"Pack(into: "x")"#)?;
-    assert_eq!(spec.serving_preprocessing(Some("label")), None);
+    assert_eq!(spec.serving_preprocessing(&images), None);
+
+    // A table: `a` (f32), `colour` (a class index: not scaled), `c` (f32 [2]); Scale(2) then
+    // Normalize(c) then Pack. Element by element, raw r becomes a r + c' with
+    // a: [1/2, 1, 1/8, 1/12], c': [0, 0, -1/4, -2/12], i.e. mean -c'/a, std 1/a.
+    let table = Schema::new(
+        vec![
+            FeatureInfo::new("a", DType::F32, vec![]),
+            FeatureInfo::new("colour", DType::I64, vec![]),
+            FeatureInfo::new("c", DType::F32, vec![2]),
+        ],
+        Some(FeatureInfo::new("label", DType::I64, vec![])),
+    )?;
+    let csv = r#"Csv(path: "t.csv", label: "label", batch_size: 4, maps: [Scale(2.0), Normalize(feature: "c", mean: [1.0, 2.0], std: [4.0, 6.0]), Pack(into: "x")])"#;
+    let spec: InputSpec = ron::from_str(csv)?;
+    let maps = spec.serving_preprocessing(&table).unwrap_or_default();
+    let [Map::Normalize { feature, mean, std }] = maps.as_slice() else {
+        anyhow::bail!("no per-element Normalize for the packed table: {maps:?}");
+    };
+    assert_eq!(feature, "x");
+    assert_eq!(std, &[2.0, 1.0, 8.0, 12.0]);
+    assert_eq!(mean, &[0.0, 0.0, 2.0, 4.0]);
+    let cast =
+        r#"Csv(path: "t.csv", label: "label", batch_size: 4, maps: [Cast(feature: "a", dtype: I64), Pack(into: "x")])"#;
+    assert_eq!(ron::from_str::<InputSpec>(cast)?.serving_preprocessing(&table), None);
     Ok(())
 }

@@ -33,9 +33,9 @@ impl SpecInputFn {
         &self.spec
     }
 
-    /// The name of the source's label, if it has one.
-    pub fn source_label(&self) -> Option<String> {
-        self.source.source_schema().label.as_ref().map(|l| l.name.clone())
+    /// The source's columns, before the section's maps.
+    pub fn source_schema(&self) -> &engine_estimator::input::Schema {
+        self.source.source_schema()
     }
 }
 

@@ -102,12 +102,11 @@ pub fn serving_input(spec: &Spec) -> Result<engine_estimator::export::ServingInp
         }
     };
     let mut serving = engine_estimator::export::ServingInput::from_input_fn(input.as_ref())?;
-    let label = input.source_label();
-    match input.spec().serving_preprocessing(label.as_deref()) {
+    match input.spec().serving_preprocessing(input.source_schema()) {
         Some(maps) => serving = serving.with_preprocessing(maps)?,
         None => log::info!(
-            "The export takes the features after the input's maps (they reshape or pack features, which only \
-             Scale and Normalize do not): a client applies them before sending"
+            "The export takes the features after the input's maps (they reshape or retype features, which \
+             only Scale, Normalize and Pack do not): a client applies them before sending"
         ),
     }
     Ok(match label_vocabulary(spec)? {

@@ -99,7 +99,7 @@ impl Estimator {
             files: files.iter().map(|(n, d)| (n.to_string(), super::FileEntry::of(d))).collect(),
             metrics: metrics.clone(),
             class_names: serving_input.class_names.clone(),
-            preprocessing: serving_input.preprocessing.iter().map(|m| format!("{m:?}")).collect(),
+            preprocessing: serving_input.preprocessing.iter().map(super::preprocess::describe).collect(),
         };
         let manifest = serde_json::to_vec_pretty(&manifest).map_err(|e| EstimatorError::Other(e.to_string()))?;
         let at = write_export(base, name, &files, manifest)?;

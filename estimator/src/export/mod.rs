@@ -28,7 +28,7 @@ mod write;
 pub use exporters::{BestExporter, Compare, FinalExporter, LatestExporter, exports};
 pub use manifest::{FileEntry, Manifest, Signature, TensorSpec};
 pub use predictor::{LoadedModel, Predictor};
-pub use preprocess::preprocess;
+pub use preprocess::{describe as describe_preprocessing, preprocess};
 pub use saved_graph::SavedGraph;
 pub use serving_input::ServingInput;
 

@@ -55,3 +55,14 @@ pub fn preprocess(
     }
     Ok(features)
 }
+
+/// A map as an export's manifest lists it: short, even for a per-element `Normalize` of a
+/// packed table.
+pub fn describe(map: &Map) -> String {
+    match map {
+        Map::Normalize { feature, mean, std } if mean.len() > 4 => {
+            format!("Normalize(feature: {feature:?}, {} per-element means and stds)", mean.len().max(std.len()))
+        }
+        other => format!("{other:?}"),
+    }
+}

@@ -25,6 +25,7 @@ use super::lenient;
 use super::limits::{InputField, MAX_BATCH_SIZE, MAX_PREFETCH, bytes, check_range};
 use super::map::Map;
 use super::remote;
+use super::schema::Schema;
 use super::source::csv::CsvOptions;
 use engine_graph::HostTensor;
 use serde::{Deserialize, Serialize};
@@ -196,29 +197,102 @@ struct Pipeline<'a> {
     num_parallel_calls: usize,
 }
 
+/// The one feature a map changes, for the maps that change one.
+fn map_target(map: &Map) -> Option<&str> {
+    match map {
+        Map::Normalize { feature, .. }
+        | Map::OneHot { feature, .. }
+        | Map::Cast { feature, .. }
+        | Map::Reshape { feature, .. } => Some(feature),
+        Map::Scale(_) | Map::Pack { .. } => None,
+    }
+}
+
+/// `maps` (Scales and Normalizes) followed by packing `features` (every feature when empty)
+/// into `into`, as one per-element `(x - mean) / std` of the packed vector: each element is
+/// an affine function of its column's raw value, `a * raw + c`, composed map by map as the
+/// pipeline applies them (a `Scale` to float columns only, a `Normalize` to its column,
+/// value `i` by `mean[i % n]`), so `mean = -c / a` and `std = 1 / a`.
+fn packed_affine(maps: &[Map], schema: &Schema, features: &[String], into: &str) -> Option<Map> {
+    let names: Vec<&str> = match features.is_empty() {
+        true => schema.features.iter().map(|f| f.name.as_str()).filter(|n| *n != super::SAMPLE_WEIGHT).collect(),
+        false => features.iter().map(String::as_str).collect(),
+    };
+    let (mut mean, mut std) = (Vec::new(), Vec::new());
+    for name in names {
+        let info = schema.features.iter().find(|f| f.name == name)?;
+        let n = info.shape.iter().product::<usize>().max(1);
+        let (mut a, mut c) = (vec![1.0f64; n], vec![0.0f64; n]);
+        for map in maps {
+            match map {
+                Map::Scale(d) if info.dtype == engine_graph::DType::F32 => {
+                    let d = f64::from(*d);
+                    a.iter_mut().zip(&mut c).for_each(|(a, c)| {
+                        *a /= d;
+                        *c /= d;
+                    });
+                }
+                Map::Normalize { feature, mean: m, std: s }
+                    if feature == name && !m.is_empty() && m.len() == s.len() =>
+                {
+                    for (i, (a, c)) in a.iter_mut().zip(&mut c).enumerate() {
+                        let (m, s) = (f64::from(m[i % m.len()]), f64::from(s[i % s.len()]));
+                        *a /= s;
+                        *c = (*c - m) / s;
+                    }
+                }
+                _ => {}
+            }
+        }
+        for (a, c) in a.into_iter().zip(c) {
+            mean.push((-c / a) as f32);
+            std.push((1.0 / a) as f32);
+        }
+    }
+    Some(Map::Normalize { feature: into.to_string(), mean, std })
+}
+
 impl InputSpec {
-    /// The transforms of features a served model can run itself: the input's `scale` and
-    /// its `Scale` and `Normalize` maps, when those are all that change the features (a map
-    /// of the label `label` alone does not concern a request). `None` when another map
-    /// reshapes, retypes or packs features: an export then takes the features after the
-    /// whole pipeline, as `predict` feeds them.
-    pub fn serving_preprocessing(&self, label: Option<&str>) -> Option<Vec<Map>> {
+    /// The transforms of features a served model can run itself, given the source's schema:
+    /// the input's `scale` and its `Scale` and `Normalize` maps when those are all that
+    /// change the features (a map of the label alone does not concern a request); and when
+    /// they are followed by a `Pack` (a table under a `Sequential` model), the same per
+    /// column, composed into one per-element `Normalize` of the packed feature, so that a
+    /// request carries the packed columns as the table holds them. `None` when another map
+    /// reshapes or retypes features: an export then takes the features after the whole
+    /// pipeline, as `predict` feeds them.
+    pub fn serving_preprocessing(&self, source: &Schema) -> Option<Vec<Map>> {
+        let label = source.label.as_ref().map(|l| l.name.as_str());
         let mut out = Vec::new();
         if let InputSpec::Idx { scale: Some(s), .. } = self
             && *s != 1.0
         {
             out.push(Map::Scale(*s));
         }
-        for map in self.pipeline().maps {
+        let maps = self.pipeline().maps;
+        for (i, map) in maps.iter().enumerate() {
             let target = match map {
                 Map::Scale(_) | Map::Normalize { .. } => {
                     out.push(map.clone());
                     continue;
                 }
-                Map::OneHot { feature, .. } | Map::Cast { feature, .. } | Map::Reshape { feature, .. } => {
-                    Some(feature.as_str())
+                Map::Pack { features, into } => {
+                    let later_is_label_only =
+                        maps[i + 1..].iter().all(|m| map_target(m).is_some_and(|t| Some(t) == label));
+                    if !later_is_label_only {
+                        return None;
+                    }
+                    // Nothing to run when the columns reach the model as the table holds them.
+                    return packed_affine(&out, source, features, into).map(|n| match &n {
+                        Map::Normalize { mean, std, .. }
+                            if mean.iter().all(|m| *m == 0.0) && std.iter().all(|s| *s == 1.0) =>
+                        {
+                            Vec::new()
+                        }
+                        _ => vec![n],
+                    });
                 }
-                Map::Pack { .. } => None,
+                other => map_target(other),
             };
             if target.is_none() || target != label {
                 return None;
