@@ -168,3 +168,54 @@ fn tensors_and_filter_closures_see_examples() -> Result<()> {
     assert_eq!(example, Some(Some(engine_graph::HostTensor::scalar_i64(2))));
     Ok(())
 }
+
+/// `ImageFolder`: classes from the subfolders, sorted; PNG and JPEG decoded to the image
+/// size (resized when they differ) in the color mode, as values 0 to 255; a file that is no
+/// image is named when read; an evaluation folder is read in the training folder's classes.
+#[test]
+fn image_folder_reads_classes_from_subfolders() -> Result<()> {
+    use engine_estimator::input::ColorMode;
+    let tmp = tempfile::tempdir()?;
+    let root = tmp.path();
+    for class in ["shirt", "boot"] {
+        std::fs::create_dir(root.join(class))?;
+    }
+    let gray = |side: u32, value: u8| image::GrayImage::from_pixel(side, side, image::Luma([value]));
+    gray(4, 10).save(root.join("boot/a.png"))?;
+    gray(4, 20).save(root.join("boot/b.png"))?;
+    gray(8, 200).save(root.join("shirt/big.png"))?;
+    image::RgbImage::from_pixel(4, 4, image::Rgb([90, 90, 90])).save(root.join("shirt/c.jpg"))?;
+    std::fs::write(root.join("shirt/notes.txt"), "not an image")?;
+
+    let ds = Dataset::from_image_folder(root, [4, 4], ColorMode::Grayscale, None)?;
+    assert_eq!(ds.source_len(), 4, "the .txt file is not an example");
+    assert_eq!(ds.source_schema().features[0].shape, vec![4, 4, 1]);
+    let batches = collect(&ds.batch(4))?;
+    let x = batches[0].features["image"].as_f32().unwrap_or_default().to_vec();
+    let labels = batches[0].labels.as_ref().and_then(|l| l.as_i64()).unwrap_or_default().to_vec();
+    assert_eq!(labels, vec![0, 0, 1, 1], "boot before shirt, each folder's files sorted");
+    let mean = |k: usize| x[k * 16..(k + 1) * 16].iter().sum::<f32>() / 16.0;
+    assert_eq!((mean(0), mean(1), mean(2)), (10.0, 20.0, 200.0), "the 8x8 image resized to 4x4");
+    assert!((mean(3) - 90.0).abs() < 3.0, "the JPEG's gray: {}", mean(3));
+
+    let rgb = Dataset::from_image_folder(root, [4, 4], ColorMode::Rgb, None)?;
+    assert_eq!(rgb.source_schema().features[0].shape, vec![4, 4, 3]);
+
+    // An evaluation folder in the training folder's classes: a folder it lacks is refused.
+    let classes = vec!["boot".to_string(), "coat".to_string(), "shirt".to_string()];
+    let ds = Dataset::from_image_folder(root, [4, 4], ColorMode::Grayscale, Some(&classes))?;
+    let labels = collect(&ds.batch(4))?[0].labels.as_ref().and_then(|l| l.as_i64()).unwrap_or_default().to_vec();
+    assert_eq!(labels, vec![0, 0, 2, 2], "shirt is class 2 of the training folder");
+    let err = Dataset::from_image_folder(root, [4, 4], ColorMode::Grayscale, Some(&classes[..2]))
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(err.contains("`shirt`") && err.contains("boot, coat"), "{err}");
+
+    // A file with an image's name but not its bytes is named when it is read.
+    std::fs::write(root.join("boot/broken.png"), b"\x89PNG but no more")?;
+    let ds = Dataset::from_image_folder(root, [4, 4], ColorMode::Grayscale, None)?;
+    let err = collect(&ds.batch(5)).err().map(|e| format!("{e:#}")).unwrap_or_default();
+    assert!(err.contains("broken.png"), "{err}");
+    Ok(())
+}

@@ -16,7 +16,7 @@ pub struct InputKinds;
 
 impl SectionKinds for InputKinds {
     const TAG: &'static str = "$engine::RawSection:input source";
-    const KINDS: &'static [&'static str] = &["Idx", "Csv", "TfRecord"];
+    const KINDS: &'static [&'static str] = &["Idx", "Csv", "ImageFolder", "TfRecord"];
 }
 
 /// Hooks (`train_spec.hooks`) are the estimator's: its registry names them.

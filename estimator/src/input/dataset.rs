@@ -116,6 +116,22 @@ impl Dataset {
         Ok(Self::from_source(IdxSource::open(images.as_ref(), None)?))
     }
 
+    /// A folder with one subfolder of images per class (see `ImageFolderSource`); with
+    /// `class_names`, exactly those subfolders, in that order.
+    pub fn from_image_folder(
+        root: impl AsRef<Path>,
+        image_size: [usize; 2],
+        color_mode: super::ColorMode,
+        class_names: Option<&[String]>,
+    ) -> Result<Self> {
+        Ok(Self::from_source(super::source::image_folder::ImageFolderSource::open(
+            root.as_ref(),
+            image_size,
+            color_mode,
+            class_names,
+        )?))
+    }
+
     pub fn from_csv(options: CsvOptions) -> Result<Self> {
         Ok(Self::from_source(CsvSource::open(&options)?))
     }

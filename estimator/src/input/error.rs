@@ -57,6 +57,10 @@ pub enum InputError {
     #[error("{}:{line}: {detail}", path.display())]
     Csv { path: PathBuf, line: usize, detail: String },
 
+    /// An image file of an `ImageFolder` that cannot be decoded or is too large.
+    #[error("{}: {detail}", path.display())]
+    BadImage { path: PathBuf, detail: String },
+
     #[error("{}: CSV column `{column}` not found; the header has: {available}", path.display())]
     MissingColumn { path: PathBuf, column: String, available: String },
 

@@ -88,6 +88,7 @@ pub use filter::{FilterFn, Predicate};
 pub use iter::{DatasetIter, IterStats, NonFiniteFinder};
 pub use limits::{InputField, MAX_BATCH_SIZE, MAX_PARALLEL_CALLS, MAX_PREFETCH};
 pub use map::Map;
+pub use source::image_folder::{ColorMode, image_folder_classes};
 
 /// The feature that carries each example's weight in the loss (Keras' `sample_weight`): a
 /// table's `weight` column, read under this name, never packed, scaled or served.

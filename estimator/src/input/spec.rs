@@ -27,6 +27,7 @@ use super::map::Map;
 use super::remote;
 use super::schema::Schema;
 use super::source::csv::CsvOptions;
+use super::source::image_folder::ColorMode;
 use engine_graph::HostTensor;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -41,6 +42,11 @@ fn two() -> usize {
 
 fn one() -> usize {
     1
+}
+
+/// Keras' default `image_size`.
+fn image_size() -> [usize; 2] {
+    [256, 256]
 }
 
 fn comma() -> char {
@@ -107,6 +113,43 @@ pub enum InputSpec {
         categorical: BTreeMap<String, Vec<String>>,
         #[serde(default = "comma")]
         delimiter: char,
+        batch_size: usize,
+        #[serde(default)]
+        shuffle_buffer: usize,
+        #[serde(default)]
+        seed: u64,
+        #[serde(default = "yes")]
+        reshuffle_each_iteration: bool,
+        #[serde(default)]
+        shard_policy: AutoShardPolicy,
+        #[serde(default)]
+        maps: Vec<Map>,
+        #[serde(default)]
+        filters: Vec<Predicate>,
+        #[serde(default)]
+        cache: bool,
+        #[serde(default)]
+        skip: u64,
+        #[serde(default, deserialize_with = "lenient::option")]
+        take: Option<u64>,
+        #[serde(default = "two")]
+        prefetch: usize,
+        #[serde(default = "one")]
+        num_parallel_calls: usize,
+    },
+    /// A folder with one subfolder of images per class (Keras'
+    /// `image_dataset_from_directory`): PNG and JPEG files, decoded to `image_size` in
+    /// `color_mode` as values 0 to 255, labelled by their folder's index among the classes.
+    /// The other fields are as for `Idx`.
+    ImageFolder {
+        root: String,
+        #[serde(default = "image_size")]
+        image_size: [usize; 2],
+        #[serde(default)]
+        color_mode: ColorMode,
+        /// The classes in label order; `None`: the subfolders' names, sorted.
+        #[serde(default, deserialize_with = "lenient::option")]
+        class_names: Option<Vec<String>>,
         batch_size: usize,
         #[serde(default)]
         shuffle_buffer: usize,
@@ -315,6 +358,15 @@ impl InputSpec {
     /// The label column and its vocabulary, when this is a table whose label holds strings
     /// and no vocabulary was given for it (see `CsvOptions::infer_label_vocabulary`).
     pub fn infer_label_vocabulary(&self) -> Result<Option<(String, Vec<String>)>> {
+        if let InputSpec::ImageFolder { root, class_names, .. } = self {
+            // The classes are names already: the folders'.
+            let classes = match class_names {
+                Some(names) => names.clone(),
+                None => super::source::image_folder::image_folder_classes(std::path::Path::new(root))
+                    .map_err(|e| InputError::Field { field: InputField::named("root"), source: Box::new(e) })?,
+            };
+            return Ok(Some(("label".into(), classes)));
+        }
         let InputSpec::Csv { path, label: Some(label), categorical, delimiter, .. } = self else { return Ok(None) };
         let options = CsvOptions {
             path: remote::localize(path)
@@ -331,10 +383,14 @@ impl InputSpec {
     /// Gives a table's label column this vocabulary (the training table's, so that every
     /// input maps a class to the same index); other sources are left alone.
     pub fn set_label_vocabulary(&mut self, column: &str, vocabulary: &[String]) {
-        if let InputSpec::Csv { label: Some(label), categorical, .. } = self
-            && label == column
-        {
-            categorical.insert(column.to_string(), vocabulary.to_vec());
+        match self {
+            InputSpec::Csv { label: Some(label), categorical, .. } if label == column => {
+                categorical.insert(column.to_string(), vocabulary.to_vec());
+            }
+            InputSpec::ImageFolder { class_names, .. } if column == "label" => {
+                *class_names = Some(vocabulary.to_vec());
+            }
+            _ => {}
         }
     }
 
@@ -361,6 +417,21 @@ impl InputSpec {
                 ..
             }
             | InputSpec::Csv {
+                batch_size: b,
+                shuffle_buffer: s,
+                seed,
+                reshuffle_each_iteration: r,
+                shard_policy: p,
+                maps,
+                filters,
+                cache,
+                skip,
+                take,
+                prefetch,
+                num_parallel_calls: t,
+                ..
+            }
+            | InputSpec::ImageFolder {
                 batch_size: b,
                 shuffle_buffer: s,
                 seed,
@@ -499,6 +570,9 @@ impl InputSpec {
                     };
                     at(field)(e)
                 })
+            }
+            InputSpec::ImageFolder { root, image_size, color_mode, class_names, .. } => {
+                Dataset::from_image_folder(root, *image_size, *color_mode, class_names.as_deref()).map_err(at("root"))
             }
             InputSpec::TfRecord { files, features, label, .. } => {
                 let files = remote::localize(files).map_err(at("files"))?;

@@ -12,6 +12,7 @@ pub(crate) mod csv;
 pub(crate) mod example_proto;
 pub(crate) mod files;
 pub(crate) mod idx;
+pub(crate) mod image_folder;
 pub(crate) mod tensors;
 pub(crate) mod tfrecord;
 

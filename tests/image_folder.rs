@@ -1,0 +1,85 @@
+//! A model trained from a folder of PNG files, one subfolder per class, as a Keras user's
+//! `image_dataset_from_directory` reads them: Fashion-MNIST's first images written as PNGs
+//! under their class names, `engine run` on them, `engine predict` answering class names.
+
+mod common;
+
+use anyhow::{Context, Result, ensure};
+use common::{engine, printed_dict};
+use flate2::read::GzDecoder;
+use std::io::Read;
+use std::path::Path;
+
+const CLASSES: [&str; 10] =
+    ["T-shirt", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"];
+
+fn read_gz(path: &str) -> Result<Vec<u8>> {
+    let mut out = Vec::new();
+    GzDecoder::new(std::fs::File::open(path)?).read_to_end(&mut out)?;
+    Ok(out)
+}
+
+/// The first `n` images of an IDX pair as `dir/<class name>/<index>.png`.
+fn write_pngs(images: &str, labels: &str, n: usize, dir: &Path) -> Result<()> {
+    let (images, labels) = (read_gz(images)?, read_gz(labels)?);
+    for i in 0..n {
+        let class = CLASSES[usize::from(labels[8 + i])];
+        std::fs::create_dir_all(dir.join(class))?;
+        let pixels = images[16 + i * 784..16 + (i + 1) * 784].to_vec();
+        let image = image::GrayImage::from_raw(28, 28, pixels).context("28x28 pixels")?;
+        image.save(dir.join(class).join(format!("{i:05}.png")))?;
+    }
+    Ok(())
+}
+
+#[test]
+fn a_model_trains_from_a_folder_of_pngs_and_predicts_class_names() -> Result<()> {
+    let tmp = tempfile::tempdir()?;
+    let fashion = "/usr/share/datasets/fashion-mnist";
+    let (train, test) = (tmp.path().join("train"), tmp.path().join("test"));
+    write_pngs(
+        &format!("{fashion}/train-images-idx3-ubyte.gz"),
+        &format!("{fashion}/train-labels-idx1-ubyte.gz"),
+        600,
+        &train,
+    )?;
+    write_pngs(
+        &format!("{fashion}/t10k-images-idx3-ubyte.gz"),
+        &format!("{fashion}/t10k-labels-idx1-ubyte.gz"),
+        200,
+        &test,
+    )?;
+    let input = |root: &Path, rest: &str| {
+        format!(
+            r#"ImageFolder(root: "{}", image_size: (28, 28), color_mode: Grayscale, maps: [Scale(255.0)], {rest})"#,
+            root.display()
+        )
+    };
+    let spec = format!(
+        r#"Job(
+    model: Sequential(input_shape: [28, 28, 1], layers: [Flatten, Dense(units: 64, activation: Relu), Dense(units: 10)]),
+    loss: SparseCategoricalCrossentropy(from_logits: true),
+    optimizer: SGD(learning_rate: 0.1),
+    metrics: [Accuracy],
+    train_input: {},
+    eval_input: {},
+    run_config: (model_dir: "{}", random_seed: 1),
+    train_spec: (epochs: 5),
+)"#,
+        input(&train, "batch_size: 20, shuffle_buffer: 600, seed: 1"),
+        input(&test, "batch_size: 100"),
+        tmp.path().join("run").display()
+    );
+    let path = tmp.path().join("folder.ron");
+    std::fs::write(&path, spec)?;
+    let path = path.to_string_lossy().into_owned();
+    let run = engine(&["run", &path])?.ok()?;
+    let result = printed_dict(&run.stdout)?;
+    // 600 examples in batches of 20: 30 steps an epoch.
+    ensure!(result["global_step"] == 150.0 && result["accuracy"] > 0.6, "{result:?}\n{}", run.stderr);
+    let predicted = engine(&["predict", &path])?.ok()?;
+    let first: serde_json::Value = serde_json::from_str(predicted.stdout.lines().next().context("no prediction")?)?;
+    ensure!(first["classes"].as_str().is_some_and(|c| CLASSES.contains(&c)), "{first}");
+    ensure!(predicted.stdout.lines().count() == 200, "{} predictions", predicted.stdout.lines().count());
+    Ok(())
+}
