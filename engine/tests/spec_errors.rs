@@ -252,7 +252,7 @@ fn unknown_strategy_and_input_source_names() {
     assert_eq!((f.line, f.col, f.path.as_str()), (17, 18, "train_input"));
     assert_eq!(
         unknown_name(&f),
-        ("input source", "Parquet", &["Idx".to_string(), "Csv".into(), "TfRecord".into()][..])
+        ("input source", "Parquet", &["Idx".to_string(), "Csv".into(), "ImageFolder".into(), "TfRecord".into()][..])
     );
 }
 
