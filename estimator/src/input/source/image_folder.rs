@@ -9,6 +9,7 @@ use crate::input::error::{InputError, Result};
 use crate::input::schema::{FeatureInfo, Row, Schema};
 use engine_graph::{DType, HostData};
 use serde::{Deserialize, Serialize};
+use std::io::Read;
 use std::path::{Path, PathBuf};
 
 /// Files larger than this are refused before they are read: a picture is far smaller.
@@ -119,24 +120,25 @@ impl ImageFolderSource {
 
     fn decode(&self, path: &Path) -> Result<Vec<f32>> {
         let bad = |detail: String| InputError::BadImage { path: path.to_path_buf(), detail };
-        let size = std::fs::metadata(path).map_err(|e| InputError::io(path, e))?.len();
-        if size > MAX_IMAGE_FILE_BYTES {
-            return Err(bad(format!("{size} bytes, more than the {MAX_IMAGE_FILE_BYTES} an image may have")));
-        }
-        let reader = image::ImageReader::open(path)
-            .map_err(|e| InputError::io(path, e))?
-            .with_guessed_format()
+        // Read once, and no further than the bound: the header and the pixels both come
+        // from these bytes.
+        let mut bytes = Vec::new();
+        std::fs::File::open(path)
+            .and_then(|f| f.take(MAX_IMAGE_FILE_BYTES + 1).read_to_end(&mut bytes))
             .map_err(|e| InputError::io(path, e))?;
-        let (w, h) = reader.into_dimensions().map_err(|e| bad(e.to_string()))?;
+        if bytes.len() as u64 > MAX_IMAGE_FILE_BYTES {
+            return Err(bad(format!("more than the {MAX_IMAGE_FILE_BYTES} bytes an image may have")));
+        }
+        let reader = || {
+            image::ImageReader::new(std::io::Cursor::new(&bytes[..]))
+                .with_guessed_format()
+                .map_err(|e| InputError::io(path, e))
+        };
+        let (w, h) = reader()?.into_dimensions().map_err(|e| bad(e.to_string()))?;
         if u64::from(w) * u64::from(h) > MAX_IMAGE_PIXELS {
             return Err(bad(format!("{w}x{h} pixels, more than the {MAX_IMAGE_PIXELS} an image may have")));
         }
-        let decoded = image::ImageReader::open(path)
-            .map_err(|e| InputError::io(path, e))?
-            .with_guessed_format()
-            .map_err(|e| InputError::io(path, e))?
-            .decode()
-            .map_err(|e| bad(e.to_string()))?;
+        let decoded = reader()?.decode().map_err(|e| bad(e.to_string()))?;
         let [th, tw] = self.image_size;
         let decoded = if (decoded.height() as usize, decoded.width() as usize) == (th, tw) {
             decoded
