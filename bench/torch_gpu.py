@@ -1,7 +1,7 @@
 """Peer benchmark on a GPU: PyTorch eager and torch.compile training a benchmark model.
 
 The same workload as `engine run specs/fashion_mnist_<model>.ron --device ...`: the
-model (`--model cnn|residual`, written out below layer for layer as in the spec), its
+model (`--model cnn|residual|vgg|resnet`, written out below layer for layer as in the spec), its
 loss, optimizer and batch size (`--batch-size`, default the spec's), on the Fashion-MNIST
 training images read from the IDX files, shuffled on the host; each step copies its
 batch to the device, as the engine's input pipeline does. Prints one JSON object with
@@ -88,8 +88,70 @@ class Residual(nn.Module):
         return 1e-4 * self.hidden.weight.square().sum()
 
 
+class Vgg(nn.Module):
+    """specs/fashion_mnist_vgg.ron: two blocks of two 3x3 SAME convolutions (64, then 128)
+    with ReLU, each followed by 2x2 max pooling; dense 256 ReLU, dense 10."""
+
+    def __init__(self):
+        super().__init__()
+        self.convs = nn.ModuleList([nn.Conv2d(1, 64, 3, padding=1), nn.Conv2d(64, 64, 3, padding=1),
+                                    nn.Conv2d(64, 128, 3, padding=1), nn.Conv2d(128, 128, 3, padding=1)])
+        self.hidden = nn.Linear(128 * 7 * 7, 256)
+        self.logits = nn.Linear(256, 10)
+
+    def forward(self, x):
+        for i, conv in enumerate(self.convs):
+            x = F.relu(conv(x))
+            if i % 2 == 1:
+                x = F.max_pool2d(x, 2)
+        return self.logits(F.relu(self.hidden(x.flatten(1))))
+
+    def penalty(self):
+        return 0.0
+
+
+def conv_bn(cin, cout, stride=1, kernel=3):
+    # Keras' BatchNormalization: momentum 0.99 (PyTorch's 0.01), epsilon 1e-3. Keras' SAME
+    # padding of a stride-2 convolution on an even size pads only after; padding=1 pads
+    # both sides: the same shapes and work, shifted by one pixel.
+    return nn.Sequential(nn.Conv2d(cin, cout, kernel, stride=stride, padding=kernel // 2, bias=False),
+                         nn.BatchNorm2d(cout, eps=1e-3, momentum=0.01))
+
+
+class ResNet(nn.Module):
+    """specs/fashion_mnist_resnet.ron: bias-free convolutions with batch normalization, a
+    stem, a strided stage with one residual block, a strided block with a 1x1 projection
+    shortcut, global average pooling, dense 10."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = conv_bn(1, 32)
+        self.down1 = conv_bn(32, 32, stride=2)
+        self.block1 = nn.ModuleList([conv_bn(32, 32), conv_bn(32, 32)])
+        self.block2 = nn.ModuleList([conv_bn(32, 64, stride=2), conv_bn(64, 64)])
+        self.shortcut = conv_bn(32, 64, stride=2, kernel=1)
+        self.logits = nn.Linear(64, 10)
+
+    def forward(self, x):
+        x = F.relu(self.down1(F.relu(self.stem(x))))
+        x = F.relu(x + self.block1[1](F.relu(self.block1[0](x))))
+        x = F.relu(self.shortcut(x) + self.block2[1](F.relu(self.block2[0](x))))
+        return self.logits(x.mean(dim=(2, 3)))
+
+    def penalty(self):
+        return 0.0
+
+
+def cosine_adam(params):
+    # The spec's CosineDecay(0.003, 4690) changes the rate per step; a step's rate is one
+    # scalar on the host either way, so a constant rate times the same work.
+    return torch.optim.Adam(params, lr=3e-3)
+
+
 MODELS = {"cnn": (Cnn, lambda p: torch.optim.SGD(p, lr=0.05)),
-          "residual": (Residual, lambda p: torch.optim.Adam(p, lr=1e-3))}
+          "residual": (Residual, lambda p: torch.optim.Adam(p, lr=1e-3)),
+          "vgg": (Vgg, lambda p: torch.optim.SGD(p, lr=0.01, momentum=0.9)),
+          "resnet": (ResNet, cosine_adam)}
 
 
 def main():
