@@ -1,11 +1,11 @@
 //! Exact resumption: iterate, save the iterator state, restore it (in this process, and in
 //! a fresh process running this test binary again), continue; the concatenation must be
-//! the unbroken sequence, with shuffle, filter, repeat and prefetch on.
+//! the unbroken sequence, with shuffle, filter, random augmentation, repeat and prefetch on.
 
 mod input_common;
 
 use anyhow::{Context, Result, bail};
-use engine_estimator::input::{Batch, Dataset, IteratorState, Map, Predicate};
+use engine_estimator::input::{Batch, Dataset, FillMode, FlipMode, IteratorState, Map, Predicate};
 use input_common::*;
 use std::path::Path;
 use std::process::Command;
@@ -18,14 +18,29 @@ const FIRST: usize = 25;
 /// 300 examples, about 17 batches an epoch after the filter: 60 batches cross three epoch
 /// boundaries, with a shuffle buffer spanning a fifth of the data.
 fn dataset(dir: &Path) -> Result<Dataset> {
+    Ok(augmented(unaugmented(dir)?).batch(16).repeat(None).prefetch(3).num_parallel_calls(2))
+}
+
+fn unaugmented(dir: &Path) -> Result<Dataset> {
     Ok(Dataset::from_idx(dir.join("images.gz"), dir.join("labels.gz"))?
         .map(Map::Scale(255.0))
-        .filter(Predicate::LabelNotIn(vec![3]))
+        .filter(Predicate::LabelNotIn(vec![3])))
+}
+
+/// Random augmentations, drawn by batch number: a resumed iterator must draw as the
+/// unbroken one did.
+fn augmented(ds: Dataset) -> Dataset {
+    ds.map(Map::RandomFlip { feature: "x".into(), mode: FlipMode::HorizontalAndVertical, seed: Some(3) })
+        .map(Map::RandomTranslation {
+            feature: "x".into(),
+            height_factor: 0.3,
+            width_factor: 0.3,
+            fill_mode: FillMode::Reflect,
+            fill_value: 0.0,
+            seed: None,
+        })
+        .map(Map::RandomContrast { feature: "x".into(), factor: 0.3, value_range: [0.0, 1.0], seed: Some(4) })
         .shuffle(64, 42)
-        .batch(16)
-        .repeat(None)
-        .prefetch(3)
-        .num_parallel_calls(2))
 }
 
 /// What is compared: ids, labels and pixels of each batch.
@@ -74,14 +89,25 @@ fn resume_in_process_continues_the_unbroken_sequence() -> Result<()> {
     assert_eq!(summary(&[head.clone(), tail].concat()), summary(&unbroken));
 
     // The state does not depend on how batches were produced: restore it without prefetching.
-    let inline = Dataset::from_idx(dir.path().join("images.gz"), dir.path().join("labels.gz"))?
-        .map(Map::Scale(255.0))
-        .filter(Predicate::LabelNotIn(vec![3]))
-        .shuffle(64, 42)
-        .batch(16)
-        .repeat(None);
+    let inline = augmented(unaugmented(dir.path())?).batch(16).repeat(None);
     let tail = take(inline.iter_from(&restored)?, TOTAL - FIRST)?;
     assert_eq!(summary(&tail), summary(&unbroken[FIRST..]));
+
+    // The augmentations did change the pixels (the same examples in the same order
+    // without them differ), and they draw anew when an example comes round again.
+    let plain = take(unaugmented(dir.path())?.shuffle(64, 42).batch(16).repeat(None).iter()?, TOTAL)?;
+    let (plain, seen) = (summary(&plain), summary(&unbroken));
+    let changed = plain.iter().zip(&seen).filter(|(a, b)| a.0 == b.0 && a.2 != b.2).count();
+    assert!(changed > TOTAL * 9 / 10, "only {changed} of {TOTAL} batches changed");
+    let mut versions: std::collections::BTreeMap<u64, Vec<&[f32]>> = Default::default();
+    for (ids, _, pixels) in &seen {
+        let size = pixels.len() / ids.len();
+        for (id, example) in ids.iter().zip(pixels.chunks(size)) {
+            versions.entry(*id).or_default().push(example);
+        }
+    }
+    let redrawn = versions.values().filter(|v| v.len() > 1 && v.iter().any(|e| *e != v[0])).count();
+    assert!(redrawn > 100, "{redrawn} examples seen twice were augmented alike");
 
     // Resuming by batch count alone replays the index stream to the same place.
     let tail = take(ds.iter_after(FIRST as u64)?, TOTAL - FIRST)?;

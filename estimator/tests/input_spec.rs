@@ -185,3 +185,58 @@ fn serving_preprocessing_is_the_scale_and_normalize_of_features() -> Result<()> 
     assert_eq!(ron::from_str::<InputSpec>(cast)?.serving_preprocessing(&table), None);
     Ok(())
 }
+
+/// Random augmentations in a spec's `maps`: parsed with Keras' names and defaults, run on
+/// training batches only (an evaluation dataset of the same section sees the images as they
+/// are, and so does a served model), and refused anywhere but after every other map.
+#[test]
+fn augmentations_run_in_training_only_and_come_last() -> Result<()> {
+    fashion("t10k-images-idx3-ubyte.gz")?;
+    let with_maps = |maps: &str| -> Result<InputSpec> {
+        let spec = FASHION_SPEC.replace("train-", "t10k-").replace("seed: 1)", &format!("seed: 1, maps: [{maps}])"));
+        Ok(ron::from_str(&spec)?)
+    };
+    let augment = r#"RandomFlip(feature: "x", mode: Horizontal), RandomTranslation(feature: "x", height_factor: 0.1, width_factor: 0.1),
+        RandomBrightness(feature: "x", factor: 0.2, value_range: (0.0, 1.0)), RandomContrast(feature: "x", factor: 0.2, value_range: (0.0, 1.0))"#;
+    let spec = with_maps(augment)?;
+    let plain = with_maps("")?;
+    let ctx = InputContext::default();
+    let source = spec.open()?;
+    spec.check(&source, &engine_estimator::Resources::of_this_machine())?;
+    let first = |spec: &InputSpec, training: bool| -> Result<Vec<f32>> {
+        let batch = spec.build_from(&source, training, &ctx)?.iter()?.next().transpose()?;
+        Ok(batch.and_then(|b| b.features["x"].as_f32().map(<[f32]>::to_vec)).unwrap_or_default())
+    };
+    assert_eq!(first(&spec, false)?, first(&plain, false)?, "evaluation must see the images as they are");
+    let (augmented, unaugmented) = (first(&spec, true)?, first(&plain, true)?);
+    assert_eq!(augmented.len(), unaugmented.len());
+    assert_ne!(augmented, unaugmented, "training batches are augmented");
+    assert!(augmented.iter().all(|v| (0.0..=1.0).contains(v)), "clipped to the value range");
+    // Seeded by the section's seed: the same spec draws the same augmentations.
+    assert_eq!(first(&spec, true)?, augmented);
+    let reseeded: InputSpec = ron::from_str(&ron::to_string(&spec)?.replace("seed:1", "seed:2"))?;
+    assert_ne!(first(&reseeded, true)?, augmented);
+
+    use engine_estimator::input::{FeatureInfo, Schema};
+    let images = Schema::new(
+        vec![FeatureInfo::new("x", engine_graph::DType::F32, vec![28, 28, 1])],
+        Some(FeatureInfo::new("y", engine_graph::DType::I64, vec![])),
+    )?;
+    assert_eq!(spec.serving_preprocessing(&images), Some(vec![Map::Scale(255.0)]));
+
+    let late = with_maps(r#"RandomFlip(feature: "x"), Normalize(feature: "x", mean: [0.5], std: [0.5])"#)?;
+    let err = late
+        .check(&source, &engine_estimator::Resources::of_this_machine())
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(err.contains("maps[1]") && err.contains("after every other map"), "{err}");
+    let far = with_maps(r#"RandomTranslation(feature: "x", height_factor: 2.0, width_factor: 0.1)"#)?;
+    let err = far
+        .check(&source, &engine_estimator::Resources::of_this_machine())
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(err.contains("maps[0]") && err.contains("height_factor 2"), "{err}");
+    Ok(())
+}

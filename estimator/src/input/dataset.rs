@@ -380,6 +380,7 @@ impl Dataset {
         let mut steps = Vec::new();
         let mut filters = Vec::new();
         let mut ops = Vec::new();
+        let mut augments = Vec::new();
         let mut batched = false;
         let mut padded = false;
         for op in &self.ops {
@@ -387,7 +388,22 @@ impl Dataset {
             if batched && element_level {
                 return Err(InputError::invalid(format!("{op:?} after batching: filter before `batch`")));
             }
+            // Augmentations draw by the example's place in its batch, so they run on the
+            // batch being assembled, after everything else an example goes through: a
+            // cache must not keep one draw, nor a filter decide on one.
+            let after_augment =
+                matches!(op, Op::Map(m) if !m.is_augmentation()) || matches!(op, Op::Filter(_) | Op::Cache(_));
+            if after_augment && !augments.is_empty() {
+                return Err(InputError::invalid(format!(
+                    "{op:?} after a random augmentation: augmentations come after every other map, filter and cache"
+                )));
+            }
             match op {
+                Op::Map(map) if map.is_augmentation() => {
+                    if let (super::map::CompiledMap::Augment(augment), _) = map.compile(&schema)? {
+                        augments.push(augment.reseed(augments.len(), self.sharding.index));
+                    }
+                }
                 Op::Map(map) => {
                     let (compiled, next) = map.compile(&schema)?;
                     steps.push(ElementStep::Map(compiled));
@@ -462,7 +478,8 @@ impl Dataset {
             )));
         }
         let shard = ShardIds::resolve(self.source.files(), self.source.len(), &self.sharding)?;
-        let materializer = Arc::new(Materializer { source: self.source.clone(), steps, filters, schema, padded });
+        let materializer =
+            Arc::new(Materializer { source: self.source.clone(), steps, filters, schema, padded, augments });
         Ok(Plan {
             materializer,
             ops,

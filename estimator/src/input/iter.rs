@@ -60,7 +60,7 @@ impl DatasetIter {
             lead.load(&mut saved.iter())?;
             let depth = plan.prefetch.max(plan.threads);
             Mode::Prefetch(
-                Prefetcher::start(lead, plan.materializer.clone(), plan.threads, depth)?,
+                Prefetcher::start(lead, batches, plan.materializer.clone(), plan.threads, depth)?,
                 ReplayOracle::default(),
             )
         };
@@ -121,7 +121,7 @@ impl DatasetIter {
     fn produce(&mut self) -> Result<Option<Batch>> {
         match &mut self.mode {
             Mode::Inline(oracle) => match self.stream.next(oracle)? {
-                Some(ids) => self.plan.materializer.batch(&ids).map(Some),
+                Some(ids) => self.plan.materializer.batch(&ids, self.batches).map(Some),
                 None => Ok(None),
             },
             Mode::Prefetch(prefetcher, replay) => match prefetcher.recv() {

@@ -5,6 +5,7 @@
 //! them run on the decoding threads.
 
 use super::SAMPLE_WEIGHT;
+use super::augment::{CompiledAugment, FillMode, FlipMode, Request};
 use super::error::{InputError, Result};
 use super::schema::{Row, Schema};
 use engine_graph::{DType, HostData};
@@ -32,6 +33,57 @@ pub enum Map {
         features: Vec<String>,
         into: String,
     },
+    /// Flips an image left to right (`Horizontal`), upside down (`Vertical`), or each with
+    /// its own draw (`HorizontalAndVertical`, the default), each with probability one half.
+    /// This and the three maps below augment: see `augment` for when they run (training
+    /// only, after every other map, filter and cache) and where their draws come from
+    /// (`seed`, else the input section's).
+    RandomFlip {
+        feature: String,
+        #[serde(default)]
+        mode: FlipMode,
+        #[serde(default, deserialize_with = "super::lenient::option")]
+        seed: Option<u64>,
+    },
+    /// Shifts an image by up to `height_factor` of its height and `width_factor` of its
+    /// width each way, in whole pixels, filling what comes into the frame per `fill_mode`.
+    RandomTranslation {
+        feature: String,
+        height_factor: f32,
+        width_factor: f32,
+        #[serde(default)]
+        fill_mode: FillMode,
+        #[serde(default)]
+        fill_value: f32,
+        #[serde(default, deserialize_with = "super::lenient::option")]
+        seed: Option<u64>,
+    },
+    /// Adds one draw from `[-factor, factor]` times the width of `value_range` to every
+    /// value, then clips to `value_range` (Keras' default `(0, 255)`: pass `(0.0, 1.0)`
+    /// after `Scale(255.0)`).
+    RandomBrightness {
+        feature: String,
+        factor: f32,
+        #[serde(default = "pixel_range")]
+        value_range: [f32; 2],
+        #[serde(default, deserialize_with = "super::lenient::option")]
+        seed: Option<u64>,
+    },
+    /// Scales each channel's distance from its mean by one draw from `[1 - factor, 1 +
+    /// factor]`, then clips to `value_range`.
+    RandomContrast {
+        feature: String,
+        factor: f32,
+        #[serde(default = "pixel_range")]
+        value_range: [f32; 2],
+        #[serde(default, deserialize_with = "super::lenient::option")]
+        seed: Option<u64>,
+    },
+}
+
+/// Keras' default `value_range` of its random image layers.
+fn pixel_range() -> [f32; 2] {
+    [0.0, 255.0]
 }
 
 /// A map resolved against a schema: column positions instead of names.
@@ -61,9 +113,35 @@ pub(crate) enum CompiledMap {
     Pack {
         columns: Vec<usize>,
     },
+    /// A random augmentation, seeded by its own `seed` only until the dataset gives it its
+    /// stream (`CompiledAugment::reseed`).
+    Augment(CompiledAugment),
 }
 
 impl Map {
+    /// Whether this is a random augmentation (training only, after every other map).
+    pub fn is_augmentation(&self) -> bool {
+        matches!(
+            self,
+            Map::RandomFlip { .. }
+                | Map::RandomTranslation { .. }
+                | Map::RandomBrightness { .. }
+                | Map::RandomContrast { .. }
+        )
+    }
+
+    /// An augmentation without a seed of its own takes `seed` (the input section's).
+    pub(crate) fn seeded(mut self, section: u64) -> Self {
+        if let Map::RandomFlip { seed, .. }
+        | Map::RandomTranslation { seed, .. }
+        | Map::RandomBrightness { seed, .. }
+        | Map::RandomContrast { seed, .. } = &mut self
+        {
+            seed.get_or_insert(section);
+        }
+        self
+    }
+
     /// Resolves the map against the schema it will see, and gives the schema after it.
     pub(crate) fn compile(&self, schema: &Schema) -> Result<(CompiledMap, Schema)> {
         let mut out = schema.clone();
@@ -169,6 +247,27 @@ impl Map {
                 out = Schema::new(features, schema.label.clone())?;
                 CompiledMap::Pack { columns }
             }
+            Map::RandomFlip { feature, mode, seed } => {
+                CompiledMap::Augment(Request::Flip { feature, mode: *mode }.compile(schema, seed.unwrap_or(0))?)
+            }
+            Map::RandomTranslation { feature, height_factor, width_factor, fill_mode, fill_value, seed } => {
+                let request = Request::Translate {
+                    feature,
+                    height: *height_factor,
+                    width: *width_factor,
+                    fill: *fill_mode,
+                    value: *fill_value,
+                };
+                CompiledMap::Augment(request.compile(schema, seed.unwrap_or(0))?)
+            }
+            Map::RandomBrightness { feature, factor, value_range, seed } => {
+                let request = Request::Brightness { feature, factor: *factor, range: *value_range };
+                CompiledMap::Augment(request.compile(schema, seed.unwrap_or(0))?)
+            }
+            Map::RandomContrast { feature, factor, value_range, seed } => {
+                let request = Request::Contrast { feature, factor: *factor, range: *value_range };
+                CompiledMap::Augment(request.compile(schema, seed.unwrap_or(0))?)
+            }
         };
         Ok((compiled, out))
     }
@@ -237,7 +336,9 @@ impl CompiledMap {
                 let value = row.values.get_mut(*column).ok_or_else(missing)?;
                 *value = cast(std::mem::replace(value, HostData::Bool(Vec::new())), *dtype);
             }
-            CompiledMap::Reshape => {}
+            // An augmentation needs the example's place in the batch: the materializer
+            // runs it (`Materializer::batch`), never as a map of one row.
+            CompiledMap::Reshape | CompiledMap::Augment(_) => {}
             CompiledMap::Pack { columns } => {
                 let mut packed = Vec::new();
                 for &c in columns {

@@ -2,6 +2,7 @@
 //! assemble batches. This is the expensive half of the pipeline, the part that runs on the
 //! decoding threads; the cheap half (which indices, in which order) is in `stream`.
 
+use super::augment::CompiledAugment;
 use super::cache::CacheStore;
 use super::error::{InputError, Result};
 use super::example::{Batch, ExampleRef};
@@ -42,6 +43,8 @@ pub(crate) struct Materializer {
     pub schema: Schema,
     /// Batches carry `mask` (evaluation with padding).
     pub padded: bool,
+    /// Random augmentations, run on each example of a batch after every step (see `augment`).
+    pub augments: Vec<CompiledAugment>,
 }
 
 impl Materializer {
@@ -87,7 +90,8 @@ impl Materializer {
         Ok(f.filter.keep(&ExampleRef { schema: &f.schema, row: &row, id }))
     }
 
-    pub fn batch(&self, ids: &IdBatch) -> Result<Batch> {
+    /// The batch of `ids`, batch number `number` of the iteration (what augmentations draw by).
+    pub fn batch(&self, ids: &IdBatch, number: u64) -> Result<Batch> {
         let rows = ids.rows.max(ids.ids.len());
         let mut columns: Vec<HostData> =
             self.schema.columns().map(|c| host_data_with_capacity(c.dtype, rows * c.size())).collect();
@@ -103,10 +107,10 @@ impl Materializer {
         // part of each column while it is in L1; otherwise each example is a `Row` first.
         let in_place = self.steps.iter().all(|s| matches!(s, ElementStep::Map(m) if m.in_place()));
         let mut starts = Vec::with_capacity(columns.len());
-        for &id in &ids.ids {
+        for (place, &id) in ids.ids.iter().enumerate() {
+            starts.clear();
+            starts.extend(columns.iter().map(HostData::len));
             if in_place {
-                starts.clear();
-                starts.extend(columns.iter().map(HostData::len));
                 self.source.read_into(id, &mut columns)?;
                 for step in &self.steps {
                     if let ElementStep::Map(map) = step {
@@ -115,6 +119,9 @@ impl Materializer {
                 }
             } else {
                 append_row(&mut columns, &self.schema, id, &self.row(id, self.steps.len())?)?;
+            }
+            for augment in &self.augments {
+                augment.apply(&mut columns, &starts, number, place);
             }
         }
         let padding = rows - ids.ids.len();

@@ -55,6 +55,7 @@
 //! run would have produced: shuffle seeds derive from (seed, epoch), the random stream's
 //! position is a counter, and buffers hold indices.
 
+mod augment;
 mod cache;
 mod context;
 mod dataset;
@@ -79,6 +80,7 @@ mod steps;
 mod stream;
 mod wide;
 
+pub use augment::{FillMode, FlipMode};
 pub use context::{AutoShardPolicy, InputContext};
 pub use dataset::Dataset;
 pub use error::{InputError, Result};

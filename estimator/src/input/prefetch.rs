@@ -28,7 +28,7 @@ pub(crate) enum Produced {
 }
 
 enum Job {
-    Batch { ids: IdBatch, decisions: Vec<bool> },
+    Batch { ids: IdBatch, number: u64, decisions: Vec<bool> },
     End,
     Failed(InputError),
 }
@@ -41,8 +41,11 @@ pub(crate) struct Prefetcher {
 }
 
 impl Prefetcher {
+    /// `first` is the number of the first batch `lead` produces (the batches handed out
+    /// before it, on a resumed iterator).
     pub fn start(
         mut lead: Box<dyn Stream<IdBatch>>,
+        first: u64,
         materializer: Arc<Materializer>,
         workers: usize,
         depth: usize,
@@ -63,8 +66,8 @@ impl Prefetcher {
                 .spawn(move || {
                     while let Ok(job) = job_rx.recv() {
                         let produced = match job {
-                            Job::Batch { ids, decisions } => {
-                                let batch = materializer.batch(&ids);
+                            Job::Batch { ids, number, decisions } => {
+                                let batch = materializer.batch(&ids, number);
                                 Produced::Batch { ids, batch, decisions }
                             }
                             Job::End => Produced::End,
@@ -87,8 +90,9 @@ impl Prefetcher {
                 let mut oracle = EvalOracle::new(materializer, true);
                 let mut seq = 0usize;
                 while !stop_flag.load(Ordering::Relaxed) {
+                    let number = first + seq as u64;
                     let job = match lead.next(&mut oracle) {
-                        Ok(Some(ids)) => Job::Batch { ids, decisions: std::mem::take(&mut oracle.log) },
+                        Ok(Some(ids)) => Job::Batch { ids, number, decisions: std::mem::take(&mut oracle.log) },
                         Ok(None) => Job::End,
                         Err(e) => Job::Failed(e),
                     };

@@ -246,7 +246,11 @@ fn map_target(map: &Map) -> Option<&str> {
         Map::Normalize { feature, .. }
         | Map::OneHot { feature, .. }
         | Map::Cast { feature, .. }
-        | Map::Reshape { feature, .. } => Some(feature),
+        | Map::Reshape { feature, .. }
+        | Map::RandomFlip { feature, .. }
+        | Map::RandomTranslation { feature, .. }
+        | Map::RandomBrightness { feature, .. }
+        | Map::RandomContrast { feature, .. } => Some(feature),
         Map::Scale(_) | Map::Pack { .. } => None,
     }
 }
@@ -315,6 +319,8 @@ impl InputSpec {
         let maps = self.pipeline().maps;
         for (i, map) in maps.iter().enumerate() {
             let target = match map {
+                // Training only: a served model sees its requests as they are.
+                _ if map.is_augmentation() => continue,
                 Map::Scale(_) | Map::Normalize { .. } => {
                     out.push(map.clone());
                     continue;
@@ -592,6 +598,15 @@ impl InputSpec {
         let p = self.pipeline();
         let mut schema = source.source_schema().clone();
         for (i, map) in p.maps.iter().enumerate() {
+            if !map.is_augmentation() && p.maps[..i].iter().any(Map::is_augmentation) {
+                return Err(InputError::Field {
+                    field: InputField::at("maps", i),
+                    source: Box::new(InputError::invalid(
+                        "random augmentations (RandomFlip, RandomTranslation, RandomBrightness, RandomContrast) \
+                         come after every other map: they run last, on training batches only",
+                    )),
+                });
+            }
             schema = map
                 .compile(&schema)
                 .map_err(|e| InputError::Field { field: InputField::at("maps", i), source: Box::new(e) })?
@@ -665,7 +680,7 @@ impl InputSpec {
         if let Some(n) = p.take {
             ds = ds.take(n);
         }
-        for map in p.maps {
+        for map in p.maps.iter().filter(|m| !m.is_augmentation()) {
             ds = ds.map(map.clone());
         }
         for predicate in p.filters {
@@ -675,6 +690,16 @@ impl InputSpec {
             ds = ds.cache();
         }
         Ok(ds)
+    }
+
+    /// The section's random augmentations, seeded by its `seed` where they have none: they
+    /// run in training only, after the filters and the cache (see `augment`).
+    fn augment(&self, mut ds: Dataset) -> Dataset {
+        let p = self.pipeline();
+        for map in p.maps.iter().filter(|m| m.is_augmentation()) {
+            ds = ds.map(map.clone().seeded(p.seed));
+        }
+        ds
     }
 
     /// The dataset of input pipeline `ctx.input_pipeline_id`: for training, shuffled,
@@ -692,6 +717,21 @@ impl InputSpec {
         let p = self.pipeline();
         let mut ds = self.examples(source, ctx)?;
         if mode_is_training {
+            ds = self.augment(ds);
+            // A folder lists its images class by class: a buffer smaller than the folder
+            // mixes only neighbouring classes, and a model trained on such batches learns
+            // a few classes at a time (Keras shuffles the whole file list first).
+            if let InputSpec::ImageFolder { root, .. } = self
+                && (1..source.source_len()).contains(&(p.shuffle_buffer as u64))
+            {
+                log::warn!(
+                    "{root} holds {} images listed class by class, and shuffle_buffer is {}: batches will mix \
+                     only neighbouring classes; set shuffle_buffer to {} (it holds 8-byte indices, not images)",
+                    source.source_len(),
+                    p.shuffle_buffer,
+                    source.source_len()
+                );
+            }
             if p.shuffle_buffer > 0 {
                 ds = ds.shuffle_with(p.shuffle_buffer, p.seed, p.reshuffle_each_iteration);
             }
