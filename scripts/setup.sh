@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the engine needs on a fresh Debian machine: the Fashion-MNIST data
-# (Debian's dataset-fashion-mnist, and the same images as a CSV table in data/) and, with --test, Mesa's lavapipe (Vulkan on the CPU,
+# (Debian's dataset-fashion-mnist, and the same images as a CSV table and as folders of
+# PNG files in data/) and, with --test, Mesa's lavapipe (Vulkan on the CPU,
 # for the wgpu backend's tests) and the Python packages the tests use to check our files
 # against real readers and writers (TensorBoard, safetensors, tfrecord, moto's S3 server)
 # in ./.venv, and rustfmt and clippy, which the test command runs first. Idempotent: re-running does only what is missing.
@@ -30,6 +31,12 @@ if [ ! -f data/fashion_mnist_table/test.csv ]; then
   # The same images as a CSV table with string labels, for specs/fashion_mnist_table.ron.
   echo "setup: writing data/fashion_mnist_table/{train,test}.csv" >&2
   python3 scripts/make_fashion_table.py
+fi
+
+if [ ! -d data/fashion_mnist_png/test ]; then
+  # The same images as folders of PNG files, one per class, for specs/fashion_mnist_png.ron.
+  echo "setup: writing data/fashion_mnist_png/{train,test}/<class>/*.png" >&2
+  python3 scripts/make_fashion_pngs.py
 fi
 
 if $want_tests && [ ! -f /usr/share/vulkan/icd.d/lvp_icd.x86_64.json ]; then

@@ -6,7 +6,7 @@
 
 mod common;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use common::fuzz::{Rng, survives};
 use common::{engine_binary, repo_root};
 use std::path::{Path, PathBuf};
@@ -48,6 +48,15 @@ fn seeds(dir: &Path) -> Result<Vec<String>> {
         table.push_str(&format!("{},{}\n", cells.join(","), ["Coat", "Bag", "Ankle boot"][row % 3]));
     }
     std::fs::write(&small_table, table)?;
+    // The PNG spec's folders (60 000 files) as 100 images in three classes (a batch of 64 fits).
+    let small_png = dir.join("small_png");
+    for i in 0..100u32 {
+        let class = small_png.join(["Coat", "Bag", "Ankle boot"][i as usize % 3]);
+        std::fs::create_dir_all(&class)?;
+        let pixels = (0..784u32).map(|p| ((p * 13 + i * 29) % 256) as u8).collect();
+        let image = image::GrayImage::from_raw(28, 28, pixels).context("28x28 pixels")?;
+        image.save(class.join(format!("{i}.png")))?;
+    }
     let mut specs = Vec::new();
     for entry in std::fs::read_dir(repo_root().join("specs"))? {
         let path = entry?.path();
@@ -58,7 +67,9 @@ fn seeds(dir: &Path) -> Result<Vec<String>> {
                 .replace("/usr/share/datasets/fashion-mnist/train-labels-idx1-ubyte.gz", &labels.to_string_lossy())
                 .replace("/usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz", &labels.to_string_lossy())
                 .replace("data/fashion_mnist_table/train.csv", &small_table.to_string_lossy())
-                .replace("data/fashion_mnist_table/test.csv", &small_table.to_string_lossy());
+                .replace("data/fashion_mnist_table/test.csv", &small_table.to_string_lossy())
+                .replace("data/fashion_mnist_png/train", &small_png.to_string_lossy())
+                .replace("data/fashion_mnist_png/test", &small_png.to_string_lossy());
             specs.push(text);
         }
     }

@@ -124,7 +124,7 @@ macro_rules! spec_tests {
     };
 }
 
-spec_tests!(cnn, mlp, residual, resnet, table, vgg, vit);
+spec_tests!(cnn, mlp, png, residual, resnet, table, vgg, vit);
 
 /// A spec added to `specs/` gets a test here: the list above must name every file.
 #[test]

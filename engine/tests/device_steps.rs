@@ -121,7 +121,7 @@ fn device_steps_read_back_once_and_profile_on_the_device() -> Result<()> {
     }
     // The specs name their data relative to the repository's root (the table spec's CSV).
     std::env::set_current_dir(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(".."))?;
-    let specs = ["cnn", "mlp", "residual", "resnet", "table", "vgg", "vit"];
+    let specs = ["cnn", "mlp", "png", "residual", "resnet", "table", "vgg", "vit"];
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../specs");
     let files = std::fs::read_dir(&dir)?.count();
     ensure!(files == specs.len(), "specs/ has {files} files, this test trains {specs:?}: add the new one");
