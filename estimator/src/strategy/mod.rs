@@ -199,7 +199,14 @@ pub(crate) fn announced(device: Device) -> Device {
         let mut seen = SEEN.lock().unwrap_or_else(|p| p.into_inner());
         let name = device.to_string();
         if !seen.contains(&name) {
-            log::info!("{name} is {hardware}");
+            if device.tunes_kernels() {
+                log::info!(
+                    "{name} is {hardware}; its matmul and convolution kernels are tuned at the first step that \
+                     meets each shape (minutes on cuda; CUBECL_AUTOTUNE_LEVEL=minimal tunes less)"
+                );
+            } else {
+                log::info!("{name} is {hardware}");
+            }
             seen.push(name);
         }
     }

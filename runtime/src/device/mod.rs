@@ -63,6 +63,13 @@ impl Device {
         self.hardware.as_deref()
     }
 
+    /// Whether this device's matmul and convolution kernels are chosen by measuring
+    /// cubecl's candidates on first use of each shape (the `autotune` feature): what makes a
+    /// first step take minutes on `cuda`.
+    pub fn tunes_kernels(&self) -> bool {
+        cfg!(feature = "autotune") && self.is_queued()
+    }
+
     /// The largest tensor, in bytes, that the device holds in one buffer, where it has
     /// such a limit.
     pub fn max_buffer_bytes(&self) -> Option<u64> {
