@@ -241,3 +241,44 @@ fn strategies_on_devices_train_like_one_device() -> Result<()> {
     }
     if failures.is_empty() { Ok(()) } else { Err(anyhow!("{}", failures.join("\n"))) }
 }
+
+/// A dropout mask over more units than one arange of burn's `fusion` gets right (it builds
+/// `int_arange` as a cumulative sum, wrong past 65,536 values on lavapipe) is the host's,
+/// unit for unit, on every listed device: the ViT's attention dropout (76,832 units at
+/// batch 8) differed at a third of its units past 65,536 before the keys were built in
+/// short rows.
+#[test]
+fn long_dropout_masks_match_the_host_on_devices() -> Result<()> {
+    use engine_graph::{DType, Graph, GraphBuilder, HostData, Shape};
+    let devices = listed_devices()?;
+    for n in [70_000usize, 1_000_003] {
+        let mask = |device: Device| -> Result<Vec<f64>> {
+            let mut g = Graph::new();
+            let mut b = GraphBuilder::new(&mut g);
+            let x = b.placeholder("x", DType::F32, Shape::known(&[n]))?;
+            let y = b.dropout(x, 0.5, 7)?;
+            g.roles.fetches.insert("y".into(), y);
+            let exec =
+                Executor::new(Arc::new(Plan::new(g, vec![])?), device, Precision::F32)?.with_native_kernels(false);
+            let ones = HostTensor { shape: vec![n], data: HostData::F32(vec![1.0; n]) };
+            let feeds = BTreeMap::from([("x".to_string(), ones)]);
+            let out =
+                exec.run(&mut VariableStore::new(), &feeds, &[y], RunOptions { step: 3, ..RunOptions::default() })?;
+            Ok(out.fetched[0].to_host()?.to_f64_vec())
+        };
+        let host = mask(Device::cpu())?;
+        let kept = host.iter().filter(|&&v| v != 0.0).count();
+        ensure!((kept as f64 / n as f64 - 0.5).abs() < 0.01, "{kept} of {n} kept at rate 0.5");
+        for &name in &devices {
+            let got = mask(Device::open(name)?)?;
+            let differ: Vec<usize> = (0..n).filter(|&i| got[i] != host[i]).collect();
+            ensure!(
+                differ.is_empty(),
+                "{name}: {} of {n} units differ from the host's, the first {:?}",
+                differ.len(),
+                &differ[..differ.len().min(5)]
+            );
+        }
+    }
+    Ok(())
+}

@@ -90,7 +90,7 @@ fn device_mask(d: &Dropout, shape: &[usize], ctx: &KernelCtx<'_>) -> Result<crat
     let s = Stream::new(d, n, ctx);
     let scale = scale::<f64>(d, ctx)?;
     let low = |t| B::bitwise_and_scalar(t, (LOW32 as i64).into());
-    let keys = B::int_arange(0..n as i64, ctx.device, IntDType::I64);
+    let keys = keys(n, ctx);
     let mut x = low(B::bitwise_xor_scalar(B::int_add_scalar(keys, (s.offset as i64).into()), (s.seed as i64).into()));
     for m in MUL {
         x = B::bitwise_xor(x.clone(), B::bitwise_right_shift_scalar(x, 16i64.into()));
@@ -100,6 +100,27 @@ fn device_mask(d: &Dropout, shape: &[usize], ctx: &KernelCtx<'_>) -> Result<crat
     let kept = B::int_lower_elem(x, (s.threshold as i64).into(), ctx.bool_dtype());
     let ones = B::bool_into_float(kept, ctx.precision.dtype());
     Ok(B::float_reshape(B::float_mul_scalar(ones, scale.into()), BurnShape::from(shape.to_vec())))
+}
+
+/// The keys `0..n` on the device, from aranges of at most 4,096 values each: burn's `fusion`
+/// computes `int_arange` as a cumulative sum of ones, which on lavapipe came out wrong for
+/// long ranges (a mask over 70,000 units differed from the host's at 2,190 of them, all
+/// past 65,540; built from rows of 65,536 keys, one unit in 200,000 still differed, the
+/// last of a row). Rows of 4,096 keys plus each row's start, the starts themselves built
+/// the same way, reach every 32-bit key in three levels.
+fn keys(n: usize, ctx: &KernelCtx<'_>) -> crate::value::T {
+    const ROW: usize = 1 << 12;
+    if n <= ROW {
+        return B::int_arange(0..n as i64, ctx.device, IntDType::I64);
+    }
+    let rows = n.div_ceil(ROW);
+    let starts = B::int_mul_scalar(keys(rows, ctx), (ROW as i64).into());
+    let starts = B::int_reshape(starts, BurnShape::from(vec![rows, 1]));
+    let within = B::int_reshape(keys(ROW, ctx), BurnShape::from(vec![1, ROW]));
+    let grid = BurnShape::from(vec![rows, ROW]);
+    let all = B::int_add(B::int_expand(starts, grid.clone()), B::int_expand(within, grid));
+    let flat = B::int_reshape(all, BurnShape::from(vec![rows * ROW]));
+    B::int_slice(flat, &[burn::tensor::Slice::from(0..n)])
 }
 
 pub(super) fn run(d: &Dropout, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Result<Vec<Value>> {
