@@ -31,7 +31,7 @@ use crate::{
     shapes::resolve,
     value::{B, T},
 };
-use burn::backend::ops::{ActivationOps, FloatTensorOps};
+use burn::backend::ops::{ActivationOps, BoolTensorOps, FloatTensorOps};
 use burn::backend::{DispatchDevice, TensorMetadata};
 use burn::tensor::Shape as BurnShape;
 use engine_graph::{Node, Op, ops::FusedActivation};
@@ -236,7 +236,12 @@ pub(crate) fn finiteness(v: &Value, ctx: &KernelCtx<'_>) -> Finiteness {
     {
         return Finiteness::Counted(nan, inf);
     }
-    let probe = B::float_sum(B::float_sub(t.clone(), t.clone()));
+    // How many values are NaN or infinite, by the device's own tests of each value. Not
+    // `sum(t - t)` (NaN where any value is not finite): with burn's `fusion` that sum came
+    // out 0 over a NaN, and the NaN reached the variables (tests/non_finite.rs).
+    let bools = ctx.bool_dtype();
+    let bad = B::bool_or(B::float_is_nan(t.clone(), bools), B::float_is_inf(t.clone(), bools));
+    let probe = B::float_sum(B::bool_into_float(bad, ctx.precision.dtype()));
     Finiteness::Probe(B::float_reshape(probe, BurnShape::new([1])))
 }
 
