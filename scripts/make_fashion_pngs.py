@@ -9,23 +9,15 @@ Each split is written to a temporary folder and renamed into place when whole, s
 interrupted run leaves no half-written split behind and the next run starts it again.
 Usage: scripts/make_fashion_pngs.py [SOURCE_DIR [OUT_DIR]]
 """
-import gzip
 import os
 import shutil
 import struct
 import sys
 import zlib
 
-CLASSES = ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
-           "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"]
-
-
-def read_idx(path):
-    with gzip.open(path, "rb") as f:
-        data = f.read()
-    dims = data[3]
-    shape = struct.unpack(">" + "I" * dims, data[4:4 + 4 * dims])
-    return shape, data[4 + 4 * dims:]
+sys.dont_write_bytecode = True
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from make_fashion_table import CLASSES, read_idx  # noqa: E402  (the same IDX reader and class names)
 
 
 def chunk(kind, body):
