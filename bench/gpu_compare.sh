@@ -66,7 +66,8 @@ run_one() {  # runner model batch rep
     *) echo "unknown runner $runner" >&2; return 2 ;;
   esac
   local start=$SECONDS
-  if timeout "$limit" "${cmd[@]}" >"$out/$name.json" 2>>"$out/$name.log"; then
+  # -k: the engine answers SIGTERM after the step it is in, which can be long on a device.
+  if timeout -k 10 "$limit" "${cmd[@]}" >"$out/$name.json" 2>>"$out/$name.log"; then
     echo "$name: $((SECONDS - start)) s" >&2
   else
     echo "$name: failed or over ${limit} s (log: $out/$name.log)" >&2
