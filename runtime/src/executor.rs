@@ -451,8 +451,13 @@ impl Executor {
             let window = if profile_device { B::profile_start(self.device.dispatch()).ok().flatten() } else { None };
             let outputs = self.compute(index, inputs, vars, feeds, &options, batch, &mut flight);
             // Closed even when the op failed: an open window costs the backend until then.
-            let device_time =
-                window.and_then(|w| B::profile_end(self.device.dispatch(), w, ProfileOptions::default()).ok());
+            // Flushed first: under burn's fusion an op's kernels are only queued until a
+            // value is needed, so its window would be empty (a profiled step gives up the
+            // fusion across ops to time each one).
+            let device_time = window.and_then(|w| {
+                let _ = B::sync(self.device.dispatch());
+                B::profile_end(self.device.dispatch(), w, ProfileOptions::default()).ok()
+            });
             self.store(index, outputs?, &mut flight.slots, batch)?;
             for &slot in &step.free {
                 if !keep.contains(&slot) && !flight.waiting.contains_key(&slot) {
