@@ -21,6 +21,7 @@ pub mod metrics;
 mod mode;
 pub mod model_dir;
 mod model_fn;
+pub(crate) mod once;
 pub mod preemption;
 mod resources;
 mod run_config;

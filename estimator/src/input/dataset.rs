@@ -10,7 +10,7 @@ use super::example::ExampleRef;
 use super::feature_spec::FeatureSpec;
 use super::filter::{Filter, Predicate};
 use super::iter::DatasetIter;
-use super::map::Map;
+use super::map::{CompiledMap, Map};
 use super::materialize::{CompiledFilter, ElementStep, EvalOracle, MASK_FEATURE, Materializer};
 use super::schema::Schema;
 use super::shard::{ShardIds, Sharding};
@@ -399,14 +399,14 @@ impl Dataset {
                 )));
             }
             match op {
-                Op::Map(map) if map.is_augmentation() => {
-                    if let (super::map::CompiledMap::Augment(augment), _) = map.compile(&schema)? {
-                        augments.push(augment.reseed(augments.len(), self.sharding.index));
-                    }
-                }
                 Op::Map(map) => {
                     let (compiled, next) = map.compile(&schema)?;
-                    steps.push(ElementStep::Map(compiled));
+                    match compiled {
+                        CompiledMap::Augment(augment) => {
+                            augments.push(augment.reseed(augments.len(), self.sharding.index))
+                        }
+                        compiled => steps.push(ElementStep::Map(compiled)),
+                    }
                     schema = next;
                 }
                 Op::Cache(store) => steps.push(ElementStep::Cache(store.clone())),

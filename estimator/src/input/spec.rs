@@ -240,18 +240,6 @@ struct Pipeline<'a> {
     num_parallel_calls: usize,
 }
 
-/// Whether this process has not yet warned about this folder (a job builds its training
-/// dataset more than once: to count an epoch's steps, then per input pipeline).
-fn first_time(root: &str) -> bool {
-    static WARNED: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
-    let mut warned = WARNED.lock().unwrap_or_else(|p| p.into_inner());
-    let new = !warned.iter().any(|r| r == root);
-    if new {
-        warned.push(root.to_string());
-    }
-    new
-}
-
 /// The one feature a map changes, for the maps that change one.
 fn map_target(map: &Map) -> Option<&str> {
     match map {
@@ -735,7 +723,9 @@ impl InputSpec {
             // a few classes at a time (Keras shuffles the whole file list first).
             if let InputSpec::ImageFolder { root, .. } = self
                 && (1..source.source_len()).contains(&(p.shuffle_buffer as u64))
-                && first_time(root)
+                // Once: a job builds its training dataset more than once (to count an
+                // epoch's steps, then per input pipeline).
+                && crate::once::first_time(&format!("shuffle buffer of {root}"))
             {
                 log::warn!(
                     "{root} holds {} images listed class by class, and shuffle_buffer is {}: batches will mix \

@@ -194,11 +194,9 @@ impl StrategyOptions {
 
 /// Logs which hardware a device is (an accelerator's name), once per process and device.
 pub(crate) fn announced(device: Device) -> Device {
-    static SEEN: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
     if let Some(hardware) = device.hardware() {
-        let mut seen = SEEN.lock().unwrap_or_else(|p| p.into_inner());
         let name = device.to_string();
-        if !seen.contains(&name) {
+        if crate::once::first_time(&format!("device {name}")) {
             if device.tunes_kernels() {
                 log::info!(
                     "{name} is {hardware}; its matmul and convolution kernels are tuned at the first step that \
@@ -207,7 +205,6 @@ pub(crate) fn announced(device: Device) -> Device {
             } else {
                 log::info!("{name} is {hardware}");
             }
-            seen.push(name);
         }
     }
     device
