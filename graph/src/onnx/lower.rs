@@ -7,7 +7,7 @@ use super::{
 };
 use crate::{
     Dim, Graph, GraphError, HostData, HostTensor, Node, NodeId, Op, Outlet, Result,
-    ops::{Conv2d, ElementOp, FusedActivation, FusedNormalization, Normalization, Operand, Window},
+    ops::{Conv2d, ElementOp, FusedActivation, FusedAttention, FusedNormalization, Normalization, Operand, Window},
 };
 use std::collections::{BTreeMap, HashMap};
 
@@ -243,6 +243,7 @@ impl Lowering<'_> {
             // transfer only moves it.
             Op::CheckNumerics(_) | Op::Transfer(_) => unary(&mut self.w, "Identity"),
             Op::FusedNormalization(f) if f.kind == Normalization::Layer => self.layer_norm(id, f, &ins)?,
+            Op::FusedAttention(a) => self.attention(id, a, &ins)?,
             Op::Dropout(_) => {
                 return Err(Self::refuse(
                     node,
@@ -276,6 +277,41 @@ impl Lowering<'_> {
         }
         let attrs = vec![("axis", Attr::Int(-1)), ("epsilon", Attr::Float(f.epsilon))];
         Ok(self.w.node("LayerNormalization", &node.name, inputs, attrs))
+    }
+
+    /// The attention as the layer wrote it (opset 17 has no attention op): each projection
+    /// split into heads (`[N, T, H, D]`, then `[N, H, T, D]`), the scaled scores, the
+    /// softmax, the weighted sum, merged back to `[N, T, H*D]`.
+    fn attention(&mut self, id: NodeId, a: &FusedAttention, ins: &[String]) -> Result<String> {
+        let node = self.g.node(id);
+        if a.dropout.is_some() {
+            return Err(Self::refuse(node, "dropout in an inference graph (training graphs only have it)"));
+        }
+        if !self.g.outlet_consumers(Outlet::new(id, 1)).is_empty() {
+            return Err(Self::refuse(node, "its weights are read, which only training graphs do"));
+        }
+        let facts: Vec<_> = node.inputs.iter().map(|o| self.g.fact(*o).cloned()).collect::<Result<_>>()?;
+        let d = FusedAttention::dims(a.heads, &facts[0], &facts[1], &facts[2]).map_err(|e| Self::refuse(node, &e))?;
+        let n = node.name.as_str();
+        let h = a.heads as i64;
+        let split = |w: &mut Writer, x: &str, tag: &str, t: usize, dim: usize, perm: [i64; 4]| {
+            let shape = w.ints(&format!("{n}/{tag}/shape"), &[0, t as i64, h, dim as i64]);
+            let r = w.node("Reshape", &format!("{n}/{tag}"), vec![x.to_string(), shape], vec![]);
+            w.node("Transpose", &format!("{n}/{tag}/T"), vec![r], vec![("perm", Attr::Ints(perm.to_vec()))])
+        };
+        let q = split(&mut self.w, &ins[0], "query", d.tq, d.dk, [0, 2, 1, 3]);
+        let kt = split(&mut self.w, &ins[1], "key", d.tk, d.dk, [0, 2, 3, 1]);
+        let v = split(&mut self.w, &ins[2], "value", d.tk, d.dv, [0, 2, 1, 3]);
+        let scale = HostTensor::f32(vec![1], vec![a.scale])?;
+        let scale = self.w.initializer(&format!("{n}/scale"), &scale);
+        let q = self.w.node("Mul", &format!("{n}/scaled"), vec![q, scale], vec![]);
+        let scores = self.w.node("MatMul", &format!("{n}/scores"), vec![q, kt], vec![]);
+        let weights = self.w.node("Softmax", &format!("{n}/weights"), vec![scores], vec![("axis", Attr::Int(-1))]);
+        let heads = self.w.node("MatMul", &format!("{n}/heads"), vec![weights, v], vec![]);
+        let perm = Attr::Ints(vec![0, 2, 1, 3]);
+        let merged = self.w.node("Transpose", &format!("{n}/merge"), vec![heads], vec![("perm", perm)]);
+        let shape = self.w.ints(&format!("{n}/shape"), &[0, d.tq as i64, (d.heads * d.dv) as i64]);
+        Ok(self.w.node("Reshape", n, vec![merged, shape], vec![]))
     }
 
     fn only_first_output_used(&self, id: NodeId) -> Result<()> {

@@ -7,6 +7,7 @@
 //! that wire primitives, so their gradients come for free.
 
 pub mod activation;
+pub mod attention;
 pub mod collective;
 pub mod debug;
 pub mod fused;
@@ -24,6 +25,7 @@ use crate::{Fact, Result, autodiff::GradCtx};
 use std::fmt;
 
 pub use activation::*;
+pub use attention::*;
 pub use collective::*;
 pub use debug::*;
 pub use fused::*;
@@ -130,8 +132,8 @@ op_set! {
     // neural network
     Conv2d, Conv2dBackpropInput, Conv2dBackpropFilter, MaxPool2d, MaxPool2dGrad, MaxPoolGradWithArgmax,
     AvgPool2d, AvgPool2dGrad, Dropout,
-    // normalization, formed by a pass before autodiff
-    FusedNormalization, FusedNormalizationGrad,
+    // normalization and attention, formed by passes before autodiff
+    FusedNormalization, FusedNormalizationGrad, FusedAttention, FusedAttentionGrad,
     // fused losses
     SparseSoftmaxCrossEntropy, SoftmaxCrossEntropy, SigmoidCrossEntropy,
     // comparisons and conversions

@@ -125,19 +125,24 @@ fn keys(n: usize, ctx: &KernelCtx<'_>) -> crate::value::T {
 
 pub(super) fn run(d: &Dropout, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Result<Vec<Value>> {
     let [x] = ctx.floats(inputs)?;
-    let shape = dims(&x);
+    let mask = mask_tensor(d, &dims(&x), ctx)?;
+    Ok(vec![Value::Float(B::float_mul(x, mask.clone())), Value::Float(mask)])
+}
+
+/// The step's mask over a tensor of `shape`, where the tensor lives: drawn on the host
+/// for the CPU, by the device's own integer kernels elsewhere.
+pub(super) fn mask_tensor(d: &Dropout, shape: &[usize], ctx: &KernelCtx<'_>) -> Result<crate::value::T> {
     // An if, not a match: a build without GPU features has no other device variant.
-    let mask = if matches!(ctx.device, DispatchDevice::Flex(_)) {
+    if matches!(ctx.device, DispatchDevice::Flex(_)) {
         let n = shape.iter().product();
         let data = match ctx.precision {
-            Precision::F32 => TensorData::new(mask::<f32>(d, n, ctx)?, BurnShape::from(shape.clone())),
-            Precision::F64 => TensorData::new(mask::<f64>(d, n, ctx)?, BurnShape::from(shape.clone())),
+            Precision::F32 => TensorData::new(mask::<f32>(d, n, ctx)?, BurnShape::from(shape.to_vec())),
+            Precision::F64 => TensorData::new(mask::<f64>(d, n, ctx)?, BurnShape::from(shape.to_vec())),
         };
-        B::float_from_data(data, ctx.device)
+        Ok(B::float_from_data(data, ctx.device))
     } else {
-        device_mask(d, &shape, ctx)?
-    };
-    Ok(vec![Value::Float(B::float_mul(x, mask.clone())), Value::Float(mask)])
+        device_mask(d, shape, ctx)
+    }
 }
 
 #[cfg(test)]

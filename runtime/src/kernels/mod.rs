@@ -5,6 +5,7 @@
 //! whatever precision the inputs carry (f32 for training, f64 for gradient checks).
 
 mod activation;
+mod attention;
 mod collective;
 pub(crate) use collective::all_reduce;
 #[cfg(target_arch = "x86_64")]
@@ -199,6 +200,8 @@ pub(crate) fn generic(op: &Op, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Resul
         Dropout(d) => dropout::run(d, inputs, ctx),
         FusedNormalization(n) => normalization::forward(n, inputs, ctx),
         FusedNormalizationGrad(n) => normalization::backward(n, inputs, ctx),
+        FusedAttention(a) => attention::forward(a, inputs, ctx),
+        FusedAttentionGrad(a) => attention::backward(a, inputs, ctx),
         SparseSoftmaxCrossEntropy(_) | SoftmaxCrossEntropy(_) | SigmoidCrossEntropy(_) => {
             one(loss::run(op, inputs, ctx)?)
         }

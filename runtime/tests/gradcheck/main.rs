@@ -6,6 +6,7 @@
 //! perturbs every input element by ±h.
 
 mod harness;
+mod ops_attention;
 mod ops_math;
 mod ops_nn;
 mod ops_norm;

@@ -8,6 +8,7 @@
 //! the last time. They run whenever the device is the CPU; other devices use the generic
 //! burn kernels, which the tests check against these.
 
+mod attention;
 mod buffer;
 mod conv;
 mod conv_pool;
@@ -96,6 +97,8 @@ fn dispatch<E: buffer::Elem>(op: &Op, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -
         Op::Erf(_) => erf::<E>(inputs, ctx),
         Op::FusedNormalization(n) => Ok(normalization::forward::<E>(n, inputs, ctx)),
         Op::FusedNormalizationGrad(n) => Ok(normalization::backward::<E>(n, inputs, ctx)),
+        Op::FusedAttention(a) => Ok(attention::forward::<E>(a, inputs, ctx)),
+        Op::FusedAttentionGrad(a) => Ok(attention::backward::<E>(a, inputs, ctx)),
         Op::Softmax(s) => softmax::softmax::<E>(s.axis, false, inputs, ctx).and_then(float),
         Op::LogSoftmax(s) => softmax::softmax::<E>(s.axis, true, inputs, ctx).and_then(float),
         Op::SparseSoftmaxCrossEntropy(_) => float(softmax::sparse_cross_entropy::<E>(inputs, ctx)),

@@ -47,23 +47,28 @@ pub(super) fn softmax<E: Elem>(
             let (max, lse) = shift_and_log_sum(row);
             o.iter_mut().zip(row).for_each(|(o, &v)| *o = v - max - lse);
         } else {
-            // Each exponential once (they are most of the time), then divided by their
-            // sum; in f32 the vectorized exp of `vmath`, libm's one at a time otherwise.
-            let max = row.iter().copied().fold(E::neg_infinity(), E::max);
-            let total = match (as_f32(row), num_traits::ToPrimitive::to_f32(&max)) {
-                (Some(r), Some(m)) => {
-                    as_f32_mut(o).map(|o| vmath::exp_shifted(o, r, m)).and_then(|t| <E as num_traits::NumCast>::from(t))
-                }
-                _ => None,
-            };
-            let total = total.unwrap_or_else(|| {
-                o.iter_mut().zip(row).for_each(|(o, &v)| *o = (v - max).exp());
-                o.iter().copied().sum()
-            });
-            o.iter_mut().for_each(|e| *e = *e / total);
+            softmax_row(row, o);
         }
     }
     Ok(Ok(tensor(out, &dims(&x), ctx.device)))
+}
+
+/// One row's softmax into `o`: each exponential once (they are most of the time), then
+/// divided by their sum; in f32 the vectorized exp of `vmath`, libm's one at a time
+/// otherwise.
+pub(super) fn softmax_row<E: Elem>(row: &[E], o: &mut [E]) {
+    let max = row.iter().copied().fold(E::neg_infinity(), E::max);
+    let total = match (as_f32(row), num_traits::ToPrimitive::to_f32(&max)) {
+        (Some(r), Some(m)) => {
+            as_f32_mut(o).map(|o| vmath::exp_shifted(o, r, m)).and_then(|t| <E as num_traits::NumCast>::from(t))
+        }
+        _ => None,
+    };
+    let total = total.unwrap_or_else(|| {
+        o.iter_mut().zip(row).for_each(|(o, &v)| *o = (v - max).exp());
+        o.iter().copied().sum()
+    });
+    o.iter_mut().for_each(|e| *e = *e / total);
 }
 
 /// `-log softmax(logits)[label]` per row, with the logits' last axis as the classes. A
