@@ -1,7 +1,8 @@
 //! Property: the optimization passes (common subexpressions, fusions, dead code) do not
 //! change what a training step computes. Random small models (optional convolution with
-//! bias, ReLU and pooling of either padding, batch or layer normalization, dense layers,
-//! three losses, two optimizers)
+//! bias, ReLU and pooling of either padding, batch or layer normalization, multi-head
+//! self-attention over the positions with or without dropout, dense layers, three losses,
+//! two optimizers)
 //! take one step from identical weights and batch, once as built and once optimized; the
 //! loss and every variable after the update must agree.
 
@@ -9,9 +10,10 @@ use anyhow::{Result, anyhow};
 use engine_graph::{
     DType, Graph, GraphBuilder, HostData, HostTensor, Initializer, Outlet, Plan, Shape,
     autodiff::Autodiff,
+    layers::MultiHeadAttention,
     ops::{Padding, Window},
     optimizer::{ApplyOptimizer, LearningRate, Optimizer, OptimizerConfig},
-    passes::{FuseNormalization, PassManager, optimization_passes},
+    passes::{FuseAttention, FuseNormalization, PassManager, optimization_passes},
 };
 use engine_runtime::{Device, Executor, Precision, RunOptions, VariableStore};
 use proptest::prelude::*;
@@ -42,6 +44,9 @@ struct Model {
     /// After the convolution block: none, batch or layer normalization, with (scale,
     /// center).
     norm: (u8, bool, bool),
+    /// After the normalization, self-attention over the positions: (heads, key size,
+    /// dropout on the weights).
+    attention: Option<(usize, usize, bool)>,
 }
 
 fn conv() -> impl Strategy<Value = Conv> {
@@ -76,8 +81,9 @@ fn model() -> impl Strategy<Value = Model> {
         0..3u8,
         any::<bool>(),
         (0..3u8, any::<bool>(), any::<bool>()),
+        proptest::option::of((1..3usize, 1..4usize, any::<bool>())),
     )
-        .prop_map(|(side, channels, conv, dense, classes, batch, loss, adam, norm)| Model {
+        .prop_map(|(side, channels, conv, dense, classes, batch, loss, adam, norm, attention)| Model {
             side,
             channels,
             conv,
@@ -87,6 +93,7 @@ fn model() -> impl Strategy<Value = Model> {
             loss,
             adam,
             norm,
+            attention,
         })
 }
 
@@ -129,6 +136,14 @@ fn build(m: &Model) -> engine_graph::Result<Graph> {
         } else {
             b.layer_normalize(h, gamma, beta, 1e-3)?
         };
+    }
+    if let Some((heads, key_dim, dropout)) = m.attention {
+        let dims: Vec<usize> = b.fact(h)?.shape.dims()[1..].iter().filter_map(|d| d.known()).collect();
+        let (c, tokens) = (dims[dims.len() - 1], dims[..dims.len() - 1].iter().product::<usize>());
+        h = b.reshape(h, Shape::batched(&[tokens, c]))?;
+        let layer =
+            MultiHeadAttention { dropout: if dropout { 0.3 } else { 0.0 }, ..MultiHeadAttention::new(heads, key_dim) };
+        h = layer.apply(&mut b, h, None, None, true, 17)?;
     }
     h = b.flatten(h)?;
     let mut width = b.fact(h)?.shape.dim(1).known().unwrap_or(1);
@@ -220,6 +235,7 @@ fn train_step(
     let mut passes = PassManager::new();
     if optimize {
         passes.push(Box::new(FuseNormalization));
+        passes.push(Box::new(FuseAttention));
     }
     passes.push(Box::new(Autodiff));
     passes.push(Box::new(ApplyOptimizer { config }));
@@ -289,6 +305,38 @@ fn the_tutorial_cnn_shape_is_equivalent() -> Result<()> {
     }
     anyhow::ensure!(!ops.contains(&"MaxPool") && !ops.contains(&"MaxPoolGrad"), "{ops:?}");
     let (loss_native, native, _) = step_with(&m, true, true)?;
+    let (loss_generic, generic, _) = step_with(&m, true, false)?;
+    anyhow::ensure!(
+        (loss_native - loss_generic).abs() <= 1e-5 * (1.0 + loss_native.abs()),
+        "{loss_native} vs {loss_generic}"
+    );
+    for (name, a) in &native {
+        anyhow::ensure!(close(a, &generic[name]), "{name}: native and generic fused kernels differ");
+    }
+    Ok(())
+}
+
+/// The ViT's attention (heads of 16 features, dropout on the weights, Adam) over a
+/// convolution's 4 x 4 positions: the fused op and its gradient are formed, and the
+/// native and generic fused kernels agree with the composite and each other.
+#[test]
+fn a_vit_attention_block_is_equivalent() -> Result<()> {
+    let m = Model {
+        side: 8,
+        conv: Some(Conv { filters: 8, kernel: 2, stride: 2, same: false, bias: true, relu: false, pool: None }),
+        dense: vec![],
+        norm: (2, true, true),
+        adam: true,
+        attention: Some((2, 4, true)),
+        ..tutorial_cnn()
+    };
+    equivalent(&m)?;
+    let (loss_native, native, ops) = step_with(&m, true, true)?;
+    for fused in ["FusedAttention", "FusedAttentionGrad"] {
+        anyhow::ensure!(ops.contains(&fused), "{fused} not formed: {ops:?}");
+    }
+    // The loss's gradient has a softmax of its own; the attention's is gone.
+    anyhow::ensure!(!ops.contains(&"Transpose") && !ops.contains(&"Dropout"), "{ops:?}");
     let (loss_generic, generic, _) = step_with(&m, true, false)?;
     anyhow::ensure!(
         (loss_native - loss_generic).abs() <= 1e-5 * (1.0 + loss_native.abs()),
@@ -381,6 +429,7 @@ fn tutorial_cnn() -> Model {
         loss: 0,
         adam: false,
         norm: (0, false, false),
+        attention: None,
     }
 }
 
@@ -402,6 +451,7 @@ fn residual_block_is_equivalent(channels: usize, pool: bool) -> Result<()> {
         loss: 0,
         adam: false,
         norm: (0, false, false),
+        attention: None,
     };
     let mut g = Graph::new();
     let mut b = GraphBuilder::new(&mut g);

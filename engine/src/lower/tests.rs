@@ -107,6 +107,7 @@ fn the_training_plan_differentiates_every_variable_but_not_the_input() -> TestRe
         names,
         [
             "fuse-normalization",
+            "fuse-attention",
             "autodiff",
             "apply-optimizer",
             "check-numerics",
@@ -150,11 +151,12 @@ fn evaluation_and_prediction_graphs_have_no_training_parts() -> TestResult {
     }
     assert!(eval.graph.roles.loss.is_some() && eval.graph.roles.inputs.contains_key("labels"));
     assert!(predict.graph.roles.loss.is_none() && !predict.graph.roles.inputs.contains_key("labels"));
-    // The normalization fusion, placement, then the optimizations: no gradient or
-    // optimizer pass outside training.
-    assert_eq!(predict.passes.len(), engine_graph::passes::optimization_passes().len() + 2);
+    // The normalization and attention fusions, placement, then the optimizations: no
+    // gradient or optimizer pass outside training.
+    assert_eq!(predict.passes.len(), engine_graph::passes::optimization_passes().len() + 3);
     assert_eq!(predict.passes[0].0, "fuse-normalization");
-    assert_eq!(predict.passes[1].0, "placement");
+    assert_eq!(predict.passes[1].0, "fuse-attention");
+    assert_eq!(predict.passes[2].0, "placement");
     Ok(())
 }
 
@@ -530,6 +532,12 @@ fn the_vit_spec_has_the_shapes_of_a_transformer() -> TestResult {
     // Per-head products: batched matrix products over N*heads.
     let batched = graph.nodes().filter(|(_, n)| matches!(n.op, Op::MatMul(_)) && n.outputs[0].rank() == 3).count();
     assert_eq!(batched, 2 * 2, "scores and context in each of two blocks");
+    // Compiled, each block's attention is one fused op forward and one backward: no
+    // head-major copy is left, and the dropouts left are the MLPs'.
+    let ops = op_names(&training_plan(&spec, StrategyKind::Default)?);
+    for (op, count) in [("FusedAttention", 2), ("FusedAttentionGrad", 2), ("Dropout", 2), ("Transpose", 0)] {
+        assert_eq!(ops.iter().filter(|&&o| o == op).count(), count, "{op}: {ops:?}");
+    }
     Ok(())
 }
 

@@ -15,7 +15,7 @@ use engine_graph::{
     autodiff::Autodiff,
     ops::ReduceOp,
     optimizer::{ApplyOptimizer, OptimizerConfig},
-    passes::{CheckNumericsPass, FuseNormalization, PassManager, optimization_passes},
+    passes::{CheckNumericsPass, FuseAttention, FuseNormalization, PassManager, optimization_passes},
 };
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -237,7 +237,7 @@ pub(crate) fn build_model(
     Ok(spec)
 }
 
-/// The pass pipeline every graph goes through, in one place: the normalization fusion;
+/// The pass pipeline every graph goes through, in one place: the normalization and attention fusions;
 /// for training (`optimizer` given) the strategy's pre-gradient passes, autodiff, its gradient passes, the optimizer;
 /// for every mode its placement passes and the optimizations. Returns the pass log.
 pub(crate) fn run_passes(
@@ -247,8 +247,10 @@ pub(crate) fn run_passes(
 ) -> Result<Vec<(String, bool)>> {
     let mut passes = PassManager::new();
     let training = optimizer.is_some();
-    // Before autodiff, so that the fused normalization's gradient is the fused one.
+    // Before autodiff, so that the fused normalization's and attention's gradients are
+    // the fused ones.
     passes.push(Box::new(FuseNormalization));
+    passes.push(Box::new(FuseAttention));
     if let Some(config) = optimizer {
         strategy.passes(Stage::BeforeGradients, true).into_iter().for_each(|p| passes.push(p));
         passes.push(Box::new(Autodiff));

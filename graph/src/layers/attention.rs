@@ -1,6 +1,7 @@
 //! Keras' `MultiHeadAttention`, `AddPositionEmbedding` (the ViT's learned positions) and
 //! `Embedding`, from primitives: projections (reshape + matrix product), per-head batched
-//! products, a softmax over the keys; a gather for the embedding.
+//! products, a softmax over the keys; a gather for the embedding. The `fuse-attention`
+//! pass turns the attention between the projections into one `FusedAttention`.
 
 use crate::{DType, Dim, GraphBuilder, GraphError, Initializer, Outlet, Result, Shape, derive_seed};
 

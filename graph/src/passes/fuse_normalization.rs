@@ -79,7 +79,7 @@ fn other(g: &Graph, id: NodeId, known: Outlet) -> Option<Outlet> {
 }
 
 /// The value of a one-element f32 constant.
-fn scalar(g: &Graph, o: Outlet) -> Option<f32> {
+pub(super) fn scalar(g: &Graph, o: Outlet) -> Option<f32> {
     match &g.node(o.node).op {
         Op::Constant(c) => c.value.as_f32().and_then(|v| (v.len() == 1).then(|| v[0])),
         _ => None,

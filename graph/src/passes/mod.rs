@@ -7,6 +7,7 @@
 mod check_numerics;
 mod cse;
 mod dce;
+mod fuse_attention;
 mod fuse_bias_activation;
 mod fuse_bias_into_filter_grad;
 mod fuse_conv_pool;
@@ -21,6 +22,7 @@ pub mod strategy;
 pub use check_numerics::CheckNumericsPass;
 pub use cse::CommonSubexpressionElimination;
 pub use dce::DeadCodeElimination;
+pub use fuse_attention::FuseAttention;
 pub use fuse_bias_activation::FuseBiasActivation;
 pub use fuse_bias_into_filter_grad::FuseBiasIntoFilterGrad;
 pub use fuse_conv_pool::FuseConvPool;
