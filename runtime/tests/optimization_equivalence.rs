@@ -258,9 +258,16 @@ fn train_step(
     Ok((out.fetched[0].to_host()?.scalar_value().unwrap_or(f64::NAN), vars.export()?, ops))
 }
 
+/// Equal within 1e-4 of each element plus 1e-5 of the tensor's largest magnitude (at least
+/// 1): a sum's rounding follows the size of its terms, so an element that cancels to near
+/// zero among large ones (a layer normalization's gradient over three nearly equal
+/// features reached 5 beside 0.02) differs by the others' last bits, not its own.
 fn close(a: &HostTensor, b: &HostTensor) -> bool {
     match (&a.data, &b.data) {
-        (HostData::F32(x), HostData::F32(y)) => x.iter().zip(y).all(|(p, q)| (p - q).abs() <= 1e-5 + 1e-4 * q.abs()),
+        (HostData::F32(x), HostData::F32(y)) => {
+            let scale = y.iter().fold(1.0f32, |m, v| m.max(v.abs()));
+            x.len() == y.len() && x.iter().zip(y).all(|(p, q)| (p - q).abs() <= 1e-5 * scale + 1e-4 * q.abs())
+        }
         _ => a == b,
     }
 }
@@ -276,7 +283,11 @@ fn equivalent(m: &Model) -> Result<()> {
     }
     for (name, a) in &vars_a {
         if !close(a, &vars_b[name]) {
-            return Err(anyhow!("variable {name} differs after the step (optimized ops {ops:?})"));
+            return Err(anyhow!(
+                "variable {name} differs after the step: {:?} as built, {:?} optimized (optimized ops {ops:?})",
+                a.data,
+                vars_b[name].data
+            ));
         }
     }
     Ok(())
@@ -346,6 +357,34 @@ fn a_vit_attention_block_is_equivalent() -> Result<()> {
         anyhow::ensure!(close(a, &generic[name]), "{name}: native and generic fused kernels differ");
     }
     Ok(())
+}
+
+/// Drawn by the property test once in about 13,000 cases (the variable `conv/kernel/Momentum`
+/// differed by 1.3e-5 at an element of 0.0186, beside elements of 5): a layer
+/// normalization over three features of one example.
+#[test]
+fn a_layer_norm_over_three_features_of_one_example_is_equivalent() -> Result<()> {
+    let m = Model {
+        side: 8,
+        conv: Some(Conv {
+            filters: 3,
+            kernel: 3,
+            stride: 2,
+            same: true,
+            bias: true,
+            relu: false,
+            pool: Some((2, false)),
+        }),
+        dense: vec![],
+        classes: 3,
+        batch: 1,
+        loss: 2,
+        adam: false,
+        norm: (2, false, true),
+        attention: None,
+        ..tutorial_cnn()
+    };
+    equivalent(&m)
 }
 
 /// A second convolution block needs its input gradient: the pool's gradient is rebuilt
