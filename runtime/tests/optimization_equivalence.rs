@@ -315,15 +315,7 @@ fn the_tutorial_cnn_shape_is_equivalent() -> Result<()> {
         anyhow::ensure!(ops.contains(&fused), "{fused} not formed: {ops:?}");
     }
     anyhow::ensure!(!ops.contains(&"MaxPool") && !ops.contains(&"MaxPoolGrad"), "{ops:?}");
-    let (loss_native, native, _) = step_with(&m, true, true)?;
-    let (loss_generic, generic, _) = step_with(&m, true, false)?;
-    anyhow::ensure!(
-        (loss_native - loss_generic).abs() <= 1e-5 * (1.0 + loss_native.abs()),
-        "{loss_native} vs {loss_generic}"
-    );
-    for (name, a) in &native {
-        anyhow::ensure!(close(a, &generic[name]), "{name}: native and generic fused kernels differ");
-    }
+    native_and_generic_agree(&m)?;
     Ok(())
 }
 
@@ -342,13 +334,20 @@ fn a_vit_attention_block_is_equivalent() -> Result<()> {
         ..tutorial_cnn()
     };
     equivalent(&m)?;
-    let (loss_native, native, ops) = step_with(&m, true, true)?;
+    let ops = native_and_generic_agree(&m)?;
     for fused in ["FusedAttention", "FusedAttentionGrad"] {
         anyhow::ensure!(ops.contains(&fused), "{fused} not formed: {ops:?}");
     }
     // The loss's gradient has a softmax of its own; the attention's is gone.
     anyhow::ensure!(!ops.contains(&"Transpose") && !ops.contains(&"Dropout"), "{ops:?}");
-    let (loss_generic, generic, _) = step_with(&m, true, false)?;
+    Ok(())
+}
+
+/// One optimized step with the native CPU kernels and one with the generic ones (what
+/// other devices run) agree; returns the optimized plan's ops.
+fn native_and_generic_agree(m: &Model) -> Result<Vec<&'static str>> {
+    let (loss_native, native, ops) = step_with(m, true, true)?;
+    let (loss_generic, generic, _) = step_with(m, true, false)?;
     anyhow::ensure!(
         (loss_native - loss_generic).abs() <= 1e-5 * (1.0 + loss_native.abs()),
         "{loss_native} vs {loss_generic}"
@@ -356,7 +355,7 @@ fn a_vit_attention_block_is_equivalent() -> Result<()> {
     for (name, a) in &native {
         anyhow::ensure!(close(a, &generic[name]), "{name}: native and generic fused kernels differ");
     }
-    Ok(())
+    Ok(ops)
 }
 
 /// Drawn by the property test once in about 13,000 cases (the variable `conv/kernel/Momentum`

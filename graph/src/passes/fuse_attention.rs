@@ -9,7 +9,7 @@
 //! is `Reshape [N, T, H, D]`, `Transpose [0, 2, 1, 3]`, `Reshape [N*H, T, D]`, the merge its
 //! inverse, and every interior value is read by the next step only.
 
-use super::{Pass, fuse_bias_activation::sole_consumer, fuse_normalization::scalar};
+use super::{Pass, fuse_bias_activation::sole_consumer, fuse_normalization::scalar, replace::replace_with_fused};
 use crate::{
     Dim, Graph, NodeId, Op, Outlet, Result,
     ops::{Dropout, FusedAttention, OpDef},
@@ -174,15 +174,7 @@ fn attention(g: &Graph, softmax: NodeId) -> Result<Option<Found>> {
 }
 
 fn rewrite(g: &mut Graph, f: Found) -> Result<()> {
-    let placement = g.node(f.out).placement;
-    let scope = g.node(f.softmax).name.rsplit_once('/').map(|(s, _)| format!("{s}/")).unwrap_or_default();
-    let name = g.unique_name(&format!("{scope}{}", f.op.name()));
-    let fused = g.add_node(name, f.op.into(), f.inputs.to_vec())?;
-    g.set_placement(fused, placement);
-    g.replace_uses(out(f.out), Outlet::new(fused, 0))?;
-    for id in f.interior {
-        g.remove_node(id)?;
-    }
+    replace_with_fused(g, f.op.into(), f.inputs.to_vec(), f.softmax, f.out, &[out(f.out)], f.interior)?;
     Ok(())
 }
 

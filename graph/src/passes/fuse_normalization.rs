@@ -8,7 +8,7 @@
 //! of commutative operands; the synchronized batch normalization (E[x²] − E[x]², whose
 //! two means replicas average) is a different composite and stays as it is.
 
-use super::{Pass, fuse_bias_activation::sole_consumer};
+use super::{Pass, fuse_bias_activation::sole_consumer, replace::replace_with_fused};
 use crate::{
     Graph, NodeId, Op, Outlet, Result, Shape,
     ops::{FusedNormalization, Normalization},
@@ -211,20 +211,11 @@ fn layer_norm(g: &Graph, m: NodeId) -> Result<Option<Found>> {
 }
 
 fn rewrite(g: &mut Graph, f: Found) -> Result<()> {
-    let placement = g.node(f.out).placement;
-    let scope = g.node(f.mean).name.rsplit_once('/').map(|(s, _)| format!("{s}/")).unwrap_or_default();
-    let name = g.unique_name(&format!("{scope}{}", crate::ops::OpDef::name(&f.op)));
     let mut inputs = vec![f.x];
     inputs.extend(f.gamma);
     inputs.extend(f.beta);
-    let fused = g.add_node(name, f.op.into(), inputs)?;
-    g.set_placement(fused, placement);
-    g.replace_uses(out(f.out), Outlet::new(fused, 0))?;
-    g.replace_uses(out(f.mean), Outlet::new(fused, 1))?;
-    g.replace_uses(out(f.var), Outlet::new(fused, 2))?;
-    for id in f.interior {
-        g.remove_node(id)?;
-    }
+    let outputs = [out(f.out), out(f.mean), out(f.var)];
+    replace_with_fused(g, f.op.into(), inputs, f.mean, f.out, &outputs, f.interior)?;
     Ok(())
 }
 

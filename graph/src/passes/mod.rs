@@ -16,6 +16,7 @@ mod fuse_normalization;
 mod fuse_relu_into_pool_grad;
 mod fuse_residual_add;
 mod liveness;
+mod replace;
 mod schedule;
 pub mod strategy;
 
