@@ -3,8 +3,10 @@
 //! the same global batches (per-replica batch times N), to 1e-5 relative, and reports the
 //! same final loss: the global batch's, however many replicas computed it. The CNN spec
 //! (SGD), the residual functional spec (Adam, a stateful optimizer) and a model with
-//! synchronized batch normalization (statistics over the global batch) run, and an
-//! embedding trained with momentum (row-sparse gradients, gathered rather than reduced).
+//! synchronized batch normalization (statistics over the global batch) run, an embedding
+//! trained with momentum (row-sparse gradients, gathered rather than reduced), and
+//! self-attention with dropout on its weights (a fused op whose mask follows the global
+//! batch).
 //!
 //! The runs compute in f64. In f32, splitting a batch's gradient sum over replicas rounds
 //! differently, and 100 steps of training amplify that (Adam most of all, normalizing
@@ -159,6 +161,18 @@ fn central_storage_equals_one_device_with_row_sparse_embedding_gradients() -> Re
 }
 
 /// Sanity: the comparison sees a difference when there is one (another seed's batches).
+/// The fused attention with dropout on its weights: each replica draws its share of the
+/// global batch's mask.
+#[test]
+fn mirrored_equals_one_device_with_attention_dropout() -> Result<()> {
+    check("../tests/specs/attention.ron", "mirrored")
+}
+
+#[test]
+fn central_storage_equals_one_device_with_attention_dropout() -> Result<()> {
+    check("../tests/specs/attention.ron", "central_storage")
+}
+
 #[test]
 fn the_comparison_can_fail() -> Result<()> {
     let a = reference("fashion_mnist_cnn.ron", 2)?;
