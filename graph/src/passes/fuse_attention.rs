@@ -12,7 +12,7 @@
 use super::{Pass, fuse_bias_activation::sole_consumer, fuse_normalization::scalar, replace::replace_with_fused};
 use crate::{
     Dim, Graph, NodeId, Op, Outlet, Result,
-    ops::{Dropout, FusedAttention, OpDef},
+    ops::{FusedAttention, OpDef},
 };
 
 #[derive(Debug, Default)]
@@ -136,7 +136,8 @@ fn attention(g: &Graph, softmax: NodeId) -> Result<Option<Found>> {
         }
         _ => (None, next),
     };
-    let weights = dropout.as_ref().map_or(out(softmax), |(d, _)| out(*d));
+    let (dropout, rate_and_seed) = dropout.unzip();
+    let weights = dropout.map_or(out(softmax), out);
     let vh = match (&g.node(weighted).op, g.node(weighted).inputs.as_slice()) {
         (Op::MatMul(m), [w, v]) if !m.transpose_a && !m.transpose_b && *w == weights => *v,
         _ => return Ok(None),
@@ -154,7 +155,7 @@ fn attention(g: &Graph, softmax: NodeId) -> Result<Option<Found>> {
     {
         return Ok(None);
     }
-    let op = FusedAttention { heads: hq, scale, dropout: dropout.as_ref().map(|(_, d)| Dropout::clone(d)) };
+    let op = FusedAttention { heads: hq, scale, dropout: rate_and_seed };
     // The fused op must compute exactly the composite's shapes, or it is not this pattern.
     let Ok(facts) = op.infer(&[g.fact(q)?.clone(), g.fact(k)?.clone(), g.fact(v)?.clone()]) else {
         return Ok(None);
@@ -164,7 +165,7 @@ fn attention(g: &Graph, softmax: NodeId) -> Result<Option<Found>> {
     }
     // Each node before its inputs: the merge, the products, the splits last.
     let mut interior: Vec<NodeId> = merged.into_iter().chain([weighted]).collect();
-    interior.extend(dropout.map(|(d, _)| d));
+    interior.extend(dropout);
     interior.extend([softmax, product]);
     if qh != qs {
         interior.push(qs.node);

@@ -10,7 +10,10 @@ use crate::{
 };
 use burn::backend::ops::{ActivationOps, FloatTensorOps};
 use burn::tensor::Shape as BurnShape;
-use engine_graph::ops::{Dropout, FusedAttention, FusedAttentionGrad};
+use engine_graph::{
+    Fact, Shape,
+    ops::{AttentionDims, Dropout, FusedAttention, FusedAttentionGrad},
+};
 
 /// `[N, T, H*D]` as `[N*H, T, D]`.
 fn split(x: T, heads: usize) -> T {
@@ -37,15 +40,20 @@ fn transposed(x: T) -> T {
     B::float_swap_dims(x, 1, 2)
 }
 
-/// Checks `(q, k, v)` against the heads before any reshape can fail inside burn.
-fn check(heads: usize, q: &T, k: &T, v: &T, ctx: &KernelCtx<'_>) -> Result<()> {
-    let (q, k, v) = (dims(q), dims(k), dims(v));
-    let fits = |d: &[usize]| d.len() == 3 && heads > 0 && d[2].is_multiple_of(heads) && d[0] == q[0];
-    if fits(&q) && fits(&k) && fits(&v) && q[2] == k[2] && k[1] == v[1] {
-        Ok(())
-    } else {
-        Err(ctx.err(format!("q {q:?}, k {k:?} and v {v:?} are not {heads} heads' projections")))
-    }
+/// `(examples, sizes)` of concrete inputs, checked by the graph's own rule
+/// ([`FusedAttention::dims`]) before any reshape can fail inside burn; the CPU kernel's
+/// sizes come from here too.
+pub(super) fn sizes(
+    heads: usize,
+    q: &[usize],
+    k: &[usize],
+    v: &[usize],
+    ctx: &KernelCtx<'_>,
+) -> Result<(usize, AttentionDims)> {
+    let fact = |d: &[usize]| Fact::f32(Shape::known(d));
+    let d = FusedAttention::dims(heads, &fact(q), &fact(k), &fact(v)).map_err(|e| ctx.err(e))?;
+    // `dims` accepted q as [batch, tokens, features].
+    Ok((q.first().copied().unwrap_or(0), d))
 }
 
 /// The weights after dropout, with the mask (`None` without dropout).
@@ -61,7 +69,7 @@ fn dropped(d: Option<&Dropout>, p: T, ctx: &KernelCtx<'_>) -> Result<(T, Option<
 
 pub(super) fn forward(op: &FusedAttention, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Result<Vec<Value>> {
     let [q, k, v] = ctx.floats(inputs)?;
-    check(op.heads, &q, &k, &v, ctx)?;
+    sizes(op.heads, &dims(&q), &dims(&k), &dims(&v), ctx)?;
     let q = B::float_mul_scalar(split(q, op.heads), f64::from(op.scale).into());
     let scores = B::float_matmul(q, transposed(split(k, op.heads)));
     let p = B::softmax(scores, 2);
@@ -72,7 +80,7 @@ pub(super) fn forward(op: &FusedAttention, inputs: Vec<Value>, ctx: &KernelCtx<'
 
 pub(super) fn backward(op: &FusedAttentionGrad, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Result<Vec<Value>> {
     let [dy, q, k, v, p] = ctx.floats(inputs)?;
-    check(op.heads, &q, &k, &v, ctx)?;
+    sizes(op.heads, &dims(&q), &dims(&k), &dims(&v), ctx)?;
     let h = op.heads;
     let scale = f64::from(op.scale);
     let (dy, q, k, v) = (split(dy, h), split(q, h), split(k, h), split(v, h));

@@ -9,5 +9,5 @@
 mod fused_attention;
 mod fused_attention_grad;
 
-pub use fused_attention::FusedAttention;
+pub use fused_attention::{AttentionDims, FusedAttention};
 pub use fused_attention_grad::FusedAttentionGrad;

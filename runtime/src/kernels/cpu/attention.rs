@@ -16,7 +16,7 @@ use super::{
 use crate::{
     Result, Value,
     kernels::{
-        KernelCtx, dims,
+        self, KernelCtx, dims,
         dropout::{Stream, kept, scale},
     },
 };
@@ -36,21 +36,8 @@ struct Sizes {
 
 impl Sizes {
     fn of(heads: usize, q: &[usize], k: &[usize], v: &[usize], ctx: &KernelCtx<'_>) -> Result<Sizes> {
-        match (q, k, v) {
-            ([n, tq, qd], [nk, tk, kd], [nv, tv, vd])
-                if heads > 0
-                    && [*tq, *tk, *qd, *vd].iter().all(|&d| d > 0)
-                    && n == nk
-                    && n == nv
-                    && qd == kd
-                    && tk == tv
-                    && qd.is_multiple_of(heads)
-                    && vd.is_multiple_of(heads) =>
-            {
-                Ok(Sizes { n: *n, h: heads, tq: *tq, tk: *tk, dk: qd / heads, dv: vd / heads })
-            }
-            _ => Err(ctx.err(format!("q {q:?}, k {k:?} and v {v:?} are not {heads} heads' projections"))),
-        }
+        let (n, d) = kernels::attention::sizes(heads, q, k, v, ctx)?;
+        Ok(Sizes { n, h: d.heads, tq: d.tq, tk: d.tk, dk: d.dk, dv: d.dv })
     }
 
     /// One head's `t x d` block in an example's `[t, H*d]` rows (`data` starts at the
