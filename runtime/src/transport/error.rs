@@ -49,6 +49,11 @@ pub enum ConnectError {
     #[error("{task}: shared memory is not available to the whole group: {reason}")]
     SharedMemory { task: String, reason: String },
 
+    /// An elastic job's rendezvous closed without enough members to go on, or could not be
+    /// held: the job stops (with a checkpoint) rather than train below `min_workers`.
+    #[error("{task}: the job cannot re-form its group: {reason}")]
+    BelowMinimum { task: String, reason: String },
+
     /// A peer that had connected went away before the rest of the group was up.
     #[error("{task}: {peer} went away while the group was connecting: {reason}")]
     PeerLost { task: String, peer: String, reason: String },

@@ -9,7 +9,9 @@ use super::link::{
     self, CONNECTION_WINDOW_BYTES, KEEPALIVE_INTERVAL, KEEPALIVE_TIMEOUT, LinkContext, MAX_FRAME_BYTES,
     MAX_MESSAGE_BYTES, STREAM_WINDOW_BYTES,
 };
+use super::listen;
 use super::members::Members;
+use super::membership::Membership;
 use super::operation::Op;
 use super::proto::collective_service_server::CollectiveServiceServer;
 use super::proto::{Abort, Frame, frame::Body};
@@ -73,7 +75,20 @@ impl NetworkGroup {
     /// handshake (fingerprint, task identity, token), and returns when all members are
     /// connected.
     pub fn connect(config: NetworkConfig) -> Result<Arc<NetworkGroup>> {
-        let members = Arc::new(Members::from_cluster(&config.cluster)?);
+        let members = Members::from_cluster(&config.cluster)?;
+        Self::connect_members(config, members)
+    }
+
+    /// Connects the group of one membership epoch of an elastic job (see
+    /// [`rendezvous`](super::rendezvous)): its members in its rank order, at the cluster's
+    /// addresses. Peers of another epoch are refused at the handshake.
+    pub fn connect_epoch(config: NetworkConfig, membership: &Membership) -> Result<Arc<NetworkGroup>> {
+        let members = Members::from_membership(&config.cluster, membership)?;
+        Self::connect_members(config, members)
+    }
+
+    fn connect_members(config: NetworkConfig, members: Members) -> Result<Arc<NetworkGroup>> {
+        let members = Arc::new(members);
         let me = members.describe(members.me);
         let token = match &config.token {
             Some(token) => Some(token_value(token).ok_or_else(|| ConnectError::InvalidToken { task: me.clone() })?),
@@ -102,7 +117,7 @@ impl NetworkGroup {
             handle: runtime.handle().clone(),
             runtime: Mutex::new(Some(runtime)),
         };
-        group.serve(&fingerprint, token.clone(), tls.as_ref())?;
+        group.serve(&fingerprint, token.clone(), tls.as_ref(), deadline)?;
         let context = Arc::new(LinkContext {
             shared: group.shared.clone(),
             members: group.members.clone(),
@@ -135,20 +150,41 @@ impl NetworkGroup {
         if self.shared_memory.is_some() { Communication::SharedMemory } else { Communication::Ring }
     }
 
+    /// The membership epoch this group was formed in (0 unless an elastic job re-formed it).
+    pub fn epoch(&self) -> u64 {
+        self.members.epoch
+    }
+
+    /// The members whose connection broke (not those that left cleanly): after a failed
+    /// collective, the tasks a rendezvous need not wait for.
+    pub fn lost_members(&self) -> Vec<crate::cluster::TaskId> {
+        let state = self.shared.lock();
+        self.members
+            .peers()
+            .filter(|&p| matches!(state.peers[p].gone, Some(Gone::Lost(_))))
+            .map(|p| self.members.members[p].task)
+            .collect()
+    }
+
     /// Why all-reduce goes over gRPC rather than shared memory (`None` when it does not).
     pub fn ring_reason(&self) -> Option<&str> {
         self.ring_because.as_deref()
     }
 
     /// Binds this task's address and starts serving the handshake and the peers' streams.
-    fn serve(&self, fingerprint: &Arc<str>, token: Option<AsciiMetadataValue>, tls: Option<&LoadedTls>) -> Result<()> {
+    fn serve(
+        &self,
+        fingerprint: &Arc<str>,
+        token: Option<AsciiMetadataValue>,
+        tls: Option<&LoadedTls>,
+        deadline: Instant,
+    ) -> Result<()> {
         let me = self.members.describe(self.members.me);
         // Bound here, not inside the server task, so that a taken port fails `connect` at
-        // once and by name.
+        // once and by name; a re-formed epoch waits for the rendezvous to let it go.
         let address = self.members.listen_address()?;
-        let listener = std::net::TcpListener::bind(address)
-            .and_then(|l| l.set_nonblocking(true).map(|()| l))
-            .map_err(|e| ConnectError::Listen { task: me.clone(), reason: format!("binding {address}: {e}") })?;
+        let retry_until = (self.members.epoch > 0).then_some(deadline);
+        let listener = listen::bind(&me, address, retry_until)?;
         let incoming = {
             let _entered = self.handle.enter();
             let listener = tokio::net::TcpListener::from_std(listener)
@@ -250,6 +286,12 @@ impl NetworkGroup {
             deadline: Instant::now() + self.timeout,
         };
         let result = op.check_alive().and_then(|()| body(&op));
+        if let Err(error) = &result {
+            // Before finishing the operation: from here on, peers' late segments for it are
+            // expected, not a broken peer (see the server), so that a rendezvous after this
+            // failure does not count a healthy peer as lost.
+            self.abort_group(error.to_string(), error.is_retryable());
+        }
         let left_over = self.shared.lock().mailbox.finish(operation);
         let result = match (result, left_over.first()) {
             (Ok(_), Some(tag)) => Err(op.error(

@@ -12,7 +12,7 @@ use crate::cluster::TaskId;
 
 /// Bumped whenever the meaning of frames changes, so that two builds that would
 /// misunderstand each other refuse each other instead.
-pub(super) const PROTOCOL_VERSION: u32 = 1;
+pub(super) const PROTOCOL_VERSION: u32 = 2;
 
 /// What a task says about itself, from either side of the handshake.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -21,6 +21,7 @@ pub(super) struct Claim {
     pub identity: Option<TaskIdentity>,
     pub fingerprint: String,
     pub group_size: u32,
+    pub epoch: u64,
 }
 
 impl From<HelloRequest> for Claim {
@@ -30,6 +31,7 @@ impl From<HelloRequest> for Claim {
             identity: hello.sender,
             fingerprint: hello.fingerprint,
             group_size: hello.group_size,
+            epoch: hello.epoch,
         }
     }
 }
@@ -41,6 +43,7 @@ impl From<HelloReply> for Claim {
             identity: reply.receiver,
             fingerprint: reply.fingerprint,
             group_size: reply.group_size,
+            epoch: reply.epoch,
         }
     }
 }
@@ -56,6 +59,7 @@ pub(super) fn hello(members: &Members, fingerprint: &str) -> HelloRequest {
         sender: Some(identity(members)),
         fingerprint: fingerprint.to_string(),
         group_size: members.size() as u32,
+        epoch: members.epoch,
     }
 }
 
@@ -65,6 +69,7 @@ pub(super) fn reply(members: &Members, fingerprint: &str) -> HelloReply {
         receiver: Some(identity(members)),
         fingerprint: fingerprint.to_string(),
         group_size: members.size() as u32,
+        epoch: members.epoch,
     }
 }
 
@@ -78,8 +83,14 @@ pub(super) fn claimed_name(claim: &Claim) -> String {
 
 /// Whether a claim names another member of this group at its address: a refused member
 /// fails the group's startup, a refused stranger does not.
+///
+/// A task of another membership epoch is no member: a worker still in the old group of an
+/// elastic job must not stop the re-formed one from connecting.
 pub(super) fn names_a_member(members: &Members, claim: &Claim) -> bool {
     let Some(id) = &claim.identity else { return false };
+    if claim.epoch != members.epoch {
+        return false;
+    }
     let Ok(task) = id.task.parse::<TaskId>() else { return false };
     members.members.iter().enumerate().any(|(rank, m)| rank != members.me && m.task == task && m.address == id.address)
 }
@@ -96,6 +107,13 @@ pub(super) fn check(members: &Members, fingerprint: &str, claim: &Claim) -> Resu
         ));
     }
     let id = claim.identity.as_ref().ok_or_else(|| format!("{peer}'s handshake names no task"))?;
+    if claim.epoch != members.epoch {
+        return Err(format!(
+            "{peer} is in membership epoch {} of the job, {me} in epoch {}: a task of an earlier epoch must join the \
+             job's rendezvous again instead of reaching the re-formed group",
+            claim.epoch, members.epoch
+        ));
+    }
     let task: TaskId = id.task.parse().map_err(|e| format!("{peer}'s handshake names no valid task: {e}"))?;
     let rank = members.members.iter().position(|m| m.task == task).ok_or_else(|| {
         format!("{peer} is not in the collective group of {me}'s cluster: the tasks were given different clusters")
@@ -177,6 +195,24 @@ mod tests {
         let bigger = members(1, &["10.0.0.1:1", "10.0.0.2:1", "10.0.0.3:1"]);
         let error = check(&bigger, "fp", &hello(&a, "fp").into()).unwrap_err();
         assert!(error.contains("a collective group of 2 tasks, worker:1 at 10.0.0.2:1 one of 3"), "{error}");
+    }
+
+    #[test]
+    fn members_of_different_epochs_refuse_each_other() {
+        let (a, mut b) = (members(0, &WORKERS), members(1, &WORKERS));
+        b.epoch = 1;
+        let error = check(&b, "fp", &hello(&a, "fp").into()).unwrap_err();
+        assert!(
+            error.contains(
+                "worker:0 at 10.0.0.1:1 is in membership epoch 0 of the job, worker:1 at 10.0.0.2:1 in epoch 1"
+            ),
+            "{error}"
+        );
+        assert!(!names_a_member(&b, &hello(&a, "fp").into()), "an old epoch's task must not stop the new group");
+        let mut a = a;
+        a.epoch = 1;
+        assert_eq!(check(&b, "fp", &hello(&a, "fp").into()), Ok(0));
+        assert!(names_a_member(&b, &hello(&a, "fp").into()));
     }
 
     #[test]

@@ -5,6 +5,7 @@ use crate::cluster::{Cluster, TaskId};
 use std::net::{Ipv4Addr, SocketAddr};
 
 use super::ConnectError;
+use super::membership::Membership;
 
 /// One member of the group.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -22,6 +23,9 @@ pub(super) struct Members {
     pub members: Vec<Member>,
     /// This process's rank.
     pub me: usize,
+    /// The membership epoch: 0 for the group the cluster spec defines, one more at each
+    /// re-formation of an elastic job.
+    pub epoch: u64,
 }
 
 impl Members {
@@ -35,7 +39,28 @@ impl Members {
         if me >= members.len() {
             return Err(ConnectError::NotAMember { task: cluster.to_string() });
         }
-        Ok(Members { members, me })
+        Ok(Members { members, me, epoch: 0 })
+    }
+
+    /// The group of one membership epoch: its tasks in its order, at the cluster's addresses.
+    pub fn from_membership(cluster: &Cluster, membership: &Membership) -> Result<Members, ConnectError> {
+        let spec = cluster.spec();
+        let members = membership
+            .tasks
+            .iter()
+            .map(|task| match spec.address(task) {
+                Some(address) if task.task_type.is_collective() => {
+                    Ok(Member { task: *task, address: address.to_string() })
+                }
+                _ => {
+                    Err(ConnectError::NotAMember { task: format!("{task} (of membership epoch {})", membership.epoch) })
+                }
+            })
+            .collect::<Result<Vec<Member>, ConnectError>>()?;
+        let me = membership.rank_of(&cluster.task()).ok_or_else(|| ConnectError::NotAMember {
+            task: format!("{cluster} (in membership epoch {})", membership.epoch),
+        })?;
+        Ok(Members { members, me, epoch: membership.epoch })
     }
 
     pub fn size(&self) -> usize {
@@ -59,20 +84,25 @@ impl Members {
         &self.members[self.me]
     }
 
-    /// The socket this process listens on. An IP address in the spec is bound as written
-    /// (tests and single-machine runs stay on loopback); a host name is bound on every
-    /// interface, as TensorFlow's servers do, because the name may resolve to an address
-    /// the machine does not own (a Kubernetes service, a NAT).
+    /// The socket this process listens on (see [`listen_address`]).
     pub fn listen_address(&self) -> Result<SocketAddr, ConnectError> {
-        let address = &self.me().address;
-        if let Ok(socket) = address.parse::<SocketAddr>() {
-            return Ok(socket);
-        }
-        let port = address.rsplit_once(':').and_then(|(_, port)| port.parse::<u16>().ok()).ok_or_else(|| {
-            ConnectError::Listen { task: self.describe(self.me), reason: "the address has no port".into() }
-        })?;
-        Ok(SocketAddr::from((Ipv4Addr::UNSPECIFIED, port)))
+        listen_address(&self.describe(self.me), &self.me().address)
     }
+}
+
+/// The socket a task at `address` listens on. An IP address in the spec is bound as written
+/// (tests and single-machine runs stay on loopback); a host name is bound on every
+/// interface, as TensorFlow's servers do, because the name may resolve to an address the
+/// machine does not own (a Kubernetes service, a NAT).
+pub(super) fn listen_address(task: &str, address: &str) -> Result<SocketAddr, ConnectError> {
+    if let Ok(socket) = address.parse::<SocketAddr>() {
+        return Ok(socket);
+    }
+    let port = address
+        .rsplit_once(':')
+        .and_then(|(_, port)| port.parse::<u16>().ok())
+        .ok_or_else(|| ConnectError::Listen { task: task.to_string(), reason: "the address has no port".into() })?;
+    Ok(SocketAddr::from((Ipv4Addr::UNSPECIFIED, port)))
 }
 
 /// The host part of `host:port`, without IPv6 brackets: what TLS checks the certificate

@@ -90,7 +90,12 @@ impl CollectiveService for Service {
         loop {
             match frames.message().await {
                 Ok(Some(Frame { body: Some(Body::Segment(segment)) })) => {
-                    let delivered = self.shared.lock().mailbox.deliver(rank, segment);
+                    let delivered = {
+                        let mut state = self.shared.lock();
+                        // Once the group is aborted nothing reads the mailbox any more, and a
+                        // peer still sending the failed operation's segments is not broken.
+                        if state.aborted.is_some() { Ok(()) } else { state.mailbox.deliver(rank, segment) }
+                    };
                     match delivered {
                         Ok(()) => self.shared.notify(),
                         Err(why) => {

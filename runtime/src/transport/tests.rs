@@ -9,14 +9,14 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 /// Ports free right now: bound together, so they differ, then released for the groups.
-fn free_ports(n: usize) -> Vec<u16> {
+pub(super) fn free_ports(n: usize) -> Vec<u16> {
     let listeners: Vec<std::net::TcpListener> =
         (0..n).map(|_| std::net::TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port")).collect();
     listeners.iter().map(|l| l.local_addr().expect("local address").port()).collect()
 }
 
 /// A chief and `n - 1` workers, so ranks follow the chief-first rule.
-fn spec(ports: &[u16]) -> ClusterSpec {
+pub(super) fn spec(ports: &[u16]) -> ClusterSpec {
     let address = |p: &u16| format!("127.0.0.1:{p}");
     ClusterSpec {
         chief: vec![address(&ports[0])],
@@ -25,11 +25,11 @@ fn spec(ports: &[u16]) -> ClusterSpec {
     }
 }
 
-fn task(rank: usize) -> TaskId {
+pub(super) fn task(rank: usize) -> TaskId {
     if rank == 0 { TaskId::new(TaskType::Chief, 0) } else { TaskId::new(TaskType::Worker, rank - 1) }
 }
 
-fn config(spec: &ClusterSpec, rank: usize) -> NetworkConfig {
+pub(super) fn config(spec: &ClusterSpec, rank: usize) -> NetworkConfig {
     NetworkConfig {
         cluster: Cluster::new(spec.clone(), task(rank), ClusterSource::Flags, None).expect("a valid cluster"),
         fingerprint: "fingerprint-of-the-test-job".into(),
@@ -44,7 +44,7 @@ fn config(spec: &ClusterSpec, rank: usize) -> NetworkConfig {
 }
 
 /// Connects `configs` concurrently (each member waits for the others).
-fn connect_all(configs: Vec<NetworkConfig>) -> Vec<crate::Result<Arc<NetworkGroup>>> {
+pub(super) fn connect_all(configs: Vec<NetworkConfig>) -> Vec<crate::Result<Arc<NetworkGroup>>> {
     let joins: Vec<_> = configs.into_iter().map(|c| thread::spawn(move || NetworkGroup::connect(c))).collect();
     joins.into_iter().map(|j| j.join().expect("connect does not panic")).collect()
 }

@@ -1,0 +1,92 @@
+//! The coordinator's side of a rendezvous: admits members of this job and cluster into the
+//! round, and answers each when the round closes.
+
+use super::super::handshake::PROTOCOL_VERSION;
+use super::super::proto::rendezvous_service_server::RendezvousService;
+use super::super::proto::{JoinReply, JoinRequest, TaskIdentity};
+use super::round::{Candidate, Outcome, Round};
+use crate::cluster::TaskId;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+use tonic::{Request, Response, Status};
+
+/// How often a waiting join re-checks the round (a rendezvous is not latency-critical).
+const POLL: Duration = Duration::from_millis(20);
+
+/// One collective task of the cluster: who may join, at which address.
+#[derive(Debug, Clone)]
+pub(super) struct Seat {
+    pub task: TaskId,
+    pub address: String,
+}
+
+pub(super) struct Service {
+    pub round: Arc<Mutex<Round>>,
+    /// The cluster's collective tasks, in its rank order.
+    pub seats: Arc<Vec<Seat>>,
+    pub fingerprint: Arc<str>,
+    /// Joins answered, so that the coordinator keeps serving until every joiner has its
+    /// answer.
+    pub answered: Arc<AtomicUsize>,
+}
+
+pub(super) fn lock(round: &Mutex<Round>) -> MutexGuard<'_, Round> {
+    round.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl Service {
+    /// The candidate a request describes, or why it may not join this job.
+    fn admit(&self, request: &JoinRequest) -> Result<Candidate, String> {
+        if request.protocol_version != PROTOCOL_VERSION {
+            return Err(format!(
+                "the joiner speaks collective protocol version {}, the coordinator version {PROTOCOL_VERSION}: the tasks \
+                 run different builds of the engine",
+                request.protocol_version
+            ));
+        }
+        let id = request.sender.as_ref().ok_or("the join names no task")?;
+        let task: TaskId = id.task.parse().map_err(|e| format!("the join names no valid task: {e}"))?;
+        let cluster_rank =
+            self.seats.iter().position(|seat| seat.task == task && seat.address == id.address).ok_or_else(|| {
+                format!("{} at {} is not a chief or worker of this job's cluster", id.task, id.address)
+            })?;
+        if request.fingerprint != *self.fingerprint {
+            return Err(format!("{task} runs another job (its fingerprint differs)"));
+        }
+        Ok(Candidate { task, cluster_rank, epoch: request.epoch, step: request.step })
+    }
+
+    fn reply(&self, membership: &super::super::membership::Membership) -> JoinReply {
+        let members = membership
+            .tasks
+            .iter()
+            .enumerate()
+            .map(|(rank, task)| TaskIdentity {
+                task: task.to_string(),
+                address: self.seats.iter().find(|s| s.task == *task).map(|s| s.address.clone()).unwrap_or_default(),
+                rank: rank as u32,
+            })
+            .collect();
+        JoinReply { epoch: membership.epoch, members, holder: membership.holder as u32, step: membership.step }
+    }
+}
+
+#[tonic::async_trait]
+impl RendezvousService for Service {
+    async fn join(&self, request: Request<JoinRequest>) -> Result<Response<JoinReply>, Status> {
+        let candidate = self.admit(request.get_ref()).map_err(Status::failed_precondition)?;
+        lock(&self.round).join(candidate, Instant::now()).map_err(Status::resource_exhausted)?;
+        loop {
+            let outcome = lock(&self.round).poll(Instant::now()).cloned();
+            if let Some(outcome) = outcome {
+                self.answered.fetch_add(1, Ordering::SeqCst);
+                return match outcome {
+                    Outcome::Formed(membership) => Ok(Response::new(self.reply(&membership))),
+                    Outcome::Failed(why) => Err(Status::aborted(why)),
+                };
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    }
+}

@@ -1,0 +1,139 @@
+//! Re-forming real groups on 127.0.0.1 (one thread per member): a lost worker, a lost
+//! chief, too few survivors, and a member of an old epoch knocking on the new group.
+
+use super::super::tests::{config, connect_all, free_ports, spec, task};
+use super::*;
+use crate::Collective;
+use crate::transport::NetworkGroup;
+use engine_graph::ops::ReduceOp;
+use std::sync::Arc;
+use std::thread;
+
+const RULES: RoundRules =
+    RoundRules { min: 2, max: 3, last_call: Duration::from_millis(500), timeout: Duration::from_secs(5) };
+
+fn elastic(network: NetworkConfig, rules: RoundRules) -> ElasticConfig {
+    ElasticConfig { network, rules, probe: Duration::from_secs(5) }
+}
+
+/// Three members that all-reduced once, with one of them crashed and the others' next
+/// collective failed by it, as a SIGKILLed worker leaves a job.
+fn three_with_one_crashed(dead: usize) -> (Vec<NetworkConfig>, Vec<Arc<NetworkGroup>>) {
+    let spec = spec(&free_ports(3));
+    let configs: Vec<NetworkConfig> = (0..3).map(|r| config(&spec, r)).collect();
+    let mut groups: Vec<Arc<NetworkGroup>> =
+        connect_all(configs.clone()).into_iter().map(|g| g.expect("the group connects")).collect();
+    thread::scope(|s| {
+        for g in &groups {
+            s.spawn(|| g.all_reduce(&mut [1.0f32; 4], ReduceOp::Sum).expect("all-reduce"));
+        }
+    });
+    groups.remove(dead).crash();
+    thread::scope(|s| {
+        for g in &groups {
+            s.spawn(|| assert!(g.all_reduce(&mut [1.0f32; 4], ReduceOp::Sum).is_err()));
+        }
+    });
+    let survivors = configs.into_iter().enumerate().filter(|(r, _)| *r != dead).map(|(_, c)| c).collect();
+    (survivors, groups)
+}
+
+/// Every survivor drops its old group and joins the rendezvous, at its own step.
+fn reform(
+    configs: &[NetworkConfig],
+    groups: Vec<Arc<NetworkGroup>>,
+    steps: &[u64],
+    rules: RoundRules,
+) -> Vec<Result<Membership, ConnectError>> {
+    let previous = Membership::initial(configs[0].cluster.spec());
+    let lost: Vec<Vec<TaskId>> = groups.iter().map(|g| g.lost_members()).collect();
+    drop(groups);
+    thread::scope(|s| {
+        let joins: Vec<_> = configs
+            .iter()
+            .zip(steps)
+            .zip(&lost)
+            .map(|((c, &step), lost)| {
+                let (elastic, previous) = (elastic(c.clone(), rules), previous.clone());
+                s.spawn(move || rendezvous(&elastic, &previous, step, lost))
+            })
+            .collect();
+        joins.into_iter().map(|j| j.join().expect("no panic")).collect()
+    })
+}
+
+fn connect_epoch_all(configs: &[NetworkConfig], membership: &Membership) -> Vec<Arc<NetworkGroup>> {
+    thread::scope(|s| {
+        let joins: Vec<_> =
+            configs.iter().map(|c| s.spawn(|| NetworkGroup::connect_epoch(c.clone(), membership))).collect();
+        joins.into_iter().map(|j| j.join().expect("no panic").expect("the new epoch connects")).collect()
+    })
+}
+
+#[test]
+fn survivors_of_a_lost_worker_re_form_and_continue_from_the_most_advanced_state() {
+    let (configs, groups) = three_with_one_crashed(2);
+    let formed = reform(&configs, groups, &[7, 8], RULES);
+    let want = Membership { epoch: 1, tasks: vec![task(0), task(1)], holder: 1, step: 8 };
+    for result in &formed {
+        assert_eq!(result.as_ref().unwrap_or_else(|e| panic!("{e}: {formed:?}")), &want);
+    }
+    let groups = connect_epoch_all(&configs, &want);
+    let sums: Vec<Vec<f32>> = thread::scope(|s| {
+        let joins: Vec<_> = groups
+            .iter()
+            .map(|g| {
+                s.spawn(|| {
+                    assert_eq!((g.size(), g.epoch()), (2, 1));
+                    let mut data = vec![g.rank() as f32 + 1.0; 3];
+                    g.all_reduce(&mut data, ReduceOp::Sum).expect("the new group all-reduces");
+                    data
+                })
+            })
+            .collect();
+        joins.into_iter().map(|j| j.join().expect("no panic")).collect()
+    });
+    assert_eq!(sums, vec![vec![3.0; 3]; 2]);
+}
+
+#[test]
+fn when_the_chief_is_lost_the_lowest_ranked_worker_holds_the_round_and_leads() {
+    let (configs, groups) = three_with_one_crashed(0);
+    let formed = reform(&configs, groups, &[5, 5], RULES);
+    for result in formed {
+        let membership = result.expect("the workers re-form");
+        assert_eq!(membership.tasks, [task(1), task(2)]);
+        assert_eq!(membership.chief(), Some(task(1)), "worker:0 takes the chief's duties");
+        assert_eq!((membership.epoch, membership.holder, membership.step), (1, 0, 5));
+    }
+}
+
+#[test]
+fn below_min_workers_every_survivor_gets_a_named_error() {
+    let (configs, groups) = three_with_one_crashed(1);
+    let rules = RoundRules { min: 3, timeout: Duration::from_secs(2), ..RULES };
+    for result in reform(&configs, groups, &[3, 3], rules) {
+        let error = result.expect_err("two survivors are below min_workers = 3").to_string();
+        assert!(error.contains("cannot re-form its group"), "{error}");
+        assert!(error.contains("2 member(s) joined the rendezvous within 2s (chief:0, worker:1)"), "{error}");
+        assert!(error.contains("fewer than min_workers = 3"), "{error}");
+    }
+}
+
+#[test]
+fn a_member_of_an_earlier_epoch_cannot_reach_the_re_formed_group() {
+    let (configs, groups) = three_with_one_crashed(2);
+    let membership = reform(&configs, groups, &[1, 1], RULES).remove(0).expect("re-formed");
+    let groups = connect_epoch_all(&configs, &membership);
+    // worker:1 comes back with the cluster it started with: epoch 0, three members.
+    let spec = configs[0].cluster.spec().clone();
+    let stale = config(&spec, 2);
+    let stale = NetworkConfig { connect_timeout: Duration::from_secs(3), ..stale };
+    let error = NetworkGroup::connect(stale).err().expect("refused").to_string();
+    assert!(error.contains("membership epoch"), "{error}");
+    thread::scope(|s| {
+        for g in &groups {
+            s.spawn(|| g.all_reduce(&mut [1.0f32; 2], ReduceOp::Sum).expect("the new group is unaffected"));
+        }
+    });
+}
