@@ -143,3 +143,31 @@ fn evaluation_pads_so_every_example_counts_exactly_once() -> Result<()> {
     assert_eq!(mask_total, 103.0);
     Ok(())
 }
+
+/// An elastic job's input: every worker reads the one pipeline re-batched to its share of
+/// the global batch and takes batch `rank` of every `workers`; started after `step` global
+/// batches, the shares of each step are that step's global batch, in order, whatever the
+/// number of workers, with shuffling and repetition on.
+#[test]
+fn shares_of_a_rebatched_pipeline_make_up_the_global_batches() -> Result<()> {
+    const GLOBAL: usize = 12;
+    let pipeline = || tensors(100).map(|ds| ds.shuffle(30, 7).repeat(None));
+    let whole: Vec<Vec<u64>> =
+        pipeline()?.batch(GLOBAL).iter_after(5)?.take(20).map(|b| Ok(b?.ids)).collect::<Result<_>>()?;
+    for workers in [1, 2, 3, 4] {
+        let shares: Vec<Vec<Vec<u64>>> = (0..workers)
+            .map(|rank| {
+                let ds = pipeline()?.batch(GLOBAL).rebatch(GLOBAL / workers)?;
+                ds.iter_after(5 * workers as u64)?.strided(workers, rank).take(20).map(|b| Ok(b?.ids)).collect()
+            })
+            .collect::<Result<_>>()?;
+        for (step, want) in whole.iter().enumerate() {
+            let got: Vec<u64> = shares.iter().flat_map(|s| s[step].clone()).collect();
+            assert_eq!(&got, want, "{workers} workers, step {step}");
+        }
+    }
+    let padded = tensors(10)?.padded_batch(4, 3).rebatch(2).err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(padded.contains("a padded batch cannot be re-batched"), "{padded}");
+    assert!(tensors(10)?.rebatch(2).is_err(), "an unbatched dataset");
+    Ok(())
+}

@@ -206,6 +206,31 @@ impl Dataset {
         self
     }
 
+    /// The same pipeline with `size` rows per batch instead (an elastic job keeps its global
+    /// batch as workers come and go, so each worker's share changes). Refused for a padded
+    /// batch, whose batch count per pass is part of the pipeline, and for an unbatched one.
+    pub fn rebatch(mut self, size: usize) -> Result<Self> {
+        let mut found = false;
+        for op in &mut self.ops {
+            match op {
+                Op::Batch { size: s, .. } => {
+                    *s = size;
+                    found = true;
+                }
+                Op::PaddedBatch { .. } => {
+                    return Err(InputError::invalid(
+                        "a padded batch cannot be re-batched: pad to whole batches instead",
+                    ));
+                }
+                _ => {}
+            }
+        }
+        if !found {
+            return Err(InputError::invalid("only a batched dataset can be re-batched"));
+        }
+        Ok(self)
+    }
+
     /// Exactly `batches` batches of `size` rows per pass, padded with zero rows and
     /// carrying a `mask` feature (see the module docs).
     pub fn padded_batch(mut self, size: usize, batches: u64) -> Self {

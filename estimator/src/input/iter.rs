@@ -37,6 +37,9 @@ pub struct DatasetIter {
     finished: bool,
     blocked_total: Duration,
     blocked_since_take: Duration,
+    /// `(every, offset)`: of each group of `every` batches, only the one at `offset` is
+    /// handed out (see [`DatasetIter::strided`]).
+    stride: (usize, usize),
 }
 
 /// Whether this process may run on one CPU only (its affinity mask, or a cgroup quota).
@@ -72,7 +75,23 @@ impl DatasetIter {
             finished: false,
             blocked_total: Duration::ZERO,
             blocked_since_take: Duration::ZERO,
+            stride: (1, 0),
         })
+    }
+
+    /// Hands out batch `offset` of every group of `every` consecutive batches: replica
+    /// `offset` of `every` reading the one pipeline of the whole job, as replica `i` of a
+    /// mirrored step takes the pipeline's batches `i, i + n, ...`. A group the input cannot
+    /// fill ends the iteration, so every replica stops at the same step. Start it at a
+    /// multiple of `every` batches ([`Dataset::iter_after`]).
+    ///
+    /// Every batch of a group is decoded, the others' too: for the inputs it is used with,
+    /// decoding costs little next to the step.
+    ///
+    /// [`Dataset::iter_after`]: super::Dataset::iter_after
+    pub fn strided(mut self, every: usize, offset: usize) -> Self {
+        self.stride = (every.max(1), offset.min(every.max(1) - 1));
+        self
     }
 
     /// The position after the last batch handed out; `Dataset::iter_from` continues there.
@@ -145,6 +164,22 @@ impl Iterator for DatasetIter {
     type Item = Result<Batch>;
 
     fn next(&mut self) -> Option<Self::Item> {
+        let (every, offset) = self.stride;
+        let mut mine = None;
+        for place in 0..every {
+            match self.next_batch()? {
+                Ok(batch) if place == offset => mine = Some(batch),
+                Ok(_) => {}
+                Err(e) => return Some(Err(e)),
+            }
+        }
+        mine.map(Ok)
+    }
+}
+
+impl DatasetIter {
+    /// The pipeline's next batch.
+    fn next_batch(&mut self) -> Option<Result<Batch>> {
         if self.finished {
             return None;
         }
