@@ -275,6 +275,25 @@ fn invalid_values_are_located() {
 }
 
 #[test]
+fn elastic_bounds_are_checked_at_their_field() {
+    for (fields, path, message) in [
+        ("min_workers: Some(0)", "run_config.min_workers", "must be from 1 to 1024"),
+        ("max_workers: Some(5000)", "run_config.max_workers", "must be from 1 to 1024"),
+        ("min_workers: Some(3), max_workers: Some(2)", "run_config.min_workers", "must be at most max_workers (2)"),
+        (
+            "min_workers: Some(2), train_distribute: \"mirrored\"",
+            "run_config.min_workers",
+            "is for train_distribute: \"multi_worker\" (an elastic job re-forms its workers)",
+        ),
+    ] {
+        let text = cnn_with("random_seed: 42", &format!("random_seed: 42, {fields}"));
+        let f = fail(&text);
+        assert_eq!(f.path, path, "{fields}");
+        assert_eq!(f.kind, ErrorKind::Invalid(message.into()), "{fields}: {}", f.message);
+    }
+}
+
+#[test]
 fn functional_references_to_unknown_names_are_located() {
     let text = r#"Job(
     model: Functional(

@@ -4,7 +4,7 @@
 //! gives its pods), listening on a free 127.0.0.1 port; their logs come back prefixed by
 //! task. When a task fails the others are stopped (a synchronous job cannot go on without
 //! it; with ps tasks, a failed worker is restarted alone or left out, since asynchronous
-//! training goes on without it), and with `--restart-on-failure K` the whole cluster is started again, up to K
+//! training goes on without it; an elastic job, `--min-workers`, re-forms without it), and with `--restart-on-failure K` the whole cluster is started again, up to K
 //! times: every task resumes from the chief's latest checkpoint. Each task's environment
 //! has `ENGINE_RESTART_COUNT`: 0 on the first start, then the number of restarts.
 //!
@@ -68,6 +68,14 @@ pub struct LaunchArgs {
     /// share it.
     #[arg(long, value_name = "DEVICE", default_value_t = DeviceName::CPU)]
     pub device: DeviceName,
+    /// An elastic job: when a worker fails, the others re-form at the next step and go on,
+    /// down to this many (`run_config.min_workers`); the launcher keeps them running.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub min_workers: Option<u16>,
+    /// With `--min-workers`: the most workers the job trains with (`run_config.max_workers`;
+    /// by default `--workers`).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub max_workers: Option<u16>,
     /// `auto`: each training task runs on a disjoint share of the CPUs (as many compute
     /// threads, unless RAYON_NUM_THREADS is set) when there are at least as many CPUs as
     /// training tasks; `none`: the OS places every task.
@@ -94,6 +102,18 @@ pub fn launch(args: &LaunchArgs) -> Result<(), CliError> {
             )));
         }
     }
+    // The bounds travel to every task as overrides; the spec read with them says whether
+    // the job is elastic, which decides what a failed worker means here.
+    let mut sets = args.common.set.clone();
+    sets.extend(args.min_workers.map(|n| format!("run_config.min_workers={n}")));
+    sets.extend(args.max_workers.map(|n| format!("run_config.max_workers={n}")));
+    let spec =
+        super::SpecArgs { spec: args.common.spec.clone(), set: sets.clone(), strategy: Some(strategy) }.load(vec![])?;
+    let run_config = &spec.job.run_config;
+    let elastic = run_config.min_workers.is_some() || run_config.max_workers.is_some();
+    if elastic && strategy != StrategyKind::MultiWorker {
+        return Err(CliError::Usage("--min-workers and --max-workers are for multi_worker clusters".into()));
+    }
     let fail = |message: String| CliError::Launch { message, code: None };
     let exe = std::env::current_exe().map_err(|e| fail(format!("cannot find the engine executable: {e}")))?;
     // One token per launch: tasks of another cluster on this machine cannot join this one.
@@ -102,7 +122,7 @@ pub fn launch(args: &LaunchArgs) -> Result<(), CliError> {
     loop {
         let cluster = local_cluster(args.workers as usize, args.ps as usize, args.evaluator)?;
         log::info!("Launching {} on 127.0.0.1 (attempt {})", cluster, attempt + 1);
-        match run_cluster(args, &exe, &cluster, &token, strategy, attempt)? {
+        match run_cluster(args, &sets, elastic, &exe, &cluster, &token, strategy, attempt)? {
             Ending::Succeeded => return Ok(()),
             Ending::Preempted(signal) => {
                 return Err(CliError::Launch {
@@ -162,8 +182,11 @@ fn local_cluster(workers: usize, ps: usize, evaluator: bool) -> Result<ClusterSp
 /// Runs every task to its end. Fails on the first failure noticed, naming every task found
 /// failed then (a task that fails because a peer died often exits within milliseconds of
 /// it, so which came first cannot be told), after stopping the others.
+#[allow(clippy::too_many_arguments, reason = "one cluster start: what it runs, where and how")]
 fn run_cluster(
     args: &LaunchArgs,
+    sets: &[String],
+    elastic: bool,
     exe: &std::path::Path,
     spec: &ClusterSpec,
     token: &str,
@@ -177,7 +200,7 @@ fn run_cluster(
         let cluster = Cluster::new(spec.clone(), id, ClusterSource::Flags, None)?;
         let mut cmd = Command::new(exe);
         cmd.arg("run").arg(&args.common.spec).arg("--strategy").arg(strategy.name());
-        for set in &args.common.set {
+        for set in sets {
             cmd.arg("--set").arg(set);
         }
         if let Some(n) = args.max_steps {
@@ -213,6 +236,8 @@ fn run_cluster(
     let mut stopping: Option<Signal> = None;
     // Workers left out after failing for good: the job goes on, but its status says so.
     let mut given_up: Vec<(TaskId, String, Option<u8>)> = Vec::new();
+    // Training tasks an elastic job lost.
+    let mut lost: Vec<(TaskId, ExitStatus)> = Vec::new();
     let ending = loop {
         if let (Some(signal), None) = (preemption::requested(), stopping) {
             stopping = Some(signal);
@@ -247,6 +272,13 @@ fn run_cluster(
                         given_up.push((*id, describe(status), status_code(status)));
                     }
                 }
+                // An elastic job's survivors re-form without it and go on.
+                Ok(Some(status)) if elastic && id.task_type.is_collective() && stopping.is_none() => {
+                    if !lost.iter().any(|(l, _)| l == id) {
+                        log::warn!("{id} failed ({}); the others re-form without it", describe(status));
+                        lost.push((*id, status));
+                    }
+                }
                 Ok(Some(status)) => {
                     codes.extend(status_code(status));
                     failed.push(format!("{id} failed ({})", describe(status)));
@@ -275,6 +307,19 @@ fn run_cluster(
                             named.join(", ")
                         ),
                         code,
+                    }
+                }
+                // Every training task of an elastic job ended, and some failed: the job
+                // finished if a survivor did (it trained to the end, then saved).
+                None if !lost.is_empty() => {
+                    let collective = tasks.iter().filter(|(id, _)| id.task_type.is_collective()).count();
+                    let named: Vec<String> = lost.iter().map(|(id, s)| format!("{id} ({})", describe(*s))).collect();
+                    if lost.len() < collective {
+                        log::warn!("The job finished without {}", named.join(", "));
+                        Ending::Succeeded
+                    } else {
+                        let code = lost.iter().filter_map(|(_, s)| status_code(*s)).min();
+                        Ending::Failed { message: format!("every training task failed: {}", named.join(", ")), code }
                     }
                 }
                 None => Ending::Succeeded,

@@ -3,7 +3,9 @@
 
 use super::{CliError, ClusterArgs, RunArgs};
 use crate::job;
-use engine_estimator::{EvalResult, EvalSpec, RunConfig, StepLimit, TrainSpec, train_and_evaluate};
+use engine_estimator::{
+    EvalResult, EvalSpec, RunConfig, StepLimit, TrainSpec, strategy::StrategyKind, train_and_evaluate,
+};
 use std::sync::Arc;
 
 pub fn run(args: &RunArgs) -> Result<(), CliError> {
@@ -98,6 +100,13 @@ impl ClusterArgs {
         }
         if let Some(communication) = self.communication {
             options.communication = communication;
+        }
+        if config.strategy.elastic.is_some() && config.train_distribute != StrategyKind::MultiWorker {
+            return Err(CliError::Usage(format!(
+                "run_config.min_workers and max_workers make an elastic multi_worker job, not strategy '{}': run with \
+                 --strategy multi_worker, or remove them",
+                config.train_distribute
+            )));
         }
         let (cluster, token) = cluster_of(self, config.train_distribute)?;
         config.strategy.cluster = cluster;

@@ -59,7 +59,7 @@ pub use normalization::{BatchNormalization, LayerNormalization};
 pub use optimizer::{Adagrad, Adam, AdamW, LearningRateSpec, OptimizerSpec, RmsProp, Sgd};
 pub use overrides::Override;
 pub use path::{FieldPath, Segment};
-pub use run_config::{EvalSpec, MAX_SHARDS, NonFinite, RunConfig, TrainSpec, VariablePartitioner};
+pub use run_config::{EvalSpec, MAX_ELASTIC_WORKERS, MAX_SHARDS, NonFinite, RunConfig, TrainSpec, VariablePartitioner};
 
 use serde::de::DeserializeOwned;
 use std::path::Path;

@@ -57,7 +57,24 @@ pub struct RunConfig {
     /// Checkpoints hold partitioned variables whole either way.
     #[serde(default)]
     pub variable_partitioner: Option<VariablePartitioner>,
+    /// `multi_worker` only: an elastic job. When a worker is lost the others re-form at
+    /// the next step and go on (as torchrun's `--nnodes=MIN:MAX`), down to this many
+    /// workers; below it the job stops with a checkpoint. `None` (the default): a lost
+    /// worker stops the job.
+    #[serde(default)]
+    pub min_workers: Option<u64>,
+    /// With `min_workers`: the most workers the job trains with (the cluster's chief and
+    /// workers by default, and at most that: a worker cannot join a running job yet).
+    #[serde(default)]
+    pub max_workers: Option<u64>,
 }
+
+/// The most workers an elastic job can name (as many as `engine launch` starts).
+pub const MAX_ELASTIC_WORKERS: u64 = 1024;
+
+/// How long an elastic job's rendezvous waits for more survivors once it has
+/// `min_workers` (it waits for `min_workers` themselves as long as a connect does).
+const LAST_CALL: std::time::Duration = std::time::Duration::from_secs(2);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -114,6 +131,17 @@ impl RunConfig {
         };
         config.strategy.communication = self.communication;
         config.strategy.variable_partitioner = self.variable_partitioner.map(VariablePartitioner::to_pass);
+        if self.min_workers.is_some() || self.max_workers.is_some() {
+            let count =
+                |n: Option<u64>, default: usize| n.map_or(default, |n| usize::try_from(n).unwrap_or(usize::MAX));
+            config.strategy.elastic = Some(engine_runtime::transport::RoundRules {
+                min: count(self.min_workers, 1),
+                // 0: the cluster's count, resolved when the cluster is known.
+                max: count(self.max_workers, 0),
+                last_call: LAST_CALL,
+                timeout: config.strategy.connect_timeout,
+            });
+        }
         config
     }
 }

@@ -2,9 +2,10 @@
 //! settings that exclude each other. Shapes are checked later, when the model is lowered.
 
 use super::{
-    ErrorKind, FieldPath, Functional, Job, Layer, LearningRateSpec, Loss, MAX_MERGE_INPUTS, MAX_SHARDS, Metric, Model,
-    OptimizerSpec, Regularizer, Sequential, Spec, SpecError, VariablePartitioner,
+    ErrorKind, FieldPath, Functional, Job, Layer, LearningRateSpec, Loss, MAX_ELASTIC_WORKERS, MAX_MERGE_INPUTS,
+    MAX_SHARDS, Metric, Model, OptimizerSpec, Regularizer, Sequential, Spec, SpecError, VariablePartitioner,
 };
+use engine_estimator::strategy::StrategyKind;
 use engine_graph::{Initializer, optimizer::LearningRate};
 use std::collections::BTreeSet;
 
@@ -468,6 +469,24 @@ impl Checker<'_> {
             root().field("train_spec").field("max_steps"),
             "must be positive",
         )?;
+        for (value, name) in [(rc.min_workers, "min_workers"), (rc.max_workers, "max_workers")] {
+            self.require(
+                value.is_none_or(|n| (1..=MAX_ELASTIC_WORKERS).contains(&n)),
+                at.field(name),
+                format!("must be from 1 to {MAX_ELASTIC_WORKERS}"),
+            )?;
+        }
+        if let (Some(min), Some(max)) = (rc.min_workers, rc.max_workers) {
+            self.require(min <= max, at.field("min_workers"), format!("must be at most max_workers ({max})"))?;
+        }
+        if rc.min_workers.is_some() || rc.max_workers.is_some() {
+            let field = if rc.min_workers.is_some() { "min_workers" } else { "max_workers" };
+            self.require(
+                matches!(rc.train_distribute, None | Some(StrategyKind::MultiWorker)),
+                at.field(field),
+                "is for train_distribute: \"multi_worker\" (an elastic job re-forms its workers)",
+            )?;
+        }
         if let Some(p) = &rc.variable_partitioner {
             let at = at.field("variable_partitioner");
             let shards = match p {

@@ -167,7 +167,13 @@ impl Estimator {
     }
 
     fn dataset(&self, input_fn: &dyn InputFn, mode: Mode, strategy: &dyn Strategy) -> Result<Dataset> {
-        Ok(input_fn.dataset(mode, &strategy.input_context())?)
+        let dataset = input_fn.dataset(mode, &strategy.input_context())?;
+        match (mode, strategy.elastic_membership(), strategy.elastic_rules(), strategy.cluster()) {
+            (Mode::Train, Some(membership), Some(rules), Some(cluster)) => {
+                elastic_share(dataset, membership.size(), cluster.collective_group_size(), rules.min..=rules.max)
+            }
+            _ => Ok(dataset),
+        }
     }
 
     /// Global steps in one pass over `input_fn`'s data as the training strategy shards it
@@ -199,10 +205,21 @@ impl Estimator {
         strategy: &dyn Strategy,
         hooks: &[Box<dyn SessionRunHook>],
     ) -> Result<(Dataset, crate::session::Compiled)> {
+        let required: Vec<String> = hooks.iter().flat_map(|h| h.required_tensors()).collect();
+        self.compile_requiring(mode, input_fn, strategy, &required)
+    }
+
+    /// [`Estimator::compile_for`] with the tensors the hooks fetch named already.
+    pub(crate) fn compile_requiring(
+        &self,
+        mode: Mode,
+        input_fn: &dyn InputFn,
+        strategy: &dyn Strategy,
+        required: &[String],
+    ) -> Result<(Dataset, crate::session::Compiled)> {
         let dataset = self.dataset(input_fn, mode, strategy)?;
         let schema = dataset.schema()?;
-        let required: Vec<String> = hooks.iter().flat_map(|h| h.required_tensors()).collect();
-        let compiled = compile(self.model_fn.as_ref(), &self.params, mode, &schema, strategy, &required)?;
+        let compiled = compile(self.model_fn.as_ref(), &self.params, mode, &schema, strategy, required)?;
         Ok((dataset, compiled))
     }
 
@@ -439,5 +456,59 @@ impl Evaluator<'_> {
             Some(n) => format!("eval_{n}"),
             None => "eval".into(),
         }
+    }
+}
+
+/// An elastic job's training pipeline for a membership of `members` workers: the one
+/// pipeline of the whole job (every worker reads it all, in the one-process order), each
+/// batch a worker's share of the global batch. The global batch is the spec's batch size
+/// times the cluster's workers, and stays that as workers come and go, so a step takes the
+/// same examples whoever is left; every membership the job may have must divide it.
+fn elastic_share(
+    dataset: Dataset,
+    members: usize,
+    cluster_workers: usize,
+    counts: std::ops::RangeInclusive<usize>,
+) -> Result<Dataset> {
+    let per_worker = dataset.batch_size().ok_or_else(|| {
+        EstimatorError::Config(
+            "an elastic job needs a batched training input: its batches are what a step takes".into(),
+        )
+    })?;
+    let global = per_worker * cluster_workers;
+    let (min, max) = (*counts.start(), *counts.end());
+    if let Some(n) = counts.chain(std::iter::once(members)).find(|&n| n == 0 || !global.is_multiple_of(n)) {
+        return Err(EstimatorError::Config(format!(
+            "the global batch of {global} (batch_size {per_worker} times {cluster_workers} workers) does not divide \
+             among {n} workers: an elastic job keeps its global batch whoever is left, so every worker count from \
+             min_workers ({min}) to max_workers ({max}) must divide it"
+        )));
+    }
+    if global / members == per_worker {
+        return Ok(dataset);
+    }
+    Ok(dataset.rebatch(global / members)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn batched(batch: usize) -> Dataset {
+        let x = HostTensor::f32(vec![48, 1], (0..48).map(|v| v as f32).collect()).unwrap();
+        Dataset::from_tensors(BTreeMap::from([("x".to_string(), x)]), None).unwrap().batch(batch)
+    }
+
+    #[test]
+    fn an_elastic_share_keeps_the_global_batch_and_every_count_must_divide_it() {
+        // 4 per worker, 3 workers: a global batch of 12, 6 each for 2.
+        assert_eq!(elastic_share(batched(4), 2, 3, 2..=3).unwrap().batch_size(), Some(6));
+        assert_eq!(elastic_share(batched(4), 3, 3, 2..=3).unwrap().batch_size(), Some(4));
+        // 5 per worker, 3 workers: 15 does not divide among 2.
+        let error = elastic_share(batched(5), 3, 3, 2..=3).unwrap_err().to_string();
+        assert!(
+            error.contains("the global batch of 15 (batch_size 5 times 3 workers) does not divide among 2"),
+            "{error}"
+        );
     }
 }

@@ -5,18 +5,20 @@
 use super::{Estimator, StepLimit};
 use crate::{
     EstimatorError, InputFn, Mode, Result,
-    checkpoint::{Checkpoint, RestoredCheckpoint, WriterLock, read_checkpoint},
+    checkpoint::{Checkpoint, CheckpointMeta, RestoredCheckpoint, WriterLock, read_checkpoint},
     hooks::{
         CheckpointSaverHook, CheckpointSaverListener, FaultInjectionHook, LoggingTensorHook, NanTensorHook,
         ProgressBarHook, SessionRunHook, SharedSummaryWriter, StepCounterHook, StopAtStepHook, SummarySaverHook,
     },
     input::{Dataset, DatasetIter, IteratorState},
-    session::{Compiled, Replicas, TrainOutcome, TrainingSession},
+    session::{Compiled, ExampleLog, Replicas, TrainOutcome, TrainingSession},
     strategy::Strategy,
     summary::{HParam, SummaryWriter},
 };
+use engine_graph::HostTensor;
 use engine_runtime::cluster::TaskType;
 use std::cell::Cell;
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 impl Estimator {
@@ -32,7 +34,7 @@ impl Estimator {
             return self.serve_parameters(input_fn, &hooks);
         }
         // One writer per model dir, for as long as this training runs (see `WriterLock`).
-        let _writer = match self.train_strategy.is_chief() {
+        let mut writer = match self.train_strategy.is_chief() {
             true => Some(WriterLock::acquire(&self.model_dir, &command_line(), WRITER_LEASE)?),
             false => None,
         };
@@ -50,83 +52,164 @@ impl Estimator {
             return Ok(TrainOutcome { global_step: start, loss: None });
         }
         let strategy = self.train_strategy.clone();
-        let (dataset, mut compiled) = self.compile_for(Mode::Train, input_fn, strategy.as_ref(), &hooks)?;
-        self.check_memory(&compiled, &dataset, strategy.as_ref())?;
-        let (mut replicas, input) = self.start_replicas(&compiled, &dataset, restored.as_ref())?;
-        let mut start = start;
-        if strategy.cluster().is_some() {
-            replicas.sync_from_chief(start, self.seed)?;
-            if let Some(step) = replicas.remote_global_step() {
-                start = step;
-            }
-        }
-        let global_batch = schema_batch(&dataset) * strategy.num_replicas_in_sync();
-        if strategy.num_replicas_in_sync() > 1 {
-            log::info!(
-                "{} replicas in sync ({}): global batch {global_batch}, {} per replica",
-                strategy.num_replicas_in_sync(),
-                strategy.describe(),
-                schema_batch(&dataset)
-            );
-        }
-        let examples_seen = match &restored {
-            Some(r) => r.checkpoint.meta.examples_seen.unwrap_or(start * global_batch as u64),
-            None => 0,
-        };
-        let is_chief = strategy.is_chief();
-        let summary = if is_chief { self.training_summaries(&compiled, start)? } else { None };
-        let mut all_hooks = self.training_hooks(&mut compiled, hooks, last_step)?;
-        // The saver runs last so that a checkpoint includes what other hooks did.
-        if is_chief {
-            all_hooks.push(Box::new(CheckpointSaverHook::new(trigger, saving_listeners)));
-        }
-        let mut session = TrainingSession {
-            compiled: &compiled,
-            replicas,
-            input,
-            global_step: start,
-            model_dir: &self.model_dir,
-            checkpoints: &self.checkpoints,
-            summary,
-            is_chief,
-            global_batch_size: global_batch,
-            non_finite: self.config.non_finite,
-            in_cluster: strategy.cluster().is_some(),
-            preempted: None,
-            examples_seen,
-            restore: Cell::new(None),
-            assign: Default::default(),
-        };
-        let outcome = match session.run(&mut all_hooks) {
-            Ok(outcome) => outcome,
-            Err(e) => {
-                // A first run that fails before its first step leaves the model dir as it
-                // found it, so that the corrected spec starts afresh.
-                if restored.is_none() && is_chief && session.global_step == 0 {
-                    match self.checkpoints.discard_initial() {
-                        Ok(true) => log::info!(
-                            "Removed model.ckpt-0: training failed before its first step, so {} is as it was",
-                            self.model_dir
-                        ),
-                        Ok(false) => {}
-                        Err(d) => log::warn!("Could not remove model.ckpt-0 after the failed first step: {d}"),
+        let required: Vec<String> = hooks.iter().flat_map(|h| h.required_tensors()).collect();
+        let mut user_hooks = Some(hooks);
+        let mut listeners = Some(saving_listeners);
+        let mut all_hooks: Vec<Box<dyn SessionRunHook + 'l>> = Vec::new();
+        // Whether `all_hooks` has the chief's hooks: a worker that becomes the chief of an
+        // elastic job (its chief was lost) adds them.
+        let mut chief_hooks = false;
+        let mut callers_at = 0;
+        // The variables this task held when its group failed, carried into the re-formed one.
+        let mut carried: Option<BTreeMap<String, HostTensor>> = None;
+        loop {
+            let (dataset, mut compiled) =
+                self.compile_requiring(Mode::Train, input_fn, strategy.as_ref(), &required)?;
+            self.check_memory(&compiled, &dataset, strategy.as_ref())?;
+            let global_batch = schema_batch(&dataset) * strategy.num_replicas_in_sync();
+            let (replicas, input, start, examples_seen) = match carried.take() {
+                None => {
+                    let (mut replicas, input) = self.start_replicas(&compiled, &dataset, restored.as_ref())?;
+                    let mut start = start;
+                    if strategy.cluster().is_some() {
+                        replicas.sync_from_chief(start, self.seed)?;
+                        if let Some(step) = replicas.remote_global_step() {
+                            start = step;
+                        }
                     }
+                    let examples_seen = match &restored {
+                        Some(r) => r.checkpoint.meta.examples_seen.unwrap_or(start * global_batch as u64),
+                        None => 0,
+                    };
+                    (replicas, input, start, examples_seen)
                 }
-                return Err(e);
+                Some(values) => {
+                    let (replicas, input, step) = self.rejoin_replicas(&compiled, &dataset, &values)?;
+                    (replicas, input, step, step * global_batch as u64)
+                }
+            };
+            if strategy.num_replicas_in_sync() > 1 {
+                log::info!(
+                    "{} replicas in sync ({}): global batch {global_batch}, {} per replica",
+                    strategy.num_replicas_in_sync(),
+                    strategy.describe(),
+                    schema_batch(&dataset)
+                );
             }
-        };
-        // Every task of a cluster ends the same step; the chief arrives after its final
-        // checkpoint, so no task exits while another still needs it.
-        if strategy.cluster().is_some() {
-            session.replicas.barrier()?;
+            let is_chief = strategy.is_chief();
+            if let Some(hooks) = user_hooks.take() {
+                (all_hooks, callers_at) = self.training_hooks(&mut compiled, hooks, last_step)?;
+            }
+            if is_chief && !chief_hooks {
+                if writer.is_none() {
+                    writer = Some(WriterLock::acquire(&self.model_dir, &command_line(), WRITER_LEASE)?);
+                }
+                let added = self.chief_hooks(&mut compiled, &all_hooks, last_step);
+                all_hooks.splice(callers_at..callers_at, added);
+                // The saver runs last so that a checkpoint includes what other hooks did.
+                all_hooks.push(Box::new(CheckpointSaverHook::new(trigger, listeners.take().unwrap_or_default())));
+                chief_hooks = true;
+            }
+            let summary = if is_chief { self.training_summaries(&compiled, start)? } else { None };
+            let mut session = TrainingSession {
+                compiled: &compiled,
+                replicas,
+                input,
+                global_step: start,
+                model_dir: &self.model_dir,
+                checkpoints: &self.checkpoints,
+                summary,
+                is_chief,
+                global_batch_size: global_batch,
+                non_finite: self.config.non_finite,
+                in_cluster: strategy.cluster().is_some(),
+                preempted: None,
+                examples_seen,
+                restore: Cell::new(None),
+                assign: Default::default(),
+                example_log: ExampleLog::from_env(strategy.cluster().map(|c| c.task().to_string()))?,
+            };
+            let outcome = match session.run(&mut all_hooks) {
+                Ok(outcome) => outcome,
+                Err(e) if strategy.elastic_membership().is_some() && lost_a_member(&e) => {
+                    // Each task's failed step committed nothing; the re-formed group goes on
+                    // from the task that completed the most steps.
+                    let step = session.global_step;
+                    let values = session.replicas.export()?;
+                    let meta = CheckpointMeta {
+                        fingerprint: compiled.fingerprint.clone(),
+                        input_state: String::new(),
+                        examples_seen: Some(session.examples_seen),
+                    };
+                    log::warn!("The step after {step} failed: {e}");
+                    drop(session);
+                    drop(compiled);
+                    if let Err(reform) = strategy.reform(step) {
+                        if is_chief {
+                            let saved = self.checkpoints.save(step, &values, &meta)?;
+                            log::info!("Saved {} before stopping", saved.path);
+                        }
+                        return Err(reform);
+                    }
+                    carried = Some(values);
+                    continue;
+                }
+                Err(e) => {
+                    // A first run that fails before its first step leaves the model dir as it
+                    // found it, so that the corrected spec starts afresh.
+                    if restored.is_none() && is_chief && session.global_step == 0 {
+                        match self.checkpoints.discard_initial() {
+                            Ok(true) => log::info!(
+                                "Removed model.ckpt-0: training failed before its first step, so {} is as it was",
+                                self.model_dir
+                            ),
+                            Ok(false) => {}
+                            Err(d) => log::warn!("Could not remove model.ckpt-0 after the failed first step: {d}"),
+                        }
+                    }
+                    return Err(e);
+                }
+            };
+            // Every task of a cluster ends the same step; the chief arrives after its final
+            // checkpoint, so no task exits while another still needs it.
+            if strategy.cluster().is_some() {
+                session.replicas.barrier()?;
+            }
+            if let Some(signal) = session.preempted {
+                return Err(EstimatorError::Preempted { signal, step: Some(outcome.global_step) });
+            }
+            if let Some(loss) = outcome.loss {
+                log::info!("Loss for final step: {loss:.7}.");
+            }
+            return Ok(outcome);
         }
-        if let Some(signal) = session.preempted {
-            return Err(EstimatorError::Preempted { signal, step: Some(outcome.global_step) });
-        }
-        if let Some(loss) = outcome.loss {
-            log::info!("Loss for final step: {loss:.7}.");
-        }
-        Ok(outcome)
+    }
+
+    /// The replicas of a re-formed elastic group: this task's own variables loaded, then
+    /// the holder's taken by every member, and the input at the holder's step, this task's
+    /// share of each global batch. Returns the step training goes on from.
+    fn rejoin_replicas(
+        &self,
+        compiled: &Compiled,
+        dataset: &Dataset,
+        values: &BTreeMap<String, HostTensor>,
+    ) -> Result<(Replicas, DatasetIter, u64)> {
+        let strategy = self.train_strategy.as_ref();
+        let membership = strategy
+            .elastic_membership()
+            .ok_or_else(|| EstimatorError::Other("internal: re-forming a job that is not elastic".into()))?;
+        let mut replicas = Replicas::new(compiled, strategy, self.config.precision)?;
+        replicas.initialize(self.seed)?;
+        replicas.restore(values, self.seed)?;
+        replicas.take_state_of(membership.holder, self.seed)?;
+        log::info!(
+            "Continuing from step {} with {} worker(s), the state of {}",
+            membership.step,
+            membership.size(),
+            membership.tasks.get(membership.holder).map(ToString::to_string).unwrap_or_default()
+        );
+        let input = elastic_input(dataset, strategy, membership.step)?;
+        Ok((replicas, input, membership.step))
     }
 
     /// The newest checkpoint that loads, after the chief clears what interrupted saves
@@ -174,7 +257,10 @@ impl Estimator {
                         variable_changes(compiled, &r.checkpoint)
                     );
                 }
-                resume_input(dataset, &r.checkpoint, strategy, replicas.len() as u64)?
+                match strategy.elastic_membership() {
+                    Some(_) => elastic_input(dataset, strategy, r.checkpoint.step)?,
+                    None => resume_input(dataset, &r.checkpoint, strategy, replicas.len() as u64)?,
+                }
             }
             None => {
                 replicas.initialize(self.seed)?;
@@ -183,7 +269,10 @@ impl Estimator {
                     let loaded = replicas.restore(&values, self.seed)?;
                     log::info!("Warm-started {} variables from {}", loaded.len(), ws.checkpoint);
                 }
-                dataset.iter()?
+                match strategy.elastic_membership() {
+                    Some(_) => elastic_input(dataset, strategy, 0)?,
+                    None => dataset.iter()?,
+                }
             }
         };
         Ok((replicas, input))
@@ -205,16 +294,17 @@ impl Estimator {
     }
 
     /// Training's hooks in TensorFlow's order: the NaN check and the loss log, a fault
-    /// injected for tests, the stop, the model function's hooks, the chief's defaults
-    /// (unless the spec or the caller configures its own), then the caller's. The saver is
-    /// added after these.
+    /// injected for tests, the stop, the model function's hooks, then the caller's (from
+    /// the index returned). The chief's go before the caller's ([`Self::chief_hooks`]), and
+    /// the saver last.
     #[allow(clippy::extend_with_drain, reason = "the hooks' lifetimes differ: `append` cannot take them")]
+    #[allow(clippy::type_complexity, reason = "the hooks and one index")]
     fn training_hooks<'l>(
         &self,
         compiled: &mut Compiled,
         mut user_hooks: Vec<Box<dyn SessionRunHook>>,
         last_step: Option<u64>,
-    ) -> Result<Vec<Box<dyn SessionRunHook + 'l>>> {
+    ) -> Result<(Vec<Box<dyn SessionRunHook + 'l>>, usize)> {
         let strategy = self.train_strategy.as_ref();
         let mut all_hooks: Vec<Box<dyn SessionRunHook + 'l>> = vec![
             Box::new(NanTensorHook::default()),
@@ -229,25 +319,36 @@ impl Estimator {
             all_hooks.push(Box::new(StopAtStepHook::at(last)));
         }
         all_hooks.extend(compiled.spec_hooks.drain(..));
-        if strategy.is_chief() {
-            all_hooks.extend(compiled.spec_chief_hooks.drain(..));
-            // A step counter or summary saver the spec or the caller configures replaces
-            // the default one: two would write every scalar twice.
-            let given =
-                |name: &str| all_hooks.iter().any(|h| h.name() == name) || user_hooks.iter().any(|h| h.name() == name);
-            let (counter, saver, bar) = (given("StepCounterHook"), given("SummarySaverHook"), given("ProgressBarHook"));
-            if !bar {
-                all_hooks.push(Box::new(ProgressBarHook::new(last_step)));
-            }
-            if !counter {
-                all_hooks.push(Box::new(StepCounterHook::new(self.config.log_step_count_steps)));
-            }
-            if self.config.save_summary_steps > 0 && !saver {
-                all_hooks.push(Box::new(SummarySaverHook::new(self.config.save_summary_steps, false)));
-            }
-        }
+        let callers_at = all_hooks.len();
         all_hooks.extend(user_hooks.drain(..));
-        Ok(all_hooks)
+        Ok((all_hooks, callers_at))
+    }
+
+    /// The chief's hooks, added to `hooks` (training's, see [`Self::training_hooks`]): the
+    /// spec's chief hooks, then the defaults unless the spec or the caller configures its
+    /// own. The saver is added after these.
+    fn chief_hooks<'l>(
+        &self,
+        compiled: &mut Compiled,
+        hooks: &[Box<dyn SessionRunHook + 'l>],
+        last_step: Option<u64>,
+    ) -> Vec<Box<dyn SessionRunHook + 'l>> {
+        let mut added: Vec<Box<dyn SessionRunHook + 'l>> = Vec::new();
+        added.extend(compiled.spec_chief_hooks.drain(..).map(|h| h as Box<dyn SessionRunHook + 'l>));
+        // A step counter or summary saver the spec or the caller configures replaces the
+        // default one: two would write every scalar twice.
+        let given = |name: &str| hooks.iter().chain(&added).any(|h| h.name() == name);
+        let (counter, saver, bar) = (given("StepCounterHook"), given("SummarySaverHook"), given("ProgressBarHook"));
+        if !bar {
+            added.push(Box::new(ProgressBarHook::new(last_step)));
+        }
+        if !counter {
+            added.push(Box::new(StepCounterHook::new(self.config.log_step_count_steps)));
+        }
+        if self.config.save_summary_steps > 0 && !saver {
+            added.push(Box::new(SummarySaverHook::new(self.config.save_summary_steps, false)));
+        }
+        added
     }
 }
 
@@ -291,6 +392,27 @@ fn resume_input(
         checkpoint.path
     );
     Ok(replay()?)
+}
+
+/// Whether a failed step lost a member of the collective group (its connection broke, or it
+/// stopped answering within the timeout), which an elastic job survives by re-forming.
+fn lost_a_member(error: &EstimatorError) -> bool {
+    matches!(error, EstimatorError::Runtime(engine_runtime::RuntimeError::Collective { retryable: true, .. }))
+}
+
+/// An elastic job's input from global step `step`: the one pipeline of the whole job after
+/// `step` global batches (a replay of its index stream: exact whoever read them), this
+/// task's share of every global batch.
+fn elastic_input(dataset: &Dataset, strategy: &dyn Strategy, step: u64) -> Result<DatasetIter> {
+    let membership = strategy
+        .elastic_membership()
+        .ok_or_else(|| EstimatorError::Other("internal: elastic input for a job that is not elastic".into()))?;
+    let task = strategy.cluster().map(|c| c.task());
+    let rank = task.and_then(|t| membership.rank_of(&t)).ok_or_else(|| {
+        EstimatorError::Other(format!("this task is not a member of the job's membership {membership}"))
+    })?;
+    let members = membership.size();
+    Ok(dataset.iter_after(step * members as u64)?.strided(members, rank))
 }
 
 /// What a resumed graph's variables differ in from a checkpoint's, by name: the variables

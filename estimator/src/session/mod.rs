@@ -3,6 +3,7 @@
 mod compile;
 mod eval_hooks;
 mod evaluation;
+mod example_log;
 mod memory;
 mod prediction;
 mod remote;
@@ -13,6 +14,8 @@ pub(crate) use compile::{Compiled, ReplicaLosses, build_model, compile, compile_
 pub use compile::{compile_plan, plan_for};
 pub(crate) use eval_hooks::EvalHooks;
 pub(crate) use evaluation::{EvalObserver, EvalOutcome, evaluate_dataset};
+pub use example_log::EXAMPLE_LOG_ENV;
+pub(crate) use example_log::ExampleLog;
 pub use memory::check_model_memory;
 pub use prediction::Predictions;
 pub(crate) use replicas::Replicas;

@@ -219,14 +219,32 @@ impl Replicas {
                 group.describe(rank)
             )));
         }
+        self.take_state_of(0, seed)
+    }
+
+    /// Every member of the cross-process group takes member `root`'s variables (optimizer
+    /// slots included): after an elastic job re-forms, the survivors continue from the one
+    /// that completed the most steps.
+    pub fn take_state_of(&mut self, root: usize, seed: u64) -> Result<()> {
+        let Some(group) = self.collectives.first().cloned() else { return Ok(()) };
         let mut values = self.export()?;
         for tensor in values.values_mut() {
-            if let HostData::F32(data) = &mut tensor.data {
-                // A sum with zeros everywhere but the root is the root's value, bit for bit.
-                if group.rank() != 0 {
-                    data.iter_mut().for_each(|x| *x = 0.0);
+            // A sum with zeros everywhere but the root is the root's value, bit for bit.
+            match &mut tensor.data {
+                HostData::F32(data) => {
+                    if group.rank() != root {
+                        data.iter_mut().for_each(|x| *x = 0.0);
+                    }
+                    group.all_reduce(data, ReduceOp::Sum)?;
                 }
-                group.all_reduce(data, ReduceOp::Sum)?;
+                // The global step and other counters, exact in f64 below 2^53.
+                HostData::I64(data) => {
+                    let mut wide: Vec<f64> =
+                        data.iter().map(|&x| if group.rank() == root { x as f64 } else { 0.0 }).collect();
+                    group.all_reduce_f64(&mut wide, ReduceOp::Sum)?;
+                    data.iter_mut().zip(&wide).for_each(|(x, w)| *x = *w as i64);
+                }
+                HostData::Bool(_) => {}
             }
         }
         self.restore(&values, seed)?;

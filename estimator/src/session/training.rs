@@ -37,6 +37,8 @@ pub(crate) struct TrainingSession<'a> {
     pub restore: Cell<Option<u64>>,
     /// Variables a hook assigned, not yet applied.
     pub assign: RefCell<BTreeMap<String, HostTensor>>,
+    /// Where each step's examples are recorded, for tests (see `ExampleLog`).
+    pub example_log: Option<super::ExampleLog>,
 }
 
 /// How a training run ended.
@@ -170,6 +172,9 @@ impl TrainingSession<'_> {
                 let reads_before = engine_runtime::device_reads();
                 let options = RunOptions { step: self.global_step as i64, replica: 0, profile: args.profile };
                 let ids: Vec<Vec<u64>> = batches.iter().map(|b| b.ids.clone()).collect();
+                if let Some(log) = &mut self.example_log {
+                    log.record(self.global_step, &ids)?;
+                }
                 let outs = self.run_replicas(batches, &fetches, options, &ids)?;
                 self.examples_seen += self.global_batch_size as u64;
                 let step_time = started.elapsed();

@@ -28,7 +28,7 @@ use engine_graph::passes::Pass;
 use engine_runtime::{
     Collective, CrossDeviceOps, Device, DeviceName, Precision,
     cluster::Cluster,
-    transport::{Communication, ps::ParameterClients},
+    transport::{Communication, Membership, RoundRules, ps::ParameterClients},
 };
 use std::sync::Arc;
 use std::time::Duration;
@@ -118,6 +118,22 @@ pub trait Strategy: Send + Sync {
     fn is_chief(&self) -> bool {
         true
     }
+    /// The current membership, when the strategy re-forms its group after a lost member
+    /// (an elastic `multi_worker` job); `None` otherwise.
+    fn elastic_membership(&self) -> Option<Membership> {
+        None
+    }
+    /// How an elastic job re-forms (its worker bounds), when it is one.
+    fn elastic_rules(&self) -> Option<RoundRules> {
+        None
+    }
+    /// Re-forms the group after a step failed at `step` (the last one this task
+    /// completed): the survivors agree on the next membership, whose holder's state every
+    /// member continues from. Only for strategies with an elastic membership.
+    fn reform(&self, step: u64) -> Result<Membership> {
+        let _ = step;
+        Err(EstimatorError::Config(format!("strategy '{}' cannot re-form its replicas", self.name())))
+    }
     /// What about the strategy shapes the trained model, for the fingerprint checkpoints
     /// record: a restarted job with new addresses (a launcher picks free ports) is the same
     /// job. By default `describe()`.
@@ -151,6 +167,11 @@ pub struct StrategyOptions {
     pub communication: Communication,
     /// `parameter_server`'s variable partitioner (`None`: variables stay whole).
     pub variable_partitioner: Option<engine_graph::passes::strategy::Partitioner>,
+    /// `multi_worker` only: train on when a worker is lost, re-forming the group with the
+    /// survivors (down to `min`) at the next step; `None` stops the job instead. The
+    /// rendezvous waits for `min` survivors up to `connect_timeout` (its `timeout` is
+    /// replaced by it); `max` 0 means the cluster's chief and workers.
+    pub elastic: Option<RoundRules>,
 }
 
 impl Default for StrategyOptions {
@@ -166,6 +187,7 @@ impl Default for StrategyOptions {
             connect_timeout: Duration::from_secs(120),
             communication: Communication::Auto,
             variable_partitioner: None,
+            elastic: None,
         }
     }
 }

@@ -7,6 +7,13 @@
 //! the compiled graph's fingerprint, so a task started with another spec is refused before
 //! any step runs. It is kept for the life of the strategy, so successive `train` calls
 //! (and their collectives' sequence numbers) continue on one connection.
+//!
+//! With `elastic` rules the membership can change: after a lost worker the training loop
+//! drops the group and calls [`Strategy::reform`], which holds the rendezvous; replica
+//! count, rank, chief and input then follow the new membership, and the next compiled
+//! graph connects the new epoch's group. Every task of an elastic job reads the whole
+//! training input (one pipeline, in the one-process order) and takes its share of each
+//! global batch, so the examples of a step do not depend on how many workers there are.
 
 use super::{Stage, Strategy, StrategyOptions, mirrored::all_reduce_passes};
 use crate::{EstimatorError, Result, input::InputContext};
@@ -14,7 +21,7 @@ use engine_graph::passes::{Pass, strategy::AgreeOnStop};
 use engine_runtime::{
     Collective, Device,
     cluster::{Cluster, TaskType},
-    transport::{Communication, NetworkConfig, NetworkGroup},
+    transport::{Communication, ElasticConfig, Membership, NetworkConfig, NetworkGroup, RoundRules, rendezvous},
 };
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -29,6 +36,12 @@ pub struct MultiWorkerStrategy {
     communication: Communication,
     /// The connected group and the fingerprint it was connected for.
     group: Mutex<Option<(String, Arc<NetworkGroup>)>>,
+    /// Re-form instead of stopping when a worker is lost.
+    elastic: Option<RoundRules>,
+    /// Who trains now: the cluster's chief and workers until an elastic job re-forms.
+    membership: Mutex<Membership>,
+    /// The fingerprint of the first group, which names the job in every rendezvous.
+    job: Mutex<Option<String>>,
 }
 
 impl MultiWorkerStrategy {
@@ -49,8 +62,13 @@ impl MultiWorkerStrategy {
                 ps.len()
             )));
         }
+        // A rendezvous is a connect: it waits for the minimum as long as a connect waits.
+        let workers = cluster.collective_group_size();
+        let elastic = options
+            .elastic
+            .map(|rules| elastic_bounds(RoundRules { timeout: options.connect_timeout, ..rules }, workers))
+            .transpose()?;
         Ok(MultiWorkerStrategy {
-            cluster,
             device: options.open_device()?,
             bucket_bytes: options.all_reduce_bucket_bytes,
             collective_timeout: options.collective_timeout,
@@ -58,11 +76,50 @@ impl MultiWorkerStrategy {
             token: options.cluster_token.as_ref().map(|t| t.0.clone()),
             communication: options.communication,
             group: Mutex::new(None),
+            elastic,
+            membership: Mutex::new(Membership::initial(cluster.spec())),
+            job: Mutex::new(None),
+            cluster,
         })
     }
 
+    fn membership(&self) -> Membership {
+        self.membership.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
     fn replicas(&self) -> usize {
-        self.cluster.collective_group_size().max(1)
+        self.membership().size().max(1)
+    }
+
+    fn rank(&self) -> Option<usize> {
+        self.membership().rank_of(&self.cluster.task())
+    }
+
+    fn network_config(&self, fingerprint: &str) -> NetworkConfig {
+        NetworkConfig {
+            cluster: self.cluster.clone(),
+            fingerprint: fingerprint.to_string(),
+            token: self.token.clone(),
+            collective_timeout: self.collective_timeout,
+            connect_timeout: self.connect_timeout,
+            tls: None,
+            communication: self.communication,
+        }
+    }
+
+    /// This task's pipeline: an elastic job's tasks all read the whole input (each takes
+    /// its rows of every global batch); otherwise worker `i` reads its shard.
+    fn context(&self) -> InputContext {
+        match self.elastic {
+            Some(_) => {
+                InputContext { num_input_pipelines: 1, input_pipeline_id: 0, num_replicas_in_sync: self.replicas() }
+            }
+            None => InputContext {
+                num_input_pipelines: self.replicas(),
+                input_pipeline_id: self.rank().unwrap_or(0),
+                num_replicas_in_sync: self.replicas(),
+            },
+        }
     }
 }
 
@@ -77,11 +134,7 @@ impl Strategy for MultiWorkerStrategy {
         self.replicas()
     }
     fn training_input_context(&self) -> InputContext {
-        InputContext {
-            num_input_pipelines: self.replicas(),
-            input_pipeline_id: self.cluster.rank().unwrap_or(0),
-            num_replicas_in_sync: self.replicas(),
-        }
+        self.context()
     }
     fn input_context(&self) -> InputContext {
         // The evaluator task is no training pipeline: it reads the whole evaluation input
@@ -89,11 +142,7 @@ impl Strategy for MultiWorkerStrategy {
         if self.cluster.task().task_type == TaskType::Evaluator {
             return InputContext::default();
         }
-        InputContext {
-            num_input_pipelines: self.replicas(),
-            input_pipeline_id: self.cluster.rank().unwrap_or(0),
-            num_replicas_in_sync: self.replicas(),
-        }
+        self.context()
     }
     /// Mirrored's, and tasks agree on a final step when one of them is asked to stop.
     fn passes(&self, stage: Stage, training: bool) -> Vec<Box<dyn Pass>> {
@@ -107,7 +156,7 @@ impl Strategy for MultiWorkerStrategy {
     }
     fn collectives(&self, local: usize, fingerprint: &str) -> Result<Option<Vec<Arc<dyn Collective>>>> {
         let task = self.cluster.task();
-        if self.cluster.rank().is_none() {
+        if self.rank().is_none() {
             return Err(EstimatorError::Config(format!(
                 "task {task} is not in the collective group (only the chief and workers train)"
             )));
@@ -125,16 +174,14 @@ impl Strategy for MultiWorkerStrategy {
                  cannot share its collective group"
             )));
         }
-        log::info!("{}: connecting to {} tasks (fingerprint {fingerprint})", self.cluster, self.replicas());
-        let group = NetworkGroup::connect(NetworkConfig {
-            cluster: self.cluster.clone(),
-            fingerprint: fingerprint.to_string(),
-            token: self.token.clone(),
-            collective_timeout: self.collective_timeout,
-            connect_timeout: self.connect_timeout,
-            tls: None,
-            communication: self.communication,
-        })?;
+        let membership = self.membership();
+        log::info!("{}: connecting to {} tasks (fingerprint {fingerprint})", self.cluster, membership.size());
+        let config = self.network_config(fingerprint);
+        let group = match membership.epoch {
+            0 => NetworkGroup::connect(config)?,
+            _ => NetworkGroup::connect_epoch(config, &membership)?,
+        };
+        self.job.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert_with(|| fingerprint.to_string());
         match group.ring_reason() {
             None => log::info!("{}: all-reduce through shared memory (every task is on this host)", self.cluster),
             Some(reason) => log::info!("{}: all-reduce over the gRPC ring ({reason})", self.cluster),
@@ -143,7 +190,49 @@ impl Strategy for MultiWorkerStrategy {
         Ok(Some(vec![group as Arc<dyn Collective>]))
     }
     fn is_chief(&self) -> bool {
-        self.cluster.is_chief()
+        match self.elastic {
+            // The first member of the epoch: the chief, or the lowest-ranked worker after it.
+            Some(_) => self.membership().chief() == Some(self.cluster.task()),
+            None => self.cluster.is_chief(),
+        }
+    }
+    fn elastic_membership(&self) -> Option<Membership> {
+        self.elastic.map(|_| self.membership())
+    }
+    fn elastic_rules(&self) -> Option<RoundRules> {
+        self.elastic
+    }
+    fn reform(&self, step: u64) -> Result<Membership> {
+        let Some(rules) = self.elastic else {
+            return Err(EstimatorError::Config("multi_worker without min_workers cannot re-form".into()));
+        };
+        let old = self.group.lock().map_err(|_| EstimatorError::Other("collective group lock poisoned".into()))?.take();
+        let lost = old.as_ref().map(|(_, g)| g.lost_members()).unwrap_or_default();
+        if let Some((_, group)) = old {
+            // The rendezvous may be held on this task's address: the old group's server
+            // must be gone, so nothing else may still hold the group.
+            Arc::try_unwrap(group).map_err(|_| {
+                EstimatorError::Other("internal: the collective group is still in use while re-forming".into())
+            })?;
+        }
+        let job = self.job.lock().unwrap_or_else(|p| p.into_inner()).clone().unwrap_or_default();
+        let previous = self.membership();
+        let lost_names: Vec<String> = lost.iter().map(ToString::to_string).collect();
+        log::warn!(
+            "{}: re-forming the group after step {step} ({}); lost: {}",
+            self.cluster,
+            previous,
+            if lost_names.is_empty() { "none seen".to_string() } else { lost_names.join(", ") }
+        );
+        let config = ElasticConfig {
+            network: self.network_config(&job),
+            rules,
+            probe: self.connect_timeout.min(std::time::Duration::from_secs(10)),
+        };
+        let next = rendezvous(&config, &previous, step, &lost).map_err(engine_runtime::RuntimeError::from)?;
+        log::info!("{}: membership {next}", self.cluster);
+        *self.membership.lock().unwrap_or_else(|p| p.into_inner()) = next.clone();
+        Ok(next)
     }
     fn cluster(&self) -> Option<&Cluster> {
         Some(&self.cluster)
@@ -152,13 +241,62 @@ impl Strategy for MultiWorkerStrategy {
     fn describe(&self) -> String {
         format!("multi_worker({}; {})", self.device, self.cluster.spec())
     }
-    /// The replica count and device, not the addresses.
+    /// The replica count and device, not the addresses (for an elastic job, its bounds:
+    /// the count changes as workers come and go, the model does not).
     fn layout(&self) -> String {
-        format!("multi_worker({}; {} replicas)", self.device, self.replicas())
+        match self.elastic {
+            Some(r) => format!("multi_worker({}; elastic {}..={} replicas)", self.device, r.min, r.max),
+            None => format!("multi_worker({}; {} replicas)", self.device, self.replicas()),
+        }
     }
+}
+
+/// The rules with `max` resolved (0: the cluster's workers), checked against the cluster.
+fn elastic_bounds(rules: RoundRules, workers: usize) -> Result<RoundRules> {
+    let max = if rules.max == 0 { workers } else { rules.max };
+    if rules.min == 0 || rules.min > max {
+        return Err(EstimatorError::Config(format!(
+            "min_workers must be between 1 and max_workers ({max}), not {}",
+            rules.min
+        )));
+    }
+    if max > workers {
+        return Err(EstimatorError::Config(format!(
+            "max_workers is {max} but the cluster has {workers} chief and worker tasks: a worker cannot join a running \
+             job yet, so max_workers can be at most the cluster's size"
+        )));
+    }
+    if rules.min > workers {
+        return Err(EstimatorError::Config(format!(
+            "min_workers is {} but the cluster has only {workers} chief and worker tasks",
+            rules.min
+        )));
+    }
+    Ok(RoundRules { max, ..rules })
 }
 
 /// Whether a task trains (chief, worker) or only evaluates.
 pub(crate) fn trains(cluster: &Cluster) -> bool {
     matches!(cluster.task().task_type, TaskType::Chief | TaskType::Worker)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn rules(min: usize, max: usize) -> RoundRules {
+        RoundRules { min, max, last_call: Duration::from_secs(2), timeout: Duration::from_secs(60) }
+    }
+
+    #[test]
+    fn elastic_bounds_default_to_the_cluster_and_stay_within_it() {
+        assert_eq!(elastic_bounds(rules(2, 0), 3).unwrap().max, 3);
+        assert_eq!(elastic_bounds(rules(1, 2), 3).unwrap(), rules(1, 2));
+        let error = elastic_bounds(rules(2, 4), 3).unwrap_err().to_string();
+        assert!(error.contains("max_workers is 4 but the cluster has 3"), "{error}");
+        let error = elastic_bounds(rules(4, 0), 3).unwrap_err().to_string();
+        assert!(error.contains("min_workers must be between 1 and max_workers (3), not 4"), "{error}");
+        assert!(elastic_bounds(rules(0, 0), 3).is_err());
+    }
 }

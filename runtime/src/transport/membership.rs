@@ -46,12 +46,13 @@ impl Membership {
     }
 }
 
-/// `epoch 2: chief:0, worker:1 (state of worker:1 at step 40)`, for logs.
+/// `epoch 2: chief:0, worker:1 (state of worker:1 at step 40)`, for logs (epoch 0 has no
+/// holder: every task starts from the same checkpoint).
 impl fmt::Display for Membership {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let tasks: Vec<String> = self.tasks.iter().map(ToString::to_string).collect();
         write!(f, "epoch {}: {}", self.epoch, tasks.join(", "))?;
-        if let Some(holder) = self.tasks.get(self.holder) {
+        if let Some(holder) = self.tasks.get(self.holder).filter(|_| self.epoch > 0) {
             write!(f, " (state of {holder} at step {})", self.step)?;
         }
         Ok(())
@@ -76,6 +77,8 @@ mod tests {
         assert_eq!(initial.rank_of(&TaskId::new(TaskType::Worker, 1)), Some(2));
         assert_eq!(initial.rank_of(&TaskId::new(TaskType::Ps, 0)), None);
         assert_eq!(initial.chief(), Some(TaskId::new(TaskType::Chief, 0)));
-        assert_eq!(initial.to_string(), "epoch 0: chief:0, worker:0, worker:1 (state of chief:0 at step 0)");
+        assert_eq!(initial.to_string(), "epoch 0: chief:0, worker:0, worker:1");
+        let next = Membership { epoch: 1, tasks: initial.tasks[1..].to_vec(), holder: 1, step: 40 };
+        assert_eq!(next.to_string(), "epoch 1: worker:0, worker:1 (state of worker:1 at step 40)");
     }
 }
