@@ -1,13 +1,15 @@
 //! Elastic `multi_worker` with real processes on 127.0.0.1: a job of three workers with
 //! `min_workers: 2` loses one to SIGKILL at whatever step it has reached; the two others
 //! re-form at the next step, without restarting, and finish with the variables a one_device
-//! run reaches on the same global batches (f64). The lost worker may be the chief: the
-//! lowest-ranked survivor then takes over its checkpoints. Too few survivors stop with a
-//! checkpoint and an error naming who is left.
+//! run reaches on the same global batches (f64), having trained on exactly its examples
+//! step by step. The lost worker may be the chief (the lowest-ranked survivor then takes
+//! over its checkpoints), or die inside an all-reduce (no step is half applied). Started again, the killed worker rejoins at the job's next step
+//! and the job is three again. Too few survivors stop with a checkpoint and an error
+//! naming who is left.
 //!
 //! An elastic job reads its input as one pipeline in the one-process order (every worker
-//! takes its share of each global batch), and keeps the global batch when workers are
-//! lost, so the spec's shuffled input is used as it is.
+//! takes its share of each global batch), and keeps the global batch when workers come and
+//! go, so the spec's shuffled input is used as it is.
 
 mod common;
 
@@ -16,14 +18,14 @@ use common::{engine_binary, engine_command, finish, finished, free_ports, latest
 use engine::estimator::EXAMPLE_LOG_ENV;
 use engine::estimator::checkpoint::read_checkpoint;
 use engine::graph::HostTensor;
+use engine::runtime::FAULT_IN_ALL_REDUCE_ENV;
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 const PER_WORKER: usize = 8;
 const WORKERS: usize = 3;
-const STEPS: u64 = 60;
 
 fn sets(batch: usize) -> Vec<String> {
     [
@@ -55,16 +57,17 @@ fn assert_same_variables(got: &BTreeMap<String, HostTensor>, want: &BTreeMap<Str
     Ok(())
 }
 
-/// one_device on the global batch: the variables every elastic run must end with, and
-/// the examples of each step (recorded in `ids`).
-fn one_device(model_dir: &Path, ids: &Path) -> Result<BTreeMap<String, HostTensor>> {
+/// one_device on the global batch for `steps`: the variables every elastic run must end
+/// with, and the examples of each step (recorded in `ids`).
+fn one_device(dir: &Path, steps: u64) -> Result<(BTreeMap<String, HostTensor>, PathBuf)> {
+    let (model_dir, ids) = (dir.join("one_device"), dir.join("one_device.ids"));
     let mut args: Vec<String> =
         ["run", &spec_path("fashion_mnist_cnn.ron"), "--strategy", "one_device"].map(String::from).to_vec();
-    args.extend(["--max-steps".into(), STEPS.to_string(), "--model-dir".into(), model_dir.display().to_string()]);
+    args.extend(["--max-steps".into(), steps.to_string(), "--model-dir".into(), model_dir.display().to_string()]);
     args.extend(sets(PER_WORKER * WORKERS));
-    std::fs::create_dir_all(ids)?;
-    finished(engine_command(&strs(&args))?.env(EXAMPLE_LOG_ENV, ids).output()?)?.ok()?;
-    variables(model_dir, STEPS)
+    std::fs::create_dir_all(&ids)?;
+    finished(engine_command(&strs(&args))?.env(EXAMPLE_LOG_ENV, &ids).output()?)?.ok()?;
+    Ok((variables(&model_dir, steps)?, ids))
 }
 
 /// Each step's examples as a task recorded them (the last record of a step that ran twice).
@@ -80,133 +83,211 @@ fn recorded(ids: &Path, task: &str) -> Result<BTreeMap<u64, Vec<u64>>> {
     Ok(steps)
 }
 
-/// The job trained on one_device's examples step by step, none lost or repeated: before
-/// the re-formation at `resumed` every worker's share, after it the survivors'.
-fn assert_same_examples(ids: &Path, reference: &Path, victim: usize, resumed: u64) -> Result<()> {
-    let want = recorded(reference, "local")?;
-    ensure!(want.len() as u64 == STEPS, "one_device recorded {} steps", want.len());
-    let tasks: Vec<(usize, BTreeMap<u64, Vec<u64>>)> =
-        (0..WORKERS).map(|w| Ok((w, recorded(ids, &format!("worker-{w}"))?))).collect::<Result<_>>()?;
-    for (step, examples) in &want {
-        let mut got: Vec<u64> = tasks
-            .iter()
-            .filter(|(w, _)| *step < resumed || *w != victim)
-            .filter_map(|(_, steps)| steps.get(step))
-            .flatten()
-            .copied()
-            .collect();
-        got.sort_unstable();
-        let mut examples = examples.clone();
-        examples.sort_unstable();
-        ensure!(got == examples, "step {step}: the job trained on {got:?}, one_device on {examples:?}");
+/// An elastic job of three workers on free ports, each recording its examples.
+struct Job {
+    dir: PathBuf,
+    ids: PathBuf,
+    ports: Vec<u16>,
+    steps: u64,
+    min_workers: usize,
+}
+
+impl Job {
+    fn new(dir: PathBuf, steps: u64, min_workers: usize) -> Result<Job> {
+        engine_binary()?;
+        let ids = dir.with_extension("ids");
+        std::fs::create_dir_all(&ids)?;
+        Ok(Job { dir, ids, ports: free_ports(WORKERS)?, steps, min_workers })
     }
-    Ok(())
-}
 
-/// The step the survivors went on from, from their logs.
-fn resumed_at(log: &str) -> Result<u64> {
-    let line = log.lines().find(|l| l.contains("Continuing from step ")).context("no re-formation logged")?;
-    let step = line.split("Continuing from step ").nth(1).and_then(|r| r.split(' ').next()).context("no step")?;
-    Ok(step.parse()?)
-}
+    fn tf_config(&self, index: usize) -> String {
+        let workers: Vec<String> = self.ports.iter().map(|p| format!("\"127.0.0.1:{p}\"")).collect();
+        format!(
+            r#"{{"cluster": {{"worker": [{}]}}, "task": {{"type": "worker", "index": {index}}}}}"#,
+            workers.join(", ")
+        )
+    }
 
-fn tf_config(ports: &[u16], index: usize) -> String {
-    let workers: Vec<String> = ports.iter().map(|p| format!("\"127.0.0.1:{p}\"")).collect();
-    format!(r#"{{"cluster": {{"worker": [{}]}}, "task": {{"type": "worker", "index": {index}}}}}"#, workers.join(", "))
-}
+    /// Starts worker `index` (again, for one that was killed).
+    fn worker(&self, index: usize) -> Result<Child> {
+        self.worker_with(index, &[])
+    }
 
-/// Worker `index` of an elastic job of three.
-fn worker(model_dir: &Path, ids: &Path, ports: &[u16], index: usize, min_workers: usize) -> Result<Child> {
-    let mut args: Vec<String> =
-        ["run", &spec_path("fashion_mnist_cnn.ron"), "--strategy", "multi_worker"].map(String::from).to_vec();
-    args.extend(["--max-steps".into(), STEPS.to_string(), "--model-dir".into(), model_dir.display().to_string()]);
-    args.extend(sets(PER_WORKER));
-    args.extend(["--set".into(), format!("run_config.min_workers={min_workers}")]);
-    // The rendezvous waits for min_workers as long as a connect does: 10 s here.
-    args.extend(["--collective-timeout", "15", "--connect-timeout", "10"].map(String::from));
-    Ok(engine_command(&strs(&args))?
-        .env("TF_CONFIG", tf_config(ports, index))
-        .env("ENGINE_CLUSTER_TOKEN", "elastic-test")
-        .env(EXAMPLE_LOG_ENV, ids)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()?)
-}
+    fn worker_with(&self, index: usize, env: &[(&str, &str)]) -> Result<Child> {
+        let mut args: Vec<String> =
+            ["run", &spec_path("fashion_mnist_cnn.ron"), "--strategy", "multi_worker"].map(String::from).to_vec();
+        args.extend([
+            "--max-steps".into(),
+            self.steps.to_string(),
+            "--model-dir".into(),
+            self.dir.display().to_string(),
+        ]);
+        args.extend(sets(PER_WORKER));
+        args.extend(["--set".into(), format!("run_config.min_workers={}", self.min_workers)]);
+        // The rendezvous waits for min_workers as long as a connect does: 10 s here.
+        args.extend(["--collective-timeout", "15", "--connect-timeout", "10"].map(String::from));
+        Ok(engine_command(&strs(&args))?
+            .env("TF_CONFIG", self.tf_config(index))
+            .env("ENGINE_CLUSTER_TOKEN", "elastic-test")
+            .env(EXAMPLE_LOG_ENV, &self.ids)
+            .envs(env.iter().copied())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()?)
+    }
 
-/// Starts three workers and SIGKILLs worker `victim` once the job has a checkpoint past
-/// step 8; returns the other two and the step the kill landed after.
-fn start_and_kill(model_dir: &Path, victim: usize, min_workers: usize) -> Result<(Vec<(usize, Child)>, u64)> {
-    engine_binary()?;
-    let ports = free_ports(WORKERS)?;
-    let ids = model_dir.with_extension("ids");
-    std::fs::create_dir_all(&ids)?;
-    let mut children: Vec<(usize, Child)> =
-        (0..WORKERS).map(|i| Ok((i, worker(model_dir, &ids, &ports, i, min_workers)?))).collect::<Result<_>>()?;
-    let deadline = Instant::now() + Duration::from_secs(300);
-    let at = loop {
-        if let Some(step) = latest_step(model_dir).filter(|&s| s >= 8) {
-            let (_, child) = children.iter_mut().find(|(i, _)| *i == victim).context("no such worker")?;
-            child.kill()?; // SIGKILL
-            child.wait()?;
-            break step;
+    /// Starts the three workers and SIGKILLs worker `victim` once the job has a checkpoint
+    /// past step 8; returns the other two and the step the kill landed after.
+    fn start_and_kill(&self, victim: usize) -> Result<(Vec<(usize, Child)>, u64)> {
+        let mut children: Vec<(usize, Child)> =
+            (0..WORKERS).map(|i| Ok((i, self.worker(i)?))).collect::<Result<_>>()?;
+        let deadline = Instant::now() + Duration::from_secs(300);
+        let at = loop {
+            if let Some(step) = latest_step(&self.dir).filter(|&s| s >= 8) {
+                let (_, child) = children.iter_mut().find(|(i, _)| *i == victim).context("no such worker")?;
+                child.kill()?; // SIGKILL
+                child.wait()?;
+                break step;
+            }
+            for (i, child) in &mut children {
+                ensure!(child.try_wait()?.is_none(), "worker:{i} ended before the kill");
+            }
+            ensure!(Instant::now() < deadline, "no checkpoint past step 8 in time");
+            std::thread::sleep(Duration::from_millis(2));
+        };
+        ensure!(at < self.steps, "the job finished before the kill landed");
+        children.retain(|(i, _)| *i != victim);
+        Ok((children, at))
+    }
+
+    /// The job trained on one_device's examples step by step, none lost or repeated: at
+    /// each step, the examples of the workers `trained(step, worker)` says took part.
+    fn assert_same_examples(&self, reference: &Path, trained: impl Fn(u64, usize) -> bool) -> Result<()> {
+        let want = recorded(reference, "local")?;
+        ensure!(want.len() as u64 == self.steps, "one_device recorded {} steps", want.len());
+        let tasks: Vec<(usize, BTreeMap<u64, Vec<u64>>)> =
+            (0..WORKERS).map(|w| Ok((w, recorded(&self.ids, &format!("worker-{w}"))?))).collect::<Result<_>>()?;
+        for (step, examples) in &want {
+            let mut got: Vec<u64> = tasks
+                .iter()
+                .filter(|(w, _)| trained(*step, *w))
+                .filter_map(|(_, steps)| steps.get(step))
+                .flatten()
+                .copied()
+                .collect();
+            got.sort_unstable();
+            let mut examples = examples.clone();
+            examples.sort_unstable();
+            ensure!(got == examples, "step {step}: the job trained on {got:?}, one_device on {examples:?}");
         }
-        for (i, child) in &mut children {
-            ensure!(child.try_wait()?.is_none(), "worker:{i} ended before the kill");
-        }
-        ensure!(Instant::now() < deadline, "no checkpoint past step 8 in time");
-        std::thread::sleep(Duration::from_millis(2));
-    };
-    ensure!(at < STEPS, "the job finished before the kill landed");
-    children.retain(|(i, _)| *i != victim);
-    Ok((children, at))
+        Ok(())
+    }
 }
 
-/// Waits for the survivors; all must succeed, each having re-formed with two workers at
-/// the same step, which it returns.
-fn survivors_finish(children: Vec<(usize, Child)>) -> Result<u64> {
-    let mut steps = Vec::new();
+/// Every re-formation a task logged: (the step it went on from, the workers it went on with).
+fn reformations(log: &str) -> Result<Vec<(u64, usize)>> {
+    const MARK: &str = "Continuing from step ";
+    log.lines()
+        .filter_map(|l| l.split(MARK).nth(1))
+        .map(|rest| {
+            let mut words = rest.split(' ');
+            let step = words.next().context("no step")?.parse()?;
+            let workers = words.nth(1).context("no worker count")?.parse()?;
+            Ok((step, workers))
+        })
+        .collect()
+}
+
+/// Waits for `children`; all must succeed and log the same re-formations, which it returns.
+fn all_finish(children: Vec<(usize, Child)>) -> Result<Vec<(u64, usize)>> {
+    let mut seen: Option<Vec<(u64, usize)>> = None;
     for (i, child) in children {
         let (ok, log) = finish(child, Duration::from_secs(300))?;
-        ensure!(ok, "worker:{i} failed after the kill:\n{log}");
-        ensure!(log.contains("with 2 worker(s)"), "worker:{i} did not re-form with two workers:\n{log}");
-        steps.push(resumed_at(&log)?);
+        ensure!(ok, "worker:{i} failed:\n{log}");
+        let mine = reformations(&log)?;
+        ensure!(seen.as_ref().is_none_or(|s| *s == mine), "worker:{i} re-formed as {mine:?}, another as {seen:?}");
+        seen = Some(mine);
     }
-    ensure!(steps.windows(2).all(|w| w[0] == w[1]), "the survivors went on from different steps: {steps:?}");
-    steps.first().copied().context("no survivor")
+    seen.context("no worker")
 }
 
 #[test]
 fn a_killed_worker_leaves_the_others_training_like_one_device() -> Result<()> {
+    const STEPS: u64 = 60;
     let tmp = tempfile::tempdir()?;
-    let reference = tmp.path().join("one_device.ids");
-    let want = one_device(&tmp.path().join("one_device"), &reference)?;
-    let dir = tmp.path().join("elastic");
-    let (survivors, killed_after) = start_and_kill(&dir, 2, 2)?;
-    let resumed = survivors_finish(survivors)?;
-    let what = || format!("worker:2 killed after step {killed_after}, the others went on from {resumed}");
-    assert_same_examples(&dir.with_extension("ids"), &reference, 2, resumed).with_context(what)?;
-    assert_same_variables(&variables(&dir, STEPS)?, &want).with_context(what)
+    let (want, reference) = one_device(tmp.path(), STEPS)?;
+    let job = Job::new(tmp.path().join("elastic"), STEPS, 2)?;
+    let (survivors, killed_after) = job.start_and_kill(2)?;
+    let reformed = all_finish(survivors)?;
+    let what = || format!("worker:2 killed after step {killed_after}; re-formed {reformed:?}");
+    let [(resumed, 2)] = reformed[..] else { anyhow::bail!("{}", what()) };
+    job.assert_same_examples(&reference, |step, w| step < resumed || w != 2).with_context(what)?;
+    assert_same_variables(&variables(&job.dir, STEPS)?, &want).with_context(what)
+}
+
+/// The lost worker dies inside a step's all-reduce, its peers waiting in it for its part:
+/// neither commits the step, both run it again with two workers.
+#[test]
+fn a_worker_dying_inside_an_all_reduce_leaves_no_step_half_applied() -> Result<()> {
+    const STEPS: u64 = 40;
+    const AT: u64 = 20;
+    let tmp = tempfile::tempdir()?;
+    let (want, reference) = one_device(tmp.path(), STEPS)?;
+    let job = Job::new(tmp.path().join("elastic"), STEPS, 2)?;
+    let survivors: Vec<(usize, Child)> = (0..2).map(|i| Ok((i, job.worker(i)?))).collect::<Result<_>>()?;
+    let victim = job.worker_with(2, &[(FAULT_IN_ALL_REDUCE_ENV, &AT.to_string())])?;
+    let (ok, log) = finish(victim, Duration::from_secs(300))?;
+    ensure!(!ok && log.contains("exiting inside the all-reduce of step 20"), "worker:2 did not die as asked:\n{log}");
+    let reformed = all_finish(survivors)?;
+    ensure!(reformed == [(AT, 2)], "the survivors re-formed as {reformed:?}, not at step {AT} with two workers");
+    job.assert_same_examples(&reference, |step, w| step < AT || w != 2)?;
+    assert_same_variables(&variables(&job.dir, STEPS)?, &want)
 }
 
 #[test]
 fn when_the_chief_is_killed_the_next_worker_takes_over_its_checkpoints() -> Result<()> {
+    const STEPS: u64 = 60;
     let tmp = tempfile::tempdir()?;
-    let reference = tmp.path().join("one_device.ids");
-    let want = one_device(&tmp.path().join("one_device"), &reference)?;
-    let dir = tmp.path().join("elastic");
-    let (survivors, killed_after) = start_and_kill(&dir, 0, 2)?;
-    let resumed = survivors_finish(survivors)?;
-    ensure!(latest_step(&dir) == Some(STEPS), "no final checkpoint from the new chief: {:?}", latest_step(&dir));
-    let what = || format!("worker:0 (the chief) killed after step {killed_after}, the others went on from {resumed}");
-    assert_same_examples(&dir.with_extension("ids"), &reference, 0, resumed).with_context(what)?;
-    assert_same_variables(&variables(&dir, STEPS)?, &want).with_context(what)
+    let (want, reference) = one_device(tmp.path(), STEPS)?;
+    let job = Job::new(tmp.path().join("elastic"), STEPS, 2)?;
+    let (survivors, killed_after) = job.start_and_kill(0)?;
+    let reformed = all_finish(survivors)?;
+    let what = || format!("worker:0 (the chief) killed after step {killed_after}; re-formed {reformed:?}");
+    let [(resumed, 2)] = reformed[..] else { anyhow::bail!("{}", what()) };
+    ensure!(
+        latest_step(&job.dir) == Some(STEPS),
+        "no final checkpoint from the new chief: {:?}",
+        latest_step(&job.dir)
+    );
+    job.assert_same_examples(&reference, |step, w| step < resumed || w != 0).with_context(what)?;
+    assert_same_variables(&variables(&job.dir, STEPS)?, &want).with_context(what)
+}
+
+#[test]
+fn a_killed_worker_started_again_rejoins_and_the_job_is_three_again() -> Result<()> {
+    // Long enough for the replacement to start and join well before the end.
+    const STEPS: u64 = 300;
+    let tmp = tempfile::tempdir()?;
+    let (want, reference) = one_device(tmp.path(), STEPS)?;
+    let job = Job::new(tmp.path().join("elastic"), STEPS, 2)?;
+    let (mut children, killed_after) = job.start_and_kill(2)?;
+    children.push((2, job.worker(2)?));
+    let reformed = all_finish(children.drain(..2).collect())?;
+    let (ok, log) = finish(children.remove(0).1, Duration::from_secs(300))?;
+    ensure!(ok, "the replacement failed:\n{log}");
+    let what = || format!("worker:2 killed after step {killed_after}; re-formed {reformed:?}");
+    let [(lost_at, 2), (joined_at, 3)] = reformed[..] else { anyhow::bail!("{}", what()) };
+    ensure!(reformations(&log)? == [(joined_at, 3)], "the replacement logged {:?}; {}", reformations(&log)?, what());
+    ensure!(joined_at < STEPS, "the replacement joined only at the end; {}", what());
+    job.assert_same_examples(&reference, |step, w| step < lost_at || step >= joined_at || w != 2).with_context(what)?;
+    assert_same_variables(&variables(&job.dir, STEPS)?, &want).with_context(what)
 }
 
 #[test]
 fn below_min_workers_the_job_stops_with_a_checkpoint_naming_who_is_left() -> Result<()> {
     let tmp = tempfile::tempdir()?;
-    let dir = tmp.path().join("elastic");
-    let (survivors, _) = start_and_kill(&dir, 2, 3)?;
+    let job = Job::new(tmp.path().join("elastic"), 60, 3)?;
+    let (survivors, _) = job.start_and_kill(2)?;
     for (i, child) in survivors {
         let (ok, log) = finish(child, Duration::from_secs(300))?;
         ensure!(!ok, "worker:{i} trained on below min_workers:\n{log}");
@@ -215,7 +296,7 @@ fn below_min_workers_the_job_stops_with_a_checkpoint_naming_who_is_left() -> Res
         ensure!(log.contains("(worker:0, worker:1)"), "worker:{i}'s error does not name the survivors:\n{log}");
     }
     // The chief saved the last step it completed before stopping.
-    let saved = latest_step(&dir).context("no checkpoint")?;
+    let saved = latest_step(&job.dir).context("no checkpoint")?;
     ensure!(saved >= 8, "the last checkpoint is at step {saved}");
     Ok(())
 }

@@ -33,7 +33,7 @@ pub use heap::retain_freed_memory;
 pub use host_cpu::{HostCpu, Isa, allowed_cpus};
 #[cfg(target_arch = "x86_64")]
 #[doc(hidden)]
-pub use kernels::has_avx2;
+pub use kernels::{FAULT_IN_ALL_REDUCE_ENV, has_avx2};
 pub use threads::{ComputeThreads, probe as thread_probe, use_compute_threads, useful_threads};
 pub use value::{Precision, Value};
 pub use variables::{VariableStore, whole_variables};

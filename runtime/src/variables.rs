@@ -70,6 +70,12 @@ impl VariableStore {
         self.values.is_empty()
     }
 
+    /// Every value as it is (on its device, at the job's precision): a copy that loses
+    /// nothing, unlike [`Self::export`] (an elastic job carries it across a re-formation).
+    pub fn values(&self) -> BTreeMap<String, Value> {
+        self.values.clone()
+    }
+
     /// Every value read back to the host (what a checkpoint saves).
     pub fn export(&self) -> Result<BTreeMap<String, HostTensor>> {
         self.values.iter().map(|(k, v)| Ok((k.clone(), v.to_host()?))).collect()

@@ -4,7 +4,8 @@
 //! gives its pods), listening on a free 127.0.0.1 port; their logs come back prefixed by
 //! task. When a task fails the others are stopped (a synchronous job cannot go on without
 //! it; with ps tasks, a failed worker is restarted alone or left out, since asynchronous
-//! training goes on without it; an elastic job, `--min-workers`, re-forms without it), and with `--restart-on-failure K` the whole cluster is started again, up to K
+//! training goes on without it; an elastic job, `--min-workers`, re-forms without it and,
+//! with `--restart-on-failure`, takes it back when it is started again alone), and with `--restart-on-failure K` the whole cluster is started again, up to K
 //! times: every task resumes from the chief's latest checkpoint. Each task's environment
 //! has `ENGINE_RESTART_COUNT`: 0 on the first start, then the number of restarts.
 //!
@@ -272,9 +273,19 @@ fn run_cluster(
                         given_up.push((*id, describe(status), status_code(status)));
                     }
                 }
-                // An elastic job's survivors re-form without it and go on.
+                // An elastic job's survivors re-form without it and go on; started again, it
+                // rejoins at their next step.
                 Ok(Some(status)) if elastic && id.task_type.is_collective() && stopping.is_none() => {
-                    if !lost.iter().any(|(l, _)| l == id) {
+                    if worker_restarts < args.restart_on_failure {
+                        worker_restarts += 1;
+                        log::warn!(
+                            "{id} failed ({}); the others re-form without it; starting it again to rejoin ({worker_restarts} of {})",
+                            describe(status),
+                            args.restart_on_failure
+                        );
+                        *child = start(*id, restarts + worker_restarts)?;
+                        running += 1;
+                    } else if !lost.iter().any(|(l, _)| l == id) {
                         log::warn!("{id} failed ({}); the others re-form without it", describe(status));
                         lost.push((*id, status));
                     }

@@ -16,7 +16,7 @@ use crate::{
     summary::{HParam, SummaryWriter},
 };
 use engine_graph::HostTensor;
-use engine_runtime::cluster::TaskType;
+use engine_runtime::{Value, cluster::TaskType};
 use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -61,10 +61,17 @@ impl Estimator {
         let mut chief_hooks = false;
         let mut callers_at = 0;
         // The variables this task held when its group failed, carried into the re-formed one.
-        let mut carried: Option<BTreeMap<String, HostTensor>> = None;
+        let mut carried: Option<BTreeMap<String, Value>> = None;
+        let mut first = true;
         loop {
             let (dataset, mut compiled) =
                 self.compile_requiring(Mode::Train, input_fn, strategy.as_ref(), &required)?;
+            // A worker of an elastic job that runs without it (new, or started again after it
+            // was lost) joins at the job's next step, taking its state from a member.
+            if std::mem::take(&mut first) && strategy.join_running_job(&compiled.handshake_fingerprint)? {
+                carried = Some(BTreeMap::new());
+                continue;
+            }
             self.check_memory(&compiled, &dataset, strategy.as_ref())?;
             let global_batch = schema_batch(&dataset) * strategy.num_replicas_in_sync();
             let (replicas, input, start, examples_seen) = match carried.take() {
@@ -128,14 +135,28 @@ impl Estimator {
                 restore: Cell::new(None),
                 assign: Default::default(),
                 example_log: ExampleLog::from_env(strategy.cluster().map(|c| c.task().to_string()))?,
+                room_for_joiners: match (strategy.elastic_rules(), strategy.elastic_membership()) {
+                    (Some(rules), Some(m)) => rules.max.saturating_sub(m.size()),
+                    _ => 0,
+                },
+                reform_requested: false,
             };
             let outcome = match session.run(&mut all_hooks) {
+                Ok(outcome) if session.reform_requested => {
+                    // Every task ended the same step to take in a joiner: re-form, go on.
+                    let values = session.replicas.snapshot();
+                    drop(session);
+                    drop(compiled);
+                    strategy.reform(outcome.global_step)?;
+                    carried = Some(values);
+                    continue;
+                }
                 Ok(outcome) => outcome,
                 Err(e) if strategy.elastic_membership().is_some() && lost_a_member(&e) => {
                     // Each task's failed step committed nothing; the re-formed group goes on
                     // from the task that completed the most steps.
                     let step = session.global_step;
-                    let values = session.replicas.export()?;
+                    let values = session.replicas.snapshot();
                     let meta = CheckpointMeta {
                         fingerprint: compiled.fingerprint.clone(),
                         input_state: String::new(),
@@ -146,7 +167,11 @@ impl Estimator {
                     drop(compiled);
                     if let Err(reform) = strategy.reform(step) {
                         if is_chief {
-                            let saved = self.checkpoints.save(step, &values, &meta)?;
+                            let host = values
+                                .iter()
+                                .map(|(name, v)| Ok((name.clone(), v.to_host()?)))
+                                .collect::<Result<BTreeMap<String, HostTensor>>>()?;
+                            let saved = self.checkpoints.save(step, &host, &meta)?;
                             log::info!("Saved {} before stopping", saved.path);
                         }
                         return Err(reform);
@@ -192,15 +217,14 @@ impl Estimator {
         &self,
         compiled: &Compiled,
         dataset: &Dataset,
-        values: &BTreeMap<String, HostTensor>,
+        values: &BTreeMap<String, Value>,
     ) -> Result<(Replicas, DatasetIter, u64)> {
         let strategy = self.train_strategy.as_ref();
         let membership = strategy
             .elastic_membership()
             .ok_or_else(|| EstimatorError::Other("internal: re-forming a job that is not elastic".into()))?;
         let mut replicas = Replicas::new(compiled, strategy, self.config.precision)?;
-        replicas.initialize(self.seed)?;
-        replicas.restore(values, self.seed)?;
+        replicas.load_snapshot(values, self.seed)?;
         replicas.take_state_of(membership.holder, self.seed)?;
         log::info!(
             "Continuing from step {} with {} worker(s), the state of {}",

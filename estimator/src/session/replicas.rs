@@ -10,7 +10,9 @@ use crate::{
     strategy::{Partitions, Strategy},
 };
 use engine_graph::{HostData, HostTensor, Outlet, Placement, ops::ReduceOp};
-use engine_runtime::{Device, Exchange, Executor, Precision, RunOptions, RuntimeError, StepOutput, VariableStore};
+use engine_runtime::{
+    Device, Exchange, Executor, Precision, RunOptions, RuntimeError, StepOutput, Value, VariableStore,
+};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -222,33 +224,67 @@ impl Replicas {
         self.take_state_of(0, seed)
     }
 
+    /// The variables of the first copy as they are (device values at the job's precision):
+    /// what an elastic job carries across a re-formation, exactly, f64 included.
+    pub fn snapshot(&self) -> BTreeMap<String, Value> {
+        self.workers.iter().find(|w| w.exec.has_variables()).map(|w| w.store.values()).unwrap_or_default()
+    }
+
+    /// Loads a snapshot into every copy of the variables (those of the graph, at their
+    /// shapes); what it lacks is initialized.
+    pub fn load_snapshot(&mut self, values: &BTreeMap<String, Value>, seed: u64) -> Result<()> {
+        for w in self.stateful() {
+            let graph = &w.exec.plan().graph;
+            for id in graph.variables() {
+                let node = graph.node(id);
+                let engine_graph::Op::Variable(var) = &node.op else { continue };
+                if let Some(value) = values.get(&node.name).filter(|v| v.shape() == var.shape) {
+                    w.store.set(&node.name, value.clone());
+                }
+            }
+            w.exec.initialize(&mut w.store, seed)?;
+        }
+        Ok(())
+    }
+
     /// Every member of the cross-process group takes member `root`'s variables (optimizer
-    /// slots included): after an elastic job re-forms, the survivors continue from the one
-    /// that completed the most steps.
+    /// slots and counters included), exactly: after an elastic job re-forms, the members
+    /// continue from the one that completed the most steps. Floats travel as f64, which
+    /// holds f32 and f64 variables alike without rounding.
     pub fn take_state_of(&mut self, root: usize, seed: u64) -> Result<()> {
         let Some(group) = self.collectives.first().cloned() else { return Ok(()) };
-        let mut values = self.export()?;
-        for tensor in values.values_mut() {
-            // A sum with zeros everywhere but the root is the root's value, bit for bit.
-            match &mut tensor.data {
-                HostData::F32(data) => {
+        let Some(first) = self.workers.iter().find(|w| w.exec.has_variables()) else { return Ok(()) };
+        let (device, precision) = (first.exec.device().dispatch().clone(), first.exec.precision());
+        let mine = self.snapshot();
+        let mut taken = BTreeMap::new();
+        // The same graph on every member: the names, in order, and shapes agree.
+        for (name, value) in mine {
+            let shape = value.shape();
+            let value = match &value {
+                Value::Float(_) => {
+                    let mut data = value.to_f64_vec()?;
+                    // A sum with zeros everywhere but the root is the root's value, bit for bit.
                     if group.rank() != root {
                         data.iter_mut().for_each(|x| *x = 0.0);
                     }
-                    group.all_reduce(data, ReduceOp::Sum)?;
+                    group.all_reduce_f64(&mut data, ReduceOp::Sum)?;
+                    Value::from_f64(&shape, data, &device, precision)
                 }
                 // The global step and other counters, exact in f64 below 2^53.
-                HostData::I64(data) => {
+                Value::Int(_) => {
+                    let host = value.to_host()?;
+                    let HostData::I64(counts) = &host.data else { continue };
                     let mut wide: Vec<f64> =
-                        data.iter().map(|&x| if group.rank() == root { x as f64 } else { 0.0 }).collect();
+                        counts.iter().map(|&x| if group.rank() == root { x as f64 } else { 0.0 }).collect();
                     group.all_reduce_f64(&mut wide, ReduceOp::Sum)?;
-                    data.iter_mut().zip(&wide).for_each(|(x, w)| *x = *w as i64);
+                    let counts = wide.iter().map(|&x| x as i64).collect();
+                    Value::from_host(&HostTensor::new(shape, HostData::I64(counts))?, &device, precision)
                 }
-                HostData::Bool(_) => {}
-            }
+                Value::Bool(_) | Value::Unit => value,
+            };
+            taken.insert(name, value);
         }
-        self.restore(&values, seed)?;
-        Ok(())
+        self.load_snapshot(&taken, seed)
     }
 
     /// Waits for every task of a cross-process group (at the end of training, so no task

@@ -39,7 +39,16 @@ pub(crate) struct TrainingSession<'a> {
     pub assign: RefCell<BTreeMap<String, HostTensor>>,
     /// Where each step's examples are recorded, for tests (see `ExampleLog`).
     pub example_log: Option<super::ExampleLog>,
+    /// Workers an elastic job may still take in (0 for any other job).
+    pub room_for_joiners: usize,
+    /// Set when every task agreed to end the session and re-form the group (a worker asked
+    /// to join): training goes on after the rendezvous.
+    pub reform_requested: bool,
 }
+
+/// What a task adds to the agreed stop request when a worker asked it to join: a task asked
+/// to stop adds 1, so a sum carries both, exactly in f32 (at most 1024 workers).
+const REFORM_REQUEST: f64 = 4096.0;
 
 /// How a training run ended.
 #[derive(Debug, Clone, PartialEq)]
@@ -225,12 +234,20 @@ impl TrainingSession<'_> {
                     self.with_ctx(&stop, |ctx| h.after_run(ctx, &values))?;
                     self.apply_assigns(h.name())?;
                 }
-                if agreed > 0.0 {
+                let (reform, stops) = (agreed >= REFORM_REQUEST, agreed % REFORM_REQUEST);
+                if stops > 0.0 {
                     log::info!(
-                        "Stopping at step {}: {agreed} task(s) of the cluster were asked to stop",
+                        "Stopping at step {}: {stops} task(s) of the cluster were asked to stop",
                         self.global_step
                     );
                     self.preempted = Some(asked);
+                    stop.set(true);
+                } else if reform {
+                    log::info!(
+                        "Ending the session at step {} to take in a worker that asked to join",
+                        self.global_step
+                    );
+                    self.reform_requested = true;
                     stop.set(true);
                 }
             }
@@ -324,7 +341,9 @@ impl TrainingSession<'_> {
             }
         }
         if agrees {
-            let flag = HostTensor::scalar_f32(if asked.is_some() { 1.0 } else { 0.0 });
+            let joiners = self.replicas.cross_process_group().map_or(0, |g| g.pending_joiners());
+            let reform = if joiners > 0 && self.room_for_joiners > 0 { REFORM_REQUEST } else { 0.0 };
+            let flag = HostTensor::scalar_f32((if asked.is_some() { 1.0 } else { 0.0 } + reform) as f32);
             // Fed like a feature: batches are the step's feeds.
             batches.iter_mut().for_each(|b| {
                 b.features.insert(STOP_REQUEST.into(), flag.clone());

@@ -127,6 +127,13 @@ pub trait Strategy: Send + Sync {
     fn elastic_rules(&self) -> Option<RoundRules> {
         None
     }
+    /// For a task of an elastic job starting up: whether the job already runs without it
+    /// (it is new, or was lost and started again), in which case this joins it at its next
+    /// step and the membership includes this task. `fingerprint` is the job's first graph's.
+    fn join_running_job(&self, fingerprint: &str) -> Result<bool> {
+        let _ = fingerprint;
+        Ok(false)
+    }
     /// Re-forms the group after a step failed at `step` (the last one this task
     /// completed): the survivors agree on the next membership, whose holder's state every
     /// member continues from. Only for strategies with an elastic membership.

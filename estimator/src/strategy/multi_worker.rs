@@ -21,7 +21,10 @@ use engine_graph::passes::{Pass, strategy::AgreeOnStop};
 use engine_runtime::{
     Collective, Device,
     cluster::{Cluster, TaskType},
-    transport::{Communication, ElasticConfig, Membership, NetworkConfig, NetworkGroup, RoundRules, rendezvous},
+    transport::{
+        Communication, ElasticConfig, Membership, NetworkConfig, NetworkGroup, RoundRules, find_running_job,
+        join_running, rendezvous,
+    },
 };
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -104,6 +107,14 @@ impl MultiWorkerStrategy {
             connect_timeout: self.connect_timeout,
             tls: None,
             communication: self.communication,
+        }
+    }
+
+    fn elastic_config(&self, rules: RoundRules, job: &str) -> ElasticConfig {
+        ElasticConfig {
+            network: self.network_config(job),
+            rules,
+            probe: self.connect_timeout.min(std::time::Duration::from_secs(10)),
         }
     }
 
@@ -202,12 +213,26 @@ impl Strategy for MultiWorkerStrategy {
     fn elastic_rules(&self) -> Option<RoundRules> {
         self.elastic
     }
+    fn join_running_job(&self, fingerprint: &str) -> Result<bool> {
+        let Some(rules) = self.elastic else { return Ok(false) };
+        let config = self.elastic_config(rules, fingerprint);
+        let Some(running) = find_running_job(&config).map_err(engine_runtime::RuntimeError::from)? else {
+            return Ok(false);
+        };
+        log::info!("{}: the job runs without this task ({running}); joining it at its next step", self.cluster);
+        let joined = join_running(&config, &running).map_err(engine_runtime::RuntimeError::from)?;
+        log::info!("{}: membership {joined}", self.cluster);
+        *self.job.lock().unwrap_or_else(|p| p.into_inner()) = Some(fingerprint.to_string());
+        *self.membership.lock().unwrap_or_else(|p| p.into_inner()) = joined;
+        Ok(true)
+    }
     fn reform(&self, step: u64) -> Result<Membership> {
         let Some(rules) = self.elastic else {
             return Err(EstimatorError::Config("multi_worker without min_workers cannot re-form".into()));
         };
         let old = self.group.lock().map_err(|_| EstimatorError::Other("collective group lock poisoned".into()))?.take();
         let lost = old.as_ref().map(|(_, g)| g.lost_members()).unwrap_or_default();
+        let joiners = old.as_ref().map(|(_, g)| g.joiners()).unwrap_or_default();
         if let Some((_, group)) = old {
             // The rendezvous may be held on this task's address: the old group's server
             // must be gone, so nothing else may still hold the group.
@@ -217,19 +242,20 @@ impl Strategy for MultiWorkerStrategy {
         }
         let job = self.job.lock().unwrap_or_else(|p| p.into_inner()).clone().unwrap_or_default();
         let previous = self.membership();
-        let lost_names: Vec<String> = lost.iter().map(ToString::to_string).collect();
+        let names = |tasks: &[engine_runtime::cluster::TaskId]| {
+            let names: Vec<String> = tasks.iter().map(ToString::to_string).collect();
+            if names.is_empty() { "none seen".to_string() } else { names.join(", ") }
+        };
         log::warn!(
-            "{}: re-forming the group after step {step} ({}); lost: {}",
+            "{}: re-forming the group after step {step} ({}); lost: {}; joining: {}",
             self.cluster,
             previous,
-            if lost_names.is_empty() { "none seen".to_string() } else { lost_names.join(", ") }
+            names(&lost),
+            names(&joiners)
         );
-        let config = ElasticConfig {
-            network: self.network_config(&job),
-            rules,
-            probe: self.connect_timeout.min(std::time::Duration::from_secs(10)),
-        };
-        let next = rendezvous(&config, &previous, step, &lost).map_err(engine_runtime::RuntimeError::from)?;
+        let config = self.elastic_config(rules, &job);
+        let next =
+            rendezvous(&config, &previous, step, &lost, joiners.len()).map_err(engine_runtime::RuntimeError::from)?;
         log::info!("{}: membership {next}", self.cluster);
         *self.membership.lock().unwrap_or_else(|p| p.into_inner()) = next.clone();
         Ok(next)

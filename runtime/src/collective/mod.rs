@@ -46,6 +46,11 @@ pub trait Collective: Send + Sync {
     /// when the failure behind the abort is (a lost peer), so that every member reports the
     /// same kind of failure.
     fn abort(&self, reason: &str, retryable: bool);
+    /// Tasks that asked to join this group's job (an elastic job's new or restarted
+    /// workers), which the next re-formation takes in; none for fixed groups.
+    fn pending_joiners(&self) -> usize {
+        0
+    }
 }
 
 /// An element type collectives sum: f32 (training) or f64 (equivalence checks).

@@ -10,11 +10,28 @@ use burn::backend::ops::FloatTensorOps;
 use burn::tensor::{Shape as BurnShape, Slice};
 use engine_graph::ops::AllReduce;
 
+/// A testing aid, armed only by this variable: `ENGINE_FAULT_IN_ALL_REDUCE=STEP` makes the
+/// process exit (status 86, as the estimator's injected faults) inside the first all-reduce
+/// of global step STEP, after its peers have entered it and wait for its part: a worker
+/// lost in the middle of a collective, at a step a test can name.
+pub const FAULT_IN_ALL_REDUCE_ENV: &str = "ENGINE_FAULT_IN_ALL_REDUCE";
+
+fn fault_due(step: i64) -> bool {
+    static AT: std::sync::OnceLock<Option<i64>> = std::sync::OnceLock::new();
+    *AT.get_or_init(|| std::env::var(FAULT_IN_ALL_REDUCE_ENV).ok().and_then(|v| v.trim().parse().ok())) == Some(step)
+}
+
 pub(crate) fn all_reduce(a: &AllReduce, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Result<Vec<Value>> {
     let Some(group) = ctx.collective else {
         // A single replica: the reduction of one value is itself.
         return Ok(inputs);
     };
+    if group.size() > 1 && fault_due(ctx.step) {
+        log::error!("{FAULT_IN_ALL_REDUCE_ENV}: exiting inside the all-reduce of step {} (injected fault)", ctx.step);
+        // Long enough for every peer to be waiting in this all-reduce.
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        std::process::exit(86);
+    }
     let shapes: Vec<Vec<usize>> = inputs.iter().map(|v| v.shape()).collect();
     let total = shapes.iter().map(|s| s.iter().product::<usize>()).sum();
     if inputs.iter().any(|v| !matches!(v, Value::Float(_))) {

@@ -7,6 +7,7 @@
 mod activation;
 mod attention;
 mod collective;
+pub use collective::FAULT_IN_ALL_REDUCE_ENV;
 pub(crate) use collective::all_reduce;
 #[cfg(target_arch = "x86_64")]
 pub use cpu::has_avx2;

@@ -166,6 +166,12 @@ impl NetworkGroup {
             .collect()
     }
 
+    /// The tasks that asked to join the job while this group ran (recorded by its first
+    /// member): the next rendezvous expects them.
+    pub fn joiners(&self) -> Vec<crate::cluster::TaskId> {
+        self.shared.lock().joiners.clone()
+    }
+
     /// Why all-reduce goes over gRPC rather than shared memory (`None` when it does not).
     pub fn ring_reason(&self) -> Option<&str> {
         self.ring_because.as_deref()
@@ -232,6 +238,7 @@ impl NetworkGroup {
                 return Err(ConnectError::Aborted { task: me, reason: reason.clone() });
             }
             if self.members.peers().all(|p| state.peers[p].outbound.is_some() && state.peers[p].inbound_opened) {
+                state.formed = true;
                 return Ok(());
             }
             if Instant::now() >= deadline {
@@ -451,5 +458,9 @@ impl Collective for NetworkGroup {
 
     fn abort(&self, reason: &str, retryable: bool) {
         self.abort_group(reason.to_string(), retryable);
+    }
+
+    fn pending_joiners(&self) -> usize {
+        self.shared.lock().joiners.len()
     }
 }

@@ -26,6 +26,8 @@ pub(super) struct Members {
     /// The membership epoch: 0 for the group the cluster spec defines, one more at each
     /// re-formation of an elastic job.
     pub epoch: u64,
+    /// Every chief and worker of the cluster, members or not: who may ask to join.
+    pub cluster: Vec<Member>,
 }
 
 impl Members {
@@ -39,7 +41,7 @@ impl Members {
         if me >= members.len() {
             return Err(ConnectError::NotAMember { task: cluster.to_string() });
         }
-        Ok(Members { members, me, epoch: 0 })
+        Ok(Members { cluster: members.clone(), members, me, epoch: 0 })
     }
 
     /// The group of one membership epoch: its tasks in its order, at the cluster's addresses.
@@ -60,7 +62,11 @@ impl Members {
         let me = membership.rank_of(&cluster.task()).ok_or_else(|| ConnectError::NotAMember {
             task: format!("{cluster} (in membership epoch {})", membership.epoch),
         })?;
-        Ok(Members { members, me, epoch: membership.epoch })
+        let cluster = spec
+            .collective_tasks()
+            .filter_map(|task| spec.address(&task).map(|address| Member { task, address: address.to_string() }))
+            .collect();
+        Ok(Members { members, me, epoch: membership.epoch, cluster })
     }
 
     pub fn size(&self) -> usize {

@@ -11,9 +11,10 @@ use std::fmt;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Membership {
     pub epoch: u64,
-    /// The members in rank order: the cluster's collective order (chief first, then the
-    /// workers by index) among those present, so the lowest-ranked member takes the chief's
-    /// duties when the chief is gone.
+    /// The members in rank order: the last epoch's members in the cluster's collective
+    /// order (chief first, then the workers by index), then the tasks that joined. So the
+    /// lowest-ranked survivor takes the chief's duties when the chief is gone, and keeps them
+    /// when the old chief comes back.
     pub tasks: Vec<TaskId>,
     /// The rank whose variables, slots and step every member continues from: the one that
     /// completed the most steps (the lowest rank on a tie). A member that applied the step

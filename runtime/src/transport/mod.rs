@@ -84,5 +84,5 @@ pub use config::NetworkConfig;
 pub use error::ConnectError;
 pub use group::NetworkGroup;
 pub use membership::Membership;
-pub use rendezvous::{ElasticConfig, RoundRules, rendezvous};
+pub use rendezvous::{ElasticConfig, RoundRules, find_running_job, join_running, rendezvous};
 pub use tls::TlsConfig;

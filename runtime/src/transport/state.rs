@@ -55,6 +55,10 @@ pub(super) struct State {
     /// This process's outbound streams still open, so that dropping the group can wait
     /// until they have delivered what was queued.
     pub streams_out: usize,
+    /// Tasks that asked to join the job (see `Announce`), in the order they asked.
+    pub joiners: Vec<crate::cluster::TaskId>,
+    /// Every member connected: the group runs (a task of it starting again is stale).
+    pub formed: bool,
 }
 
 impl State {
@@ -82,6 +86,8 @@ impl Shared {
             closing: false,
             streams_out: 0,
             refusals: Vec::new(),
+            joiners: Vec::new(),
+            formed: false,
         };
         Shared { state: Mutex::new(state), changed: Condvar::new() }
     }

@@ -14,8 +14,12 @@
 //!   `max_workers` have, or when at least `min_workers` have and nobody new came for the
 //!   last call; below `min_workers` at the timeout, every member gets a named error.
 //! - **The answer.** The new epoch (one past the highest any member trained in), its
-//!   members in the cluster's rank order, and the member holding the most advanced state,
-//!   which the others continue from.
+//!   members (the last epoch's in the cluster's rank order, then the joiners), and the
+//!   member holding the most advanced state, which the others continue from.
+//! - **Joining.** A worker starting up while the job runs without it (new, or started again
+//!   after it was lost) announces itself to the running group's first member
+//!   ([`find_running_job`]), which has every task end the next step and re-form; the worker
+//!   joins that round ([`join_running`]) and takes the holder's state, as survivors do.
 //!
 //! The caller then connects the new group with
 //! [`NetworkGroup::connect_epoch`](super::NetworkGroup::connect_epoch), whose handshake
@@ -36,8 +40,9 @@ use super::config::NetworkConfig;
 use super::handshake::PROTOCOL_VERSION;
 use super::link::error_chain;
 use super::membership::Membership;
+use super::proto::collective_service_client::CollectiveServiceClient;
 use super::proto::rendezvous_service_client::RendezvousServiceClient;
-use super::proto::{JoinReply, JoinRequest, TaskIdentity};
+use super::proto::{AnnounceReply, JoinReply, JoinRequest, TaskIdentity};
 use crate::cluster::TaskId;
 use coordinator::{Coordinator, Opening};
 use round::Candidate;
@@ -69,12 +74,14 @@ enum Asked {
 
 /// Joins the next membership epoch after `previous`, having completed `step`. `lost` are
 /// the members this task saw go (their connections broke); the round does not wait for
-/// them. The old group must have been dropped: the coordinator serves on its address.
+/// them. `joining` tasks asked to join (see [`find_running_job`]); the coordinator expects
+/// them too. The old group must have been dropped: the coordinator serves on its address.
 pub fn rendezvous(
     config: &ElasticConfig,
     previous: &Membership,
     step: u64,
     lost: &[TaskId],
+    joining: usize,
 ) -> Result<Membership, ConnectError> {
     let cluster = &config.network.cluster;
     let me = cluster.task();
@@ -102,6 +109,7 @@ pub fn rendezvous(
         fingerprint: config.network.fingerprint.clone(),
         epoch: previous.epoch,
         step,
+        joining: false,
     };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -124,10 +132,10 @@ pub fn rendezvous(
         }
     }
     drop(runtime);
-    let expected = previous.tasks.iter().filter(|t| !gone.contains(t)).count();
+    let expected = previous.tasks.iter().filter(|t| !gone.contains(t)).count() + joining;
     log::info!("{name}: holding the rendezvous after {previous} (expecting {expected} member(s))");
     let coordinator = Coordinator::open(Opening {
-        me: Candidate { task: me, cluster_rank, epoch: previous.epoch, step },
+        me: Candidate { task: me, cluster_rank, epoch: previous.epoch, step, joining: false },
         my_address: &my_address,
         seats,
         fingerprint: &config.network.fingerprint,
@@ -137,6 +145,166 @@ pub fn rendezvous(
         bind_until: Instant::now() + config.probe,
     })?;
     coordinator.close()
+}
+
+/// For a worker of an elastic job starting up: the running group this task is not part of
+/// (the job went on without it, or it is new), after asking its first member to take this
+/// task in at the next step; `None` when no group runs without it (the job is starting:
+/// connect as usual).
+pub fn find_running_job(config: &ElasticConfig) -> Result<Option<Membership>, ConnectError> {
+    let cluster = &config.network.cluster;
+    let me = cluster.task();
+    let name = cluster.to_string();
+    let spec = cluster.spec();
+    let seats: Vec<Seat> = spec
+        .collective_tasks()
+        .filter_map(|task| spec.address(&task).map(|a| Seat { task, address: a.to_string() }))
+        .collect();
+    let my_address = seats
+        .iter()
+        .find(|s| s.task == me)
+        .map(|s| s.address.clone())
+        .ok_or(ConnectError::NotAMember { task: name.clone() })?;
+    let token = match &config.network.token {
+        Some(token) => Some(token_value(token).ok_or_else(|| ConnectError::InvalidToken { task: name.clone() })?),
+        None => None,
+    };
+    let request = JoinRequest {
+        protocol_version: PROTOCOL_VERSION,
+        sender: Some(TaskIdentity { task: me.to_string(), address: my_address, rank: 0 }),
+        fingerprint: config.network.fingerprint.clone(),
+        epoch: 0,
+        step: 0,
+        joining: true,
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| ConnectError::Runtime { task: name.clone(), reason: e.to_string() })?;
+    let deadline = Instant::now() + config.rules.timeout;
+    runtime.block_on(async {
+        loop {
+            // Whether some member is re-forming, or still counts this task's earlier process
+            // in: then the running group is about to change, and this asks again.
+            let mut unsettled = None;
+            for seat in seats.iter().filter(|s| s.task != me) {
+                let reply = match announce(&seat.address, &request, token.clone()).await? {
+                    Announced::NotUp => continue,
+                    Announced::Busy(why) => {
+                        unsettled = Some(format!("{} {why}", seat.task));
+                        continue;
+                    }
+                    Announced::Reply(reply) => reply,
+                };
+                let running = running_membership(&name, &reply)?;
+                if running.rank_of(&me).is_some() {
+                    if !reply.formed {
+                        // The job is starting: connect as usual.
+                        return Ok(None);
+                    }
+                    unsettled = Some(format!("{} still counts {me} in {running}", seat.task));
+                    continue;
+                }
+                let first = running.tasks.first().and_then(|t| seats.iter().find(|s| s.task == *t));
+                let reply = match (reply.accepted, first) {
+                    (true, _) => reply,
+                    (false, Some(first)) => match announce(&first.address, &request, token.clone()).await? {
+                        Announced::Reply(reply) if reply.accepted => reply,
+                        _ => continue,
+                    },
+                    (false, None) => continue,
+                };
+                return Ok(Some(running_membership(&name, &reply)?));
+            }
+            let Some(why) = unsettled else { return Ok(None) };
+            if Instant::now() >= deadline {
+                return Err(ConnectError::Timeout {
+                    task: name.clone(),
+                    timeout: config.rules.timeout,
+                    missing: format!("a running group that does not count this task ({why})"),
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+}
+
+/// Joins the running group's next epoch (after [`find_running_job`]): waits for its first
+/// member to hold the rendezvous at the next step. The state comes from the holder.
+pub fn join_running(config: &ElasticConfig, running: &Membership) -> Result<Membership, ConnectError> {
+    let cluster = &config.network.cluster;
+    let me = cluster.task();
+    let name = cluster.to_string();
+    let spec = cluster.spec();
+    let address_of = |task: &TaskId| spec.address(task).map(str::to_string);
+    let coordinator =
+        running.tasks.first().and_then(address_of).ok_or(ConnectError::NotAMember { task: name.clone() })?;
+    let token = match &config.network.token {
+        Some(token) => Some(token_value(token).ok_or_else(|| ConnectError::InvalidToken { task: name.clone() })?),
+        None => None,
+    };
+    let request = JoinRequest {
+        protocol_version: PROTOCOL_VERSION,
+        sender: Some(TaskIdentity { task: me.to_string(), address: address_of(&me).unwrap_or_default(), rank: 0 }),
+        fingerprint: config.network.fingerprint.clone(),
+        epoch: running.epoch,
+        step: 0,
+        joining: true,
+    };
+    // The round opens after the group's next step: wait as long as a round may take.
+    let waiting = ElasticConfig { probe: config.rules.timeout, ..config.clone() };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| ConnectError::Runtime { task: name.clone(), reason: e.to_string() })?;
+    match runtime.block_on(ask(&coordinator, &request, token, &waiting)) {
+        Asked::Answered(reply) => membership_of(&name, &reply),
+        Asked::Refused(error) => Err(error),
+        Asked::NoAnswer(why) => Err(ConnectError::Timeout {
+            task: name,
+            timeout: config.rules.timeout,
+            missing: format!("the running group's rendezvous at {coordinator} ({why})"),
+        }),
+    }
+}
+
+/// What announcing to one task found.
+enum Announced {
+    /// Nothing listens there.
+    NotUp,
+    /// Something answers but no running group (a rendezvous in progress, a task shutting
+    /// down), or it did not answer in time.
+    Busy(String),
+    Reply(AnnounceReply),
+}
+
+/// One announcement to the member at `address`.
+async fn announce(
+    address: &str,
+    request: &JoinRequest,
+    token: Option<tonic::metadata::AsciiMetadataValue>,
+) -> Result<Announced, ConnectError> {
+    let Ok(endpoint) = Endpoint::from_shared(format!("http://{address}")) else { return Ok(Announced::NotUp) };
+    let Ok(channel) = endpoint.connect_timeout(Duration::from_secs(1)).connect().await else {
+        return Ok(Announced::NotUp);
+    };
+    let mut client = CollectiveServiceClient::with_interceptor(channel, AttachToken::new(token));
+    match tokio::time::timeout(Duration::from_secs(5), client.announce(request.clone())).await {
+        Ok(Ok(reply)) => Ok(Announced::Reply(reply.into_inner())),
+        Ok(Err(status)) if matches!(status.code(), Code::FailedPrecondition | Code::Unauthenticated) => {
+            Err(ConnectError::Refused {
+                task: request.sender.as_ref().map(|s| s.task.clone()).unwrap_or_default(),
+                peer: address.to_string(),
+                reason: status.message().to_string(),
+            })
+        }
+        Ok(Err(status)) => Ok(Announced::Busy(format!("answers {:?}: {}", status.code(), status.message()))),
+        Err(_) => Ok(Announced::Busy("does not answer".into())),
+    }
+}
+
+fn running_membership(name: &str, reply: &AnnounceReply) -> Result<Membership, ConnectError> {
+    membership_of(name, &JoinReply { epoch: reply.epoch, members: reply.members.clone(), holder: 0, step: 0 })
 }
 
 /// Asks the member at `address` to let this task into its round, retrying until the
@@ -172,22 +340,27 @@ async fn ask(
             Err(_) => return Asked::NoAnswer(format!("its round did not close within {answer_within:?}")),
             Ok(Ok(reply)) => return Asked::Answered(reply.into_inner()),
             Ok(Err(status)) => match status.code() {
-                // Still serving its old group, or shutting it down: not a coordinator yet.
-                Code::Unimplemented | Code::Unavailable | Code::Unknown | Code::Cancelled => {
-                    last = format!("{:?}: {}", status.code(), status.message());
-                    tokio::time::sleep(RETRY).await;
-                }
                 Code::Aborted => {
                     let task = request.sender.as_ref().map(|s| s.task.clone()).unwrap_or_default();
                     return Asked::Refused(ConnectError::BelowMinimum { task, reason: status.message().to_string() });
                 }
-                _ => {
+                Code::FailedPrecondition
+                | Code::Unauthenticated
+                | Code::PermissionDenied
+                | Code::ResourceExhausted
+                | Code::InvalidArgument => {
                     let task = request.sender.as_ref().map(|s| s.task.clone()).unwrap_or_default();
                     return Asked::Refused(ConnectError::Refused {
                         task,
                         peer: address.to_string(),
                         reason: format!("the rendezvous refused it: {}", status.message()),
                     });
+                }
+                // Still serving its old group, shutting it down, or gone mid-call: not a
+                // coordinator (yet).
+                _ => {
+                    last = format!("{:?}: {}", status.code(), status.message());
+                    tokio::time::sleep(RETRY).await;
                 }
             },
         }

@@ -32,6 +32,8 @@ pub(crate) struct Candidate {
     pub epoch: u64,
     /// The last step it completed.
     pub step: u64,
+    /// It was not in the last epoch: ranked after those who were.
+    pub joining: bool,
 }
 
 /// How the round ended.
@@ -109,7 +111,9 @@ impl Round {
 
     fn form(&self) -> Membership {
         let mut members = self.joined.clone();
-        members.sort_by_key(|c| c.cluster_rank);
+        // Members keep their order (the first stays the chief, who holds the model dir's
+        // writer lock); joiners come after them.
+        members.sort_by_key(|c| (c.joining, c.cluster_rank));
         let epoch = members.iter().map(|c| c.epoch).max().unwrap_or(0) + 1;
         let step = members.iter().map(|c| c.step).max().unwrap_or(0);
         let holder = members.iter().position(|c| c.step == step).unwrap_or(0);
@@ -134,11 +138,11 @@ mod tests {
         RoundRules { min: 2, max: 3, last_call: Duration::from_secs(2), timeout: Duration::from_secs(10) };
 
     fn worker(index: usize, epoch: u64, step: u64) -> Candidate {
-        Candidate { task: TaskId::new(TaskType::Worker, index), cluster_rank: index + 1, epoch, step }
+        Candidate { task: TaskId::new(TaskType::Worker, index), cluster_rank: index + 1, epoch, step, joining: false }
     }
 
     fn chief(epoch: u64, step: u64) -> Candidate {
-        Candidate { task: TaskId::new(TaskType::Chief, 0), cluster_rank: 0, epoch, step }
+        Candidate { task: TaskId::new(TaskType::Chief, 0), cluster_rank: 0, epoch, step, joining: false }
     }
 
     fn formed(round: &mut Round, now: Instant) -> Membership {
@@ -160,6 +164,20 @@ mod tests {
         assert_eq!(m.tasks, [TaskId::new(TaskType::Chief, 0), TaskId::new(TaskType::Worker, 1)]);
         // worker:1 applied step 17 before the failure; everyone continues from it.
         assert_eq!((m.holder, m.step), (1, 17));
+    }
+
+    #[test]
+    fn a_joiner_ranks_after_the_members_so_the_chief_stays() {
+        let t = Instant::now();
+        let mut round = Round::new(RULES, 3, t);
+        round.join(worker(1, 2, 30), t).unwrap();
+        round.join(worker(2, 2, 30), t).unwrap();
+        // The lost chief, started again, joins the round of the workers that went on.
+        round.join(Candidate { joining: true, step: 0, ..chief(2, 0) }, t).unwrap();
+        let m = formed(&mut round, t);
+        let order: Vec<String> = m.tasks.iter().map(ToString::to_string).collect();
+        assert_eq!(order, ["worker:1", "worker:2", "chief:0"]);
+        assert_eq!((m.epoch, m.holder, m.step), (3, 0, 30));
     }
 
     #[test]

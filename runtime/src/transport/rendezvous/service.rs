@@ -54,7 +54,7 @@ impl Service {
         if request.fingerprint != *self.fingerprint {
             return Err(format!("{task} runs another job (its fingerprint differs)"));
         }
-        Ok(Candidate { task, cluster_rank, epoch: request.epoch, step: request.step })
+        Ok(Candidate { task, cluster_rank, epoch: request.epoch, step: request.step, joining: request.joining })
     }
 
     fn reply(&self, membership: &super::super::membership::Membership) -> JoinReply {

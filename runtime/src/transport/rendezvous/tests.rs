@@ -55,7 +55,7 @@ fn reform(
             .zip(&lost)
             .map(|((c, &step), lost)| {
                 let (elastic, previous) = (elastic(c.clone(), rules), previous.clone());
-                s.spawn(move || rendezvous(&elastic, &previous, step, lost))
+                s.spawn(move || rendezvous(&elastic, &previous, step, lost, 0))
             })
             .collect();
         joins.into_iter().map(|j| j.join().expect("no panic")).collect()
@@ -136,4 +136,46 @@ fn a_member_of_an_earlier_epoch_cannot_reach_the_re_formed_group() {
             s.spawn(|| g.all_reduce(&mut [1.0f32; 2], ReduceOp::Sum).expect("the new group is unaffected"));
         }
     });
+}
+
+#[test]
+fn a_worker_that_comes_back_is_taken_in_at_the_next_re_formation() {
+    let (configs, groups) = three_with_one_crashed(2);
+    let epoch1 = reform(&configs, groups, &[4, 4], RULES).remove(0).expect("re-formed");
+    let groups = connect_epoch_all(&configs, &epoch1);
+    // worker:1 starts again: it finds the running group, and its first member records it.
+    let spec = configs[0].cluster.spec().clone();
+    let comeback = elastic(config(&spec, 2), RULES);
+    let running = find_running_job(&comeback).expect("announced").expect("a running group without it");
+    assert_eq!((running.epoch, running.tasks.clone()), (1, vec![task(0), task(1)]));
+    assert_eq!(groups[0].joiners(), [task(2)], "the first member recorded it");
+    assert_eq!(groups[1].pending_joiners(), 0, "only the first member records joiners");
+    // A task the running group still counts in is no joiner: its earlier process has not
+    // been seen to go yet, so it waits for the group to re-form (here, in vain), and nothing
+    // is recorded.
+    let member = elastic(config(&spec, 1), RoundRules { timeout: Duration::from_secs(1), ..RULES });
+    let error = find_running_job(&member).expect_err("a stale member waits").to_string();
+    assert!(error.contains("still counts worker:0 in epoch 1"), "{error}");
+    assert_eq!(groups[0].joiners(), [task(2)]);
+    // At the next step boundary the members re-form, expecting it; it joins their round.
+    let joining = groups[0].joiners().len();
+    drop(groups);
+    let previous = epoch1.clone();
+    let formed: Vec<Result<Membership, ConnectError>> = thread::scope(|s| {
+        let mut joins: Vec<_> = configs
+            .iter()
+            .map(|c| {
+                let (elastic, previous) = (elastic(c.clone(), RULES), previous.clone());
+                s.spawn(move || rendezvous(&elastic, &previous, 9, &[], joining))
+            })
+            .collect();
+        joins.push(s.spawn(|| join_running(&comeback, &running)));
+        joins.into_iter().map(|j| j.join().expect("no panic")).collect()
+    });
+    for result in formed {
+        let m = result.expect("all three form epoch 2");
+        assert_eq!((m.epoch, m.tasks.clone(), m.holder, m.step), (2, vec![task(0), task(1), task(2)], 0, 9));
+    }
+    // Nobody runs any more: a task starting now finds no group, as at the job's start.
+    assert_eq!(find_running_job(&elastic(config(&spec, 2), RULES)).expect("no error"), None);
 }
