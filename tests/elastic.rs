@@ -3,7 +3,8 @@
 //! re-form at the next step, without restarting, and finish with the variables a one_device
 //! run reaches on the same global batches (f64), having trained on exactly its examples
 //! step by step. The lost worker may be the chief (the lowest-ranked survivor then takes
-//! over its checkpoints), or die inside an all-reduce (no step is half applied). Started again, the killed worker rejoins at the job's next step
+//! over its checkpoints), or die inside an all-reduce (no step is half applied).
+//! `engine launch --restart-on-failure` starts a failed worker again, and it rejoins. Started again, the killed worker rejoins at the job's next step
 //! and the job is three again. Too few survivors stop with a checkpoint and an error
 //! naming who is left.
 //!
@@ -281,6 +282,38 @@ fn a_killed_worker_started_again_rejoins_and_the_job_is_three_again() -> Result<
     ensure!(joined_at < STEPS, "the replacement joined only at the end; {}", what());
     job.assert_same_examples(&reference, |step, w| step < lost_at || step >= joined_at || w != 2).with_context(what)?;
     assert_same_variables(&variables(&job.dir, STEPS)?, &want).with_context(what)
+}
+
+/// `engine launch --min-workers 2 --restart-on-failure 1`: a worker that fails is started
+/// again alone and rejoins, and the job ends as one_device does.
+#[test]
+fn engine_launch_starts_a_failed_worker_again_and_it_rejoins() -> Result<()> {
+    const STEPS: u64 = 300;
+    let tmp = tempfile::tempdir()?;
+    let (want, reference) = one_device(tmp.path(), STEPS)?;
+    let job = Job::new(tmp.path().join("elastic"), STEPS, 2)?;
+    let mut args: Vec<String> =
+        ["launch", &spec_path("fashion_mnist_cnn.ron"), "--workers", "3"].map(String::from).to_vec();
+    args.extend(["--min-workers", "2", "--restart-on-failure", "1", "--max-steps"].map(String::from));
+    args.extend([STEPS.to_string(), "--model-dir".into(), job.dir.display().to_string()]);
+    args.extend(sets(PER_WORKER));
+    let out = finished(
+        engine_command(&strs(&args))?
+            .env(EXAMPLE_LOG_ENV, &job.ids)
+            .env(engine::estimator::hooks::FAULT_ENV, "worker:2@20")
+            .output()?,
+    )?
+    .ok()?;
+    ensure!(
+        out.stderr.contains("starting it again to rejoin"),
+        "the launcher did not restart worker:2:\n{}",
+        out.stderr
+    );
+    let chief: String = out.stderr.lines().filter(|l| l.starts_with("[worker:0]")).collect::<Vec<_>>().join("\n");
+    let reformed = reformations(&chief)?;
+    let [(20, 2), (joined_at, 3)] = reformed[..] else { anyhow::bail!("re-formed {reformed:?}:\n{}", out.stderr) };
+    job.assert_same_examples(&reference, |step, w| step < 20 || step >= joined_at || w != 2)?;
+    assert_same_variables(&variables(&job.dir, STEPS)?, &want)
 }
 
 #[test]

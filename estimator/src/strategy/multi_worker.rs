@@ -219,7 +219,13 @@ impl Strategy for MultiWorkerStrategy {
         let Some(running) = find_running_job(&config).map_err(engine_runtime::RuntimeError::from)? else {
             return Ok(false);
         };
-        log::info!("{}: the job runs without this task ({running}); joining it at its next step", self.cluster);
+        let members: Vec<String> = running.tasks.iter().map(ToString::to_string).collect();
+        log::info!(
+            "{}: the job runs without this task (epoch {}: {}); joining it at its next step",
+            self.cluster,
+            running.epoch,
+            members.join(", ")
+        );
         let joined = join_running(&config, &running).map_err(engine_runtime::RuntimeError::from)?;
         log::info!("{}: membership {joined}", self.cluster);
         *self.job.lock().unwrap_or_else(|p| p.into_inner()) = Some(fingerprint.to_string());
@@ -246,7 +252,9 @@ impl Strategy for MultiWorkerStrategy {
             let names: Vec<String> = tasks.iter().map(ToString::to_string).collect();
             if names.is_empty() { "none seen".to_string() } else { names.join(", ") }
         };
-        log::warn!(
+        let level = if lost.is_empty() { log::Level::Info } else { log::Level::Warn };
+        log::log!(
+            level,
             "{}: re-forming the group after step {step} ({}); lost: {}; joining: {}",
             self.cluster,
             previous,
