@@ -318,18 +318,33 @@ fn engine_launch_starts_a_failed_worker_again_and_it_rejoins() -> Result<()> {
 
 #[test]
 fn below_min_workers_the_job_stops_with_a_checkpoint_naming_who_is_left() -> Result<()> {
+    below_min_workers(2, "(worker:0, worker:1)")
+}
+
+/// The same when the chief is the one lost: the lowest-ranked survivor saves.
+#[test]
+fn below_min_workers_without_the_chief_the_next_worker_saves() -> Result<()> {
+    below_min_workers(0, "(worker:1, worker:2)")
+}
+
+fn below_min_workers(victim: usize, survivors_named: &str) -> Result<()> {
     let tmp = tempfile::tempdir()?;
     let job = Job::new(tmp.path().join("elastic"), 60, 3)?;
-    let (survivors, _) = job.start_and_kill(2)?;
+    let (survivors, _) = job.start_and_kill(victim)?;
+    let leader = if victim == 0 { 1 } else { 0 };
+    let mut saved_by_leader = None;
     for (i, child) in survivors {
         let (ok, log) = finish(child, Duration::from_secs(300))?;
         ensure!(!ok, "worker:{i} trained on below min_workers:\n{log}");
         ensure!(log.contains("within 10s"), "worker:{i} did not wait the connect timeout:\n{log}");
         ensure!(log.contains("fewer than min_workers = 3"), "worker:{i}'s error does not say why:\n{log}");
-        ensure!(log.contains("(worker:0, worker:1)"), "worker:{i}'s error does not name the survivors:\n{log}");
+        ensure!(log.contains(survivors_named), "worker:{i}'s error does not name the survivors:\n{log}");
+        let saved = log.lines().find(|l| l.contains("before stopping")).and_then(|l| l.split("model.ckpt-").nth(1));
+        let saved = saved.and_then(|rest| rest.split(' ').next()).map(str::parse::<u64>).transpose()?;
+        ensure!(saved.is_some() == (i == leader), "worker:{i} saved {saved:?}; worker:{leader} leads:\n{log}");
+        saved_by_leader = saved_by_leader.or(saved);
     }
-    // The chief saved the last step it completed before stopping.
-    let saved = latest_step(&job.dir).context("no checkpoint")?;
-    ensure!(saved >= 8, "the last checkpoint is at step {saved}");
+    // The leader saved the last step the survivors completed, and the model dir names it.
+    ensure!(latest_step(&job.dir) == saved_by_leader, "latest {:?}, saved {saved_by_leader:?}", latest_step(&job.dir));
     Ok(())
 }

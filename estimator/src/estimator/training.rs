@@ -166,13 +166,9 @@ impl Estimator {
                     drop(session);
                     drop(compiled);
                     if let Err(reform) = strategy.reform(step) {
-                        if is_chief {
-                            let host = values
-                                .iter()
-                                .map(|(name, v)| Ok((name.clone(), v.to_host()?)))
-                                .collect::<Result<BTreeMap<String, HostTensor>>>()?;
-                            let saved = self.checkpoints.save(step, &host, &meta)?;
-                            log::info!("Saved {} before stopping", saved.path);
+                        // The job stops: whoever leads the survivors saves what they trained.
+                        if strategy.leads_survivors() {
+                            self.save_before_stopping(&mut writer, &values, step, &meta);
                         }
                         return Err(reform);
                     }
@@ -207,6 +203,32 @@ impl Estimator {
                 log::info!("Loss for final step: {loss:.7}.");
             }
             return Ok(outcome);
+        }
+    }
+
+    /// The last completed step's checkpoint, when an elastic job stops below its minimum.
+    /// Best effort: the error that stops the job is the one to report, so a failure here is
+    /// logged (the model dir then holds the last periodic checkpoint).
+    fn save_before_stopping(
+        &self,
+        writer: &mut Option<WriterLock>,
+        values: &BTreeMap<String, Value>,
+        step: u64,
+        meta: &CheckpointMeta,
+    ) {
+        let saved = (|| -> Result<String> {
+            if writer.is_none() {
+                *writer = Some(WriterLock::acquire(&self.model_dir, &command_line(), WRITER_LEASE)?);
+            }
+            let host = values
+                .iter()
+                .map(|(name, v)| Ok((name.clone(), v.to_host()?)))
+                .collect::<Result<BTreeMap<String, HostTensor>>>()?;
+            Ok(self.checkpoints.save(step, &host, meta)?.path)
+        })();
+        match saved {
+            Ok(path) => log::info!("Saved {path} before stopping"),
+            Err(e) => log::error!("Could not save step {step} before stopping: {e}"),
         }
     }
 

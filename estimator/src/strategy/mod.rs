@@ -127,6 +127,12 @@ pub trait Strategy: Send + Sync {
     fn elastic_rules(&self) -> Option<RoundRules> {
         None
     }
+    /// Whether this task leads the survivors of a failed re-formation (the chief, or the
+    /// lowest-ranked survivor when the chief was lost): it saves their state before the job
+    /// stops.
+    fn leads_survivors(&self) -> bool {
+        self.is_chief()
+    }
     /// For a task of an elastic job starting up: whether the job already runs without it
     /// (it is new, or was lost and started again), in which case this joins it at its next
     /// step and the membership includes this task. `fingerprint` is the job's first graph's.

@@ -45,6 +45,8 @@ pub struct MultiWorkerStrategy {
     membership: Mutex<Membership>,
     /// The fingerprint of the first group, which names the job in every rendezvous.
     job: Mutex<Option<String>>,
+    /// The members the last re-formation found lost.
+    lost: Mutex<Vec<engine_runtime::cluster::TaskId>>,
 }
 
 impl MultiWorkerStrategy {
@@ -82,6 +84,7 @@ impl MultiWorkerStrategy {
             elastic,
             membership: Mutex::new(Membership::initial(cluster.spec())),
             job: Mutex::new(None),
+            lost: Mutex::new(Vec::new()),
             cluster,
         })
     }
@@ -210,6 +213,13 @@ impl Strategy for MultiWorkerStrategy {
     fn elastic_membership(&self) -> Option<Membership> {
         self.elastic.map(|_| self.membership())
     }
+    fn leads_survivors(&self) -> bool {
+        if self.elastic.is_none() {
+            return self.is_chief();
+        }
+        let lost = self.lost.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        self.membership().tasks.into_iter().find(|t| !lost.contains(t)) == Some(self.cluster.task())
+    }
     fn elastic_rules(&self) -> Option<RoundRules> {
         self.elastic
     }
@@ -239,6 +249,7 @@ impl Strategy for MultiWorkerStrategy {
         let old = self.group.lock().map_err(|_| EstimatorError::Other("collective group lock poisoned".into()))?.take();
         let lost = old.as_ref().map(|(_, g)| g.lost_members()).unwrap_or_default();
         let joiners = old.as_ref().map(|(_, g)| g.joiners()).unwrap_or_default();
+        self.lost.lock().unwrap_or_else(|p| p.into_inner()).clone_from(&lost);
         if let Some((_, group)) = old {
             // The rendezvous may be held on this task's address: the old group's server
             // must be gone, so nothing else may still hold the group.
