@@ -15,9 +15,11 @@
 mod common;
 
 use anyhow::{Context, Result, ensure};
-use common::{engine_binary, engine_command, finish, finished, free_ports, latest_step, spec_path, strs};
+use common::{
+    assert_same_variables, checkpoint_variables, engine_binary, engine_command, finish, finished, free_ports,
+    latest_step, spec_path, strs,
+};
 use engine::estimator::EXAMPLE_LOG_ENV;
-use engine::estimator::checkpoint::read_checkpoint;
 use engine::graph::HostTensor;
 use engine::runtime::FAULT_IN_ALL_REDUCE_ENV;
 use std::collections::BTreeMap;
@@ -42,22 +44,6 @@ fn sets(batch: usize) -> Vec<String> {
     .collect()
 }
 
-fn variables(model_dir: &Path, step: u64) -> Result<BTreeMap<String, HostTensor>> {
-    let path = model_dir.join(format!("model.ckpt-{step}"));
-    Ok(read_checkpoint(&path.to_string_lossy(), None).with_context(|| format!("reading {}", path.display()))?.tensors)
-}
-
-fn assert_same_variables(got: &BTreeMap<String, HostTensor>, want: &BTreeMap<String, HostTensor>) -> Result<()> {
-    ensure!(got.keys().eq(want.keys()), "variables differ: {:?} vs {:?}", got.keys(), want.keys());
-    for (name, w) in want {
-        let (x, y) = (got[name].to_f64_vec(), w.to_f64_vec());
-        let scale = y.iter().fold(1e-12f64, |m, v| m.max(v.abs()));
-        let d = x.iter().zip(&y).fold(0.0f64, |m, (p, q)| m.max((p - q).abs())) / scale;
-        ensure!(d <= 1e-5, "{name} differs from one_device's by {d:.2e} (relative)");
-    }
-    Ok(())
-}
-
 /// one_device on the global batch for `steps`: the variables every elastic run must end
 /// with, and the examples of each step (recorded in `ids`).
 fn one_device(dir: &Path, steps: u64) -> Result<(BTreeMap<String, HostTensor>, PathBuf)> {
@@ -68,7 +54,7 @@ fn one_device(dir: &Path, steps: u64) -> Result<(BTreeMap<String, HostTensor>, P
     args.extend(sets(PER_WORKER * WORKERS));
     std::fs::create_dir_all(&ids)?;
     finished(engine_command(&strs(&args))?.env(EXAMPLE_LOG_ENV, &ids).output()?)?.ok()?;
-    Ok((variables(&model_dir, steps)?, ids))
+    Ok((checkpoint_variables(&model_dir, steps)?, ids))
 }
 
 /// Each step's examples as a task recorded them (the last record of a step that ran twice).
@@ -223,7 +209,7 @@ fn a_killed_worker_leaves_the_others_training_like_one_device() -> Result<()> {
     let what = || format!("worker:2 killed after step {killed_after}; re-formed {reformed:?}");
     let [(resumed, 2)] = reformed[..] else { anyhow::bail!("{}", what()) };
     job.assert_same_examples(&reference, |step, w| step < resumed || w != 2).with_context(what)?;
-    assert_same_variables(&variables(&job.dir, STEPS)?, &want).with_context(what)
+    assert_same_variables(&checkpoint_variables(&job.dir, STEPS)?, &want, "elastic vs one_device").with_context(what)
 }
 
 /// The lost worker dies inside a step's all-reduce, its peers waiting in it for its part:
@@ -242,7 +228,7 @@ fn a_worker_dying_inside_an_all_reduce_leaves_no_step_half_applied() -> Result<(
     let reformed = all_finish(survivors)?;
     ensure!(reformed == [(AT, 2)], "the survivors re-formed as {reformed:?}, not at step {AT} with two workers");
     job.assert_same_examples(&reference, |step, w| step < AT || w != 2)?;
-    assert_same_variables(&variables(&job.dir, STEPS)?, &want)
+    assert_same_variables(&checkpoint_variables(&job.dir, STEPS)?, &want, "elastic vs one_device")
 }
 
 #[test]
@@ -261,7 +247,7 @@ fn when_the_chief_is_killed_the_next_worker_takes_over_its_checkpoints() -> Resu
         latest_step(&job.dir)
     );
     job.assert_same_examples(&reference, |step, w| step < resumed || w != 0).with_context(what)?;
-    assert_same_variables(&variables(&job.dir, STEPS)?, &want).with_context(what)
+    assert_same_variables(&checkpoint_variables(&job.dir, STEPS)?, &want, "elastic vs one_device").with_context(what)
 }
 
 #[test]
@@ -281,7 +267,7 @@ fn a_killed_worker_started_again_rejoins_and_the_job_is_three_again() -> Result<
     ensure!(reformations(&log)? == [(joined_at, 3)], "the replacement logged {:?}; {}", reformations(&log)?, what());
     ensure!(joined_at < STEPS, "the replacement joined only at the end; {}", what());
     job.assert_same_examples(&reference, |step, w| step < lost_at || step >= joined_at || w != 2).with_context(what)?;
-    assert_same_variables(&variables(&job.dir, STEPS)?, &want).with_context(what)
+    assert_same_variables(&checkpoint_variables(&job.dir, STEPS)?, &want, "elastic vs one_device").with_context(what)
 }
 
 /// `engine launch --min-workers 2 --restart-on-failure 1`: a worker that fails is started
@@ -313,7 +299,7 @@ fn engine_launch_starts_a_failed_worker_again_and_it_rejoins() -> Result<()> {
     let reformed = reformations(&chief)?;
     let [(20, 2), (joined_at, 3)] = reformed[..] else { anyhow::bail!("re-formed {reformed:?}:\n{}", out.stderr) };
     job.assert_same_examples(&reference, |step, w| step < 20 || step >= joined_at || w != 2)?;
-    assert_same_variables(&variables(&job.dir, STEPS)?, &want)
+    assert_same_variables(&checkpoint_variables(&job.dir, STEPS)?, &want, "elastic vs one_device")
 }
 
 #[test]

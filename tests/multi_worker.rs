@@ -15,10 +15,11 @@
 mod common;
 
 use anyhow::{Context, Result, anyhow, ensure};
-use common::{engine, engine_binary, engine_command, finish, free_ports, latest_step, printed_dict, spec_path};
-use engine::estimator::checkpoint::read_checkpoint;
+use common::{
+    assert_same_variables, checkpoint_variables, engine, engine_binary, engine_command, finish, free_ports,
+    latest_step, printed_dict, spec_path,
+};
 use engine::estimator::hooks::{FAULT_ENV, FAULT_EXIT_CODE};
-use engine::graph::HostTensor;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
@@ -55,26 +56,6 @@ fn common_sets(batch: usize) -> Vec<String> {
     .into_iter()
     .flat_map(|s| ["--set".to_string(), s])
     .collect()
-}
-
-fn variables(model_dir: &Path, step: u64) -> Result<BTreeMap<String, HostTensor>> {
-    let path = model_dir.join(format!("model.ckpt-{step}"));
-    Ok(read_checkpoint(&path.to_string_lossy(), None).with_context(|| format!("reading {}", path.display()))?.tensors)
-}
-
-fn assert_same_variables(
-    got: &BTreeMap<String, HostTensor>,
-    want: &BTreeMap<String, HostTensor>,
-    what: &str,
-) -> Result<()> {
-    ensure!(got.keys().eq(want.keys()), "{what}: variables differ: {:?} vs {:?}", got.keys(), want.keys());
-    for (name, w) in want {
-        let (x, y) = (got[name].to_f64_vec(), w.to_f64_vec());
-        let scale = y.iter().fold(1e-12f64, |m, v| m.max(v.abs()));
-        let d = x.iter().zip(&y).fold(0.0f64, |m, (p, q)| m.max((p - q).abs())) / scale;
-        ensure!(d <= 1e-5, "{what}: {name} differs by {d:.2e} (relative)");
-    }
-    Ok(())
 }
 
 /// Every `Loss for final step: X.` line of a run's log, keyed by the task prefix the
@@ -176,8 +157,8 @@ fn two_and_three_workers_train_like_one_device() -> Result<()> {
             ensure!(out.stderr.contains(&format!("[worker:{w}]")), "no log lines from worker:{w}:\n{}", out.stderr);
         }
         assert_same_variables(
-            &variables(&cluster, STEPS)?,
-            &variables(&reference, STEPS)?,
+            &checkpoint_variables(&cluster, STEPS)?,
+            &checkpoint_variables(&reference, STEPS)?,
             &format!("{workers} workers"),
         )?;
         // Each process holds one replica of `workers`, yet each logs the global loss.
@@ -205,9 +186,9 @@ fn two_workers_with_synchronized_batch_norm_train_like_one_device() -> Result<()
     let reference_loss = one_device(&spec, &reference, PER_WORKER * 2, STEPS)?;
     let cluster = tmp.path().join("workers");
     let out = engine(&common::strs(&launch_args(&spec, &cluster, 2, STEPS, &[])))?.ok()?;
-    let want = variables(&reference, STEPS)?;
+    let want = checkpoint_variables(&reference, STEPS)?;
     ensure!(want.contains_key("batch_normalization/moving_mean"), "{:?}", want.keys());
-    assert_same_variables(&variables(&cluster, STEPS)?, &want, "2 workers, synchronized batch norm")?;
+    assert_same_variables(&checkpoint_variables(&cluster, STEPS)?, &want, "2 workers, synchronized batch norm")?;
     assert_global_final_loss(&out.stderr, 2, reference_loss, "2 workers, synchronized batch norm")
 }
 
@@ -221,18 +202,22 @@ fn embedding_rows_travel_between_processes_and_train_like_one_device() -> Result
     const STEPS: u64 = 8;
     let reference = tmp.path().join("one_device");
     let reference_loss = one_device(&spec, &reference, PER_WORKER * 2, STEPS)?;
-    let want = variables(&reference, STEPS)?;
+    let want = checkpoint_variables(&reference, STEPS)?;
     ensure!(want.contains_key("embedding/embeddings/Momentum"), "{:?}", want.keys());
     let cluster = tmp.path().join("workers");
     let out = engine(&common::strs(&launch_args(&spec, &cluster, 2, STEPS, &[])))?.ok()?;
-    assert_same_variables(&variables(&cluster, STEPS)?, &want, "2 workers, embedding")?;
+    assert_same_variables(&checkpoint_variables(&cluster, STEPS)?, &want, "2 workers, embedding")?;
     assert_global_final_loss(&out.stderr, 2, reference_loss, "2 workers, embedding")?;
     // One worker and a ps task: the same updates, applied on the ps from the rows sent.
     let reference = tmp.path().join("one_device_single");
     one_device(&spec, &reference, PER_WORKER, STEPS)?;
     let ps = tmp.path().join("ps");
     engine(&common::strs(&launch_args(&spec, &ps, 1, STEPS, &["--ps", "1"])))?.ok()?;
-    assert_same_variables(&variables(&ps, STEPS)?, &variables(&reference, STEPS)?, "1 worker and 1 ps, embedding")
+    assert_same_variables(
+        &checkpoint_variables(&ps, STEPS)?,
+        &checkpoint_variables(&reference, STEPS)?,
+        "1 worker and 1 ps, embedding",
+    )
 }
 
 #[test]
@@ -322,7 +307,11 @@ fn a_killed_worker_is_named_and_the_restarted_cluster_ends_like_an_unbroken_one(
     let (ok1, err1) = finish(worker, Duration::from_secs(300))?;
     ensure!(ok0 && ok1, "restarted run failed:\n{err0}\n{err1}");
     ensure!(err0.contains("Restoring parameters from"), "the chief did not resume:\n{err0}");
-    assert_same_variables(&variables(&broken, STEPS)?, &variables(&unbroken, STEPS)?, "restarted vs unbroken")
+    assert_same_variables(
+        &checkpoint_variables(&broken, STEPS)?,
+        &checkpoint_variables(&unbroken, STEPS)?,
+        "restarted vs unbroken",
+    )
 }
 
 /// `engine launch` in the background with its output in files (a pipe left unread could
@@ -387,7 +376,11 @@ fn launch_restarts_a_failed_cluster_which_ends_like_one_device_and_without_resta
     let resumed = out.stderr.lines().any(|l| l.starts_with("[worker:0]") && l.contains("Restoring parameters from"));
     ensure!(resumed, "the chief did not resume from its checkpoint:\n{}", out.stderr);
     ensure!(latest_step(&dir) == Some(STEPS), "the job ended at {:?}, not {STEPS}", latest_step(&dir));
-    assert_same_variables(&variables(&dir, STEPS)?, &variables(&reference, STEPS)?, "restarted cluster vs one_device")?;
+    assert_same_variables(
+        &checkpoint_variables(&dir, STEPS)?,
+        &checkpoint_variables(&reference, STEPS)?,
+        "restarted cluster vs one_device",
+    )?;
     assert_global_final_loss(&out.stderr, 2, reference_loss, "restarted cluster")?;
 
     // No restarts: the same failure ends the launch with an error naming worker:1, and
@@ -497,7 +490,11 @@ fn torchrun_variables_make_a_cluster_that_trains_like_one_device() -> Result<()>
         logs.push_str(&stderr);
     }
     ensure!(logs.contains("torchrun"), "the tasks did not name their cluster source:\n{logs}");
-    assert_same_variables(&variables(&dir, STEPS)?, &variables(&reference, STEPS)?, "torchrun cluster")?;
+    assert_same_variables(
+        &checkpoint_variables(&dir, STEPS)?,
+        &checkpoint_variables(&reference, STEPS)?,
+        "torchrun cluster",
+    )?;
     let losses = final_losses(&logs)?;
     ensure!(!losses.is_empty(), "no final loss logged:\n{logs}");
     for loss in losses.values() {

@@ -299,3 +299,28 @@ pub fn finish(mut child: Child, within: Duration) -> Result<(bool, String)> {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// The variables of `model.ckpt-<step>` in a model dir.
+pub fn checkpoint_variables(model_dir: &Path, step: u64) -> Result<BTreeMap<String, engine::graph::HostTensor>> {
+    let path = model_dir.join(format!("model.ckpt-{step}"));
+    let checkpoint = engine::estimator::checkpoint::read_checkpoint(&path.to_string_lossy(), None)
+        .with_context(|| format!("reading {}", path.display()))?;
+    Ok(checkpoint.tensors)
+}
+
+/// Two runs' variables agree to 1e-5 of each tensor's largest magnitude (f64 runs whose
+/// sums were ordered differently), naming `what` and the first that does not.
+pub fn assert_same_variables(
+    got: &BTreeMap<String, engine::graph::HostTensor>,
+    want: &BTreeMap<String, engine::graph::HostTensor>,
+    what: &str,
+) -> Result<()> {
+    ensure!(got.keys().eq(want.keys()), "{what}: variables differ: {:?} vs {:?}", got.keys(), want.keys());
+    for (name, w) in want {
+        let (x, y) = (got[name].to_f64_vec(), w.to_f64_vec());
+        let scale = y.iter().fold(1e-12f64, |m, v| m.max(v.abs()));
+        let d = x.iter().zip(&y).fold(0.0f64, |m, (p, q)| m.max((p - q).abs())) / scale;
+        ensure!(d <= 1e-5, "{what}: {name} differs by {d:.2e} (relative)");
+    }
+    Ok(())
+}

@@ -25,6 +25,7 @@
 //! [`NetworkGroup::connect_epoch`](super::NetworkGroup::connect_epoch), whose handshake
 //! refuses peers of any other epoch.
 
+mod caller;
 mod coordinator;
 mod round;
 mod service;
@@ -35,18 +36,17 @@ mod tests;
 pub use round::RoundRules;
 
 use super::ConnectError;
-use super::auth::{AttachToken, token_value};
+use super::auth::AttachToken;
 use super::config::NetworkConfig;
-use super::handshake::PROTOCOL_VERSION;
 use super::link::error_chain;
 use super::membership::Membership;
 use super::proto::collective_service_client::CollectiveServiceClient;
 use super::proto::rendezvous_service_client::RendezvousServiceClient;
-use super::proto::{AnnounceReply, JoinReply, JoinRequest, TaskIdentity};
+use super::proto::{AnnounceReply, JoinReply, JoinRequest};
 use crate::cluster::TaskId;
+use caller::Caller;
 use coordinator::{Coordinator, Opening};
 use round::Candidate;
-use service::Seat;
 use std::time::{Duration, Instant};
 use tonic::Code;
 use tonic::transport::Endpoint;
@@ -83,47 +83,20 @@ pub fn rendezvous(
     lost: &[TaskId],
     joining: usize,
 ) -> Result<Membership, ConnectError> {
-    let cluster = &config.network.cluster;
-    let me = cluster.task();
-    let name = cluster.to_string();
-    let spec = cluster.spec();
-    let seats: Vec<Seat> = spec
-        .collective_tasks()
-        .filter_map(|task| spec.address(&task).map(|a| Seat { task, address: a.to_string() }))
-        .collect();
-    let cluster_rank =
-        seats.iter().position(|s| s.task == me).ok_or(ConnectError::NotAMember { task: name.clone() })?;
-    let my_rank = previous.rank_of(&me).ok_or_else(|| ConnectError::NotAMember {
+    let caller = Caller::of(config)?;
+    let name = &caller.name;
+    let my_rank = previous.rank_of(&caller.me).ok_or_else(|| ConnectError::NotAMember {
         task: format!("{name} (it was not in membership epoch {})", previous.epoch),
     })?;
-    let token = match &config.network.token {
-        Some(token) => Some(token_value(token).ok_or_else(|| ConnectError::InvalidToken { task: name.clone() })?),
-        None => None,
-    };
-    let address_of = |task: &TaskId| seats.iter().find(|s| s.task == *task).map(|s| s.address.clone());
-    let my_address = address_of(&me).unwrap_or_default();
-    let identity = TaskIdentity { task: me.to_string(), address: my_address.clone(), rank: my_rank as u32 };
-    let request = JoinRequest {
-        protocol_version: PROTOCOL_VERSION,
-        sender: Some(identity),
-        fingerprint: config.network.fingerprint.clone(),
-        epoch: previous.epoch,
-        step,
-        joining: false,
-    };
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| ConnectError::Runtime { task: name.clone(), reason: e.to_string() })?;
+    let request = caller.request(config, previous.epoch, my_rank, step, false);
     let mut gone: Vec<TaskId> = lost.to_vec();
     for task in previous.tasks.iter().take(my_rank) {
         if gone.contains(task) {
             continue;
         }
-        let Some(address) = address_of(task) else { continue };
-        let asked = runtime.block_on(ask(&address, &request, token.clone(), config));
-        match asked {
-            Asked::Answered(reply) => return membership_of(&name, &reply),
+        let Some(address) = caller.address_of(task) else { continue };
+        match caller.runtime.block_on(ask(address, &request, caller.token.clone(), config)) {
+            Asked::Answered(reply) => return membership_of(name, &reply),
             Asked::Refused(error) => return Err(error),
             Asked::NoAnswer(why) => {
                 log::warn!("{name}: {task} at {address} holds no rendezvous ({why}); trying the next member");
@@ -131,15 +104,20 @@ pub fn rendezvous(
             }
         }
     }
-    drop(runtime);
     let expected = previous.tasks.iter().filter(|t| !gone.contains(t)).count() + joining;
     log::info!("{name}: holding the rendezvous after {previous} (expecting {expected} member(s))");
     let coordinator = Coordinator::open(Opening {
-        me: Candidate { task: me, cluster_rank, epoch: previous.epoch, step, joining: false },
-        my_address: &my_address,
-        seats,
+        me: Candidate {
+            task: caller.me,
+            cluster_rank: caller.cluster_rank(),
+            epoch: previous.epoch,
+            step,
+            joining: false,
+        },
+        my_address: &caller.address,
+        seats: caller.seats.clone(),
         fingerprint: &config.network.fingerprint,
-        token,
+        token: caller.token.clone(),
         rules: config.rules,
         expected,
         bind_until: Instant::now() + config.probe,
@@ -152,37 +130,11 @@ pub fn rendezvous(
 /// task in at the next step; `None` when no group runs without it (the job is starting:
 /// connect as usual).
 pub fn find_running_job(config: &ElasticConfig) -> Result<Option<Membership>, ConnectError> {
-    let cluster = &config.network.cluster;
-    let me = cluster.task();
-    let name = cluster.to_string();
-    let spec = cluster.spec();
-    let seats: Vec<Seat> = spec
-        .collective_tasks()
-        .filter_map(|task| spec.address(&task).map(|a| Seat { task, address: a.to_string() }))
-        .collect();
-    let my_address = seats
-        .iter()
-        .find(|s| s.task == me)
-        .map(|s| s.address.clone())
-        .ok_or(ConnectError::NotAMember { task: name.clone() })?;
-    let token = match &config.network.token {
-        Some(token) => Some(token_value(token).ok_or_else(|| ConnectError::InvalidToken { task: name.clone() })?),
-        None => None,
-    };
-    let request = JoinRequest {
-        protocol_version: PROTOCOL_VERSION,
-        sender: Some(TaskIdentity { task: me.to_string(), address: my_address, rank: 0 }),
-        fingerprint: config.network.fingerprint.clone(),
-        epoch: 0,
-        step: 0,
-        joining: true,
-    };
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| ConnectError::Runtime { task: name.clone(), reason: e.to_string() })?;
+    let caller = Caller::of(config)?;
+    let (me, name, seats, token) = (caller.me, &caller.name, &caller.seats, &caller.token);
+    let request = caller.request(config, 0, 0, 0, true);
     let deadline = Instant::now() + config.rules.timeout;
-    runtime.block_on(async {
+    caller.runtime.block_on(async {
         loop {
             // Whether some member is re-forming, or still counts this task's earlier process
             // in: then the running group is about to change, and this asks again.
@@ -196,7 +148,7 @@ pub fn find_running_job(config: &ElasticConfig) -> Result<Option<Membership>, Co
                     }
                     Announced::Reply(reply) => reply,
                 };
-                let running = running_membership(&name, &reply)?;
+                let running = running_membership(name, &reply)?;
                 if running.rank_of(&me).is_some() {
                     if !reply.formed {
                         // The job is starting: connect as usual.
@@ -214,12 +166,12 @@ pub fn find_running_job(config: &ElasticConfig) -> Result<Option<Membership>, Co
                     },
                     (false, None) => continue,
                 };
-                return Ok(Some(running_membership(&name, &reply)?));
+                return Ok(Some(running_membership(name, &reply)?));
             }
             let Some(why) = unsettled else { return Ok(None) };
             if Instant::now() >= deadline {
                 return Err(ConnectError::Timeout {
-                    task: name.clone(),
+                    task: name.to_string(),
                     timeout: config.rules.timeout,
                     missing: format!("a running group that does not count this task ({why})"),
                 });
@@ -232,36 +184,20 @@ pub fn find_running_job(config: &ElasticConfig) -> Result<Option<Membership>, Co
 /// Joins the running group's next epoch (after [`find_running_job`]): waits for its first
 /// member to hold the rendezvous at the next step. The state comes from the holder.
 pub fn join_running(config: &ElasticConfig, running: &Membership) -> Result<Membership, ConnectError> {
-    let cluster = &config.network.cluster;
-    let me = cluster.task();
-    let name = cluster.to_string();
-    let spec = cluster.spec();
-    let address_of = |task: &TaskId| spec.address(task).map(str::to_string);
-    let coordinator =
-        running.tasks.first().and_then(address_of).ok_or(ConnectError::NotAMember { task: name.clone() })?;
-    let token = match &config.network.token {
-        Some(token) => Some(token_value(token).ok_or_else(|| ConnectError::InvalidToken { task: name.clone() })?),
-        None => None,
-    };
-    let request = JoinRequest {
-        protocol_version: PROTOCOL_VERSION,
-        sender: Some(TaskIdentity { task: me.to_string(), address: address_of(&me).unwrap_or_default(), rank: 0 }),
-        fingerprint: config.network.fingerprint.clone(),
-        epoch: running.epoch,
-        step: 0,
-        joining: true,
-    };
+    let caller = Caller::of(config)?;
+    let coordinator = running
+        .tasks
+        .first()
+        .and_then(|t| caller.address_of(t))
+        .ok_or_else(|| ConnectError::NotAMember { task: caller.name.clone() })?;
+    let request = caller.request(config, running.epoch, 0, 0, true);
     // The round opens after the group's next step: wait as long as a round may take.
     let waiting = ElasticConfig { probe: config.rules.timeout, ..config.clone() };
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| ConnectError::Runtime { task: name.clone(), reason: e.to_string() })?;
-    match runtime.block_on(ask(&coordinator, &request, token, &waiting)) {
-        Asked::Answered(reply) => membership_of(&name, &reply),
+    match caller.runtime.block_on(ask(coordinator, &request, caller.token.clone(), &waiting)) {
+        Asked::Answered(reply) => membership_of(&caller.name, &reply),
         Asked::Refused(error) => Err(error),
         Asked::NoAnswer(why) => Err(ConnectError::Timeout {
-            task: name,
+            task: caller.name.clone(),
             timeout: config.rules.timeout,
             missing: format!("the running group's rendezvous at {coordinator} ({why})"),
         }),
