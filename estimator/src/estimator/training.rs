@@ -62,7 +62,7 @@ impl Estimator {
         let mut callers_at = 0;
         // The variables this task held when its group failed, carried into the re-formed one.
         let mut carried: Option<BTreeMap<String, Value>> = None;
-        let mut first = true;
+        let (mut first, mut first_epoch) = (true, true);
         loop {
             let (dataset, mut compiled) =
                 self.compile_requiring(Mode::Train, input_fn, strategy.as_ref(), &required)?;
@@ -70,31 +70,21 @@ impl Estimator {
             // was lost) joins at the job's next step, taking its state from a member.
             if std::mem::take(&mut first) && strategy.join_running_job(&compiled.handshake_fingerprint)? {
                 carried = Some(BTreeMap::new());
+                first_epoch = false;
                 continue;
             }
             self.check_memory(&compiled, &dataset, strategy.as_ref())?;
             let global_batch = schema_batch(&dataset) * strategy.num_replicas_in_sync();
-            let (replicas, input, start, examples_seen) = match carried.take() {
-                None => {
-                    let (mut replicas, input) = self.start_replicas(&compiled, &dataset, restored.as_ref())?;
-                    let mut start = start;
-                    if strategy.cluster().is_some() {
-                        replicas.sync_from_chief(start, self.seed)?;
-                        if let Some(step) = replicas.remote_global_step() {
-                            start = step;
-                        }
-                    }
-                    let examples_seen = match &restored {
-                        Some(r) => r.checkpoint.meta.examples_seen.unwrap_or(start * global_batch as u64),
-                        None => 0,
-                    };
-                    (replicas, input, start, examples_seen)
-                }
-                Some(values) => {
-                    let (replicas, input, step) = self.rejoin_replicas(&compiled, &dataset, &values)?;
-                    (replicas, input, step, step * global_batch as u64)
-                }
+            let (replicas, input, start) = match carried.take() {
+                None => self.first_replicas(&compiled, &dataset, restored.as_ref(), start)?,
+                Some(values) => self.rejoin_replicas(&compiled, &dataset, &values)?,
             };
+            let examples_seen = match (&restored, first_epoch) {
+                (Some(r), true) => r.checkpoint.meta.examples_seen.unwrap_or(start * global_batch as u64),
+                (None, true) => 0,
+                (_, false) => start * global_batch as u64,
+            };
+            first_epoch = false;
             if strategy.num_replicas_in_sync() > 1 {
                 log::info!(
                     "{} replicas in sync ({}): global batch {global_batch}, {} per replica",
@@ -135,10 +125,7 @@ impl Estimator {
                 restore: Cell::new(None),
                 assign: Default::default(),
                 example_log: ExampleLog::from_env(strategy.cluster().map(|c| c.task().to_string()))?,
-                room_for_joiners: match (strategy.elastic_rules(), strategy.elastic_membership()) {
-                    (Some(rules), Some(m)) => rules.max.saturating_sub(m.size()),
-                    _ => 0,
-                },
+                room_for_joiners: room_for_joiners(strategy.as_ref()),
                 reform_requested: false,
             };
             let outcome = match session.run(&mut all_hooks) {
@@ -165,13 +152,7 @@ impl Estimator {
                     log::warn!("The step after {step} failed: {e}");
                     drop(session);
                     drop(compiled);
-                    if let Err(reform) = strategy.reform(step) {
-                        // The job stops: whoever leads the survivors saves what they trained.
-                        if strategy.leads_survivors() {
-                            self.save_before_stopping(&mut writer, &values, step, &meta);
-                        }
-                        return Err(reform);
-                    }
+                    self.reform_or_stop(&mut writer, &values, step, &meta)?;
                     carried = Some(values);
                     continue;
                 }
@@ -204,6 +185,46 @@ impl Estimator {
             }
             return Ok(outcome);
         }
+    }
+
+    /// The replicas of a training run's first session, where the checkpoint left off (or
+    /// initialized), taking the chief's state in a cluster. Returns the step they start at.
+    fn first_replicas(
+        &self,
+        compiled: &Compiled,
+        dataset: &Dataset,
+        restored: Option<&RestoredCheckpoint>,
+        start: u64,
+    ) -> Result<(Replicas, DatasetIter, u64)> {
+        let (mut replicas, input) = self.start_replicas(compiled, dataset, restored)?;
+        let mut start = start;
+        if self.train_strategy.cluster().is_some() {
+            replicas.sync_from_chief(start, self.seed)?;
+            if let Some(step) = replicas.remote_global_step() {
+                start = step;
+            }
+        }
+        Ok((replicas, input, start))
+    }
+
+    /// After an elastic job's step failed at `step`: the re-formed group, or, when too few
+    /// survive, the rendezvous' error after whoever leads the survivors saved what they
+    /// trained.
+    fn reform_or_stop(
+        &self,
+        writer: &mut Option<WriterLock>,
+        values: &BTreeMap<String, Value>,
+        step: u64,
+        meta: &CheckpointMeta,
+    ) -> Result<()> {
+        let strategy = self.train_strategy.as_ref();
+        if let Err(reform) = strategy.reform(step) {
+            if strategy.leads_survivors() {
+                self.save_before_stopping(writer, values, step, meta);
+            }
+            return Err(reform);
+        }
+        Ok(())
     }
 
     /// The last completed step's checkpoint, when an elastic job stops below its minimum.
@@ -438,6 +459,14 @@ fn resume_input(
         checkpoint.path
     );
     Ok(replay()?)
+}
+
+/// Workers an elastic job may still take in (0 for any other job).
+fn room_for_joiners(strategy: &dyn Strategy) -> usize {
+    match (strategy.elastic_rules(), strategy.elastic_membership()) {
+        (Some(rules), Some(m)) => rules.max.saturating_sub(m.size()),
+        _ => 0,
+    }
 }
 
 /// Whether a failed step lost a member of the collective group (its connection broke, or it
