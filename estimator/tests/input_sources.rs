@@ -219,3 +219,34 @@ fn image_folder_reads_classes_from_subfolders() -> Result<()> {
     assert!(err.contains("broken.png"), "{err}");
     Ok(())
 }
+
+/// A strided iterator (one replica's share of an elastic job's pipeline) decodes only its
+/// own batches: a broken image in another replica's batch does not fail it, inline (where
+/// it is not even read) or prefetched, while the replica whose batch holds it gets the
+/// error naming the file.
+#[test]
+fn a_strided_iterator_decodes_only_its_own_batches() -> Result<()> {
+    use engine_estimator::input::ColorMode;
+    let tmp = tempfile::tempdir()?;
+    let root = tmp.path();
+    std::fs::create_dir(root.join("boot"))?;
+    let gray = |value: u8| image::GrayImage::from_pixel(4, 4, image::Luma([value]));
+    gray(10).save(root.join("boot/a.png"))?;
+    gray(20).save(root.join("boot/b.png"))?;
+    std::fs::write(root.join("boot/broken.png"), b"\x89PNG but no more")?;
+    gray(30).save(root.join("boot/c.png"))?;
+    // Batches of one, in file order: a, b, broken, c.
+    let folder = || Dataset::from_image_folder(root, [4, 4], ColorMode::Grayscale, None);
+    for prefetched in [false, true] {
+        let ds = match prefetched {
+            false => folder()?.batch(1).prefetch(0),
+            true => folder()?.batch(1).prefetch(4).num_parallel_calls(2),
+        };
+        let mine: Vec<Vec<u64>> = ds.iter()?.strided(2, 1).map(|b| Ok(b?.ids)).collect::<Result<_>>()?;
+        assert_eq!(mine, vec![vec![1], vec![3]], "prefetched: {prefetched}");
+        let other = ds.iter()?.strided(2, 0).map(|b| b.map(|b| b.ids)).collect::<Result<Vec<_>, _>>();
+        let err = other.err().map(|e| format!("{e:#}")).unwrap_or_default();
+        assert!(err.contains("broken.png"), "prefetched: {prefetched}: {err}");
+    }
+    Ok(())
+}

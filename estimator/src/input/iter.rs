@@ -10,7 +10,7 @@ use super::dataset::Plan;
 use super::error::{InputError, Result};
 use super::example::Batch;
 use super::materialize::EvalOracle;
-use super::prefetch::{Prefetcher, Produced};
+use super::prefetch::{Prefetcher, Produced, Stride};
 use super::state::{IdBatch, IteratorState};
 use super::stream::{ReplayOracle, Stream};
 use std::time::{Duration, Instant};
@@ -40,6 +40,8 @@ pub struct DatasetIter {
     /// `(every, offset)`: of each group of `every` batches, only the one at `offset` is
     /// handed out (see [`DatasetIter::strided`]).
     stride: (usize, usize),
+    /// The same, shared with the prefetching threads so that they decode only those.
+    kept: Stride,
 }
 
 /// Whether this process may run on one CPU only (its affinity mask, or a cgroup quota).
@@ -54,6 +56,8 @@ fn one_cpu() -> bool {
 
 impl DatasetIter {
     pub(crate) fn start(plan: Plan, stream: Box<dyn Stream<IdBatch>>, batches: u64) -> Result<Self> {
+        let kept = Stride::default();
+        kept.set(1, 0);
         let mode = if plan.prefetch == 0 && plan.threads <= 1 || one_cpu() {
             Mode::Inline(EvalOracle::new(plan.materializer.clone(), false))
         } else {
@@ -63,7 +67,7 @@ impl DatasetIter {
             lead.load(&mut saved.iter())?;
             let depth = plan.prefetch.max(plan.threads);
             Mode::Prefetch(
-                Prefetcher::start(lead, batches, plan.materializer.clone(), plan.threads, depth)?,
+                Prefetcher::start(lead, batches, plan.materializer.clone(), plan.threads, depth, kept.clone())?,
                 ReplayOracle::default(),
             )
         };
@@ -76,6 +80,7 @@ impl DatasetIter {
             blocked_total: Duration::ZERO,
             blocked_since_take: Duration::ZERO,
             stride: (1, 0),
+            kept,
         })
     }
 
@@ -85,12 +90,14 @@ impl DatasetIter {
     /// fill ends the iteration, so every replica stops at the same step. Start it at a
     /// multiple of `every` batches ([`Dataset::iter_after`]).
     ///
-    /// Every batch of a group is decoded, the others' too: for the inputs it is used with,
-    /// decoding costs little next to the step.
+    /// Only this iterator's batches are decoded; the others' indices are run through (and
+    /// their filters decided) without decoding. A prefetching iterator may have decoded a
+    /// few batches ahead before this call.
     ///
     /// [`Dataset::iter_after`]: super::Dataset::iter_after
     pub fn strided(mut self, every: usize, offset: usize) -> Self {
         self.stride = (every.max(1), offset.min(every.max(1) - 1));
+        self.kept.set(self.stride.0, self.stride.1);
         self
     }
 
@@ -137,25 +144,46 @@ impl DatasetIter {
         std::mem::take(&mut self.blocked_since_take)
     }
 
-    fn produce(&mut self) -> Result<Option<Batch>> {
+    /// The next batch: `Some(None)` for one that is not kept (another replica's share),
+    /// whose indices advance the stream but whose examples are not decoded.
+    fn produce(&mut self) -> Result<Option<Option<Batch>>> {
+        let keep = self.kept.keeps(self.batches);
         match &mut self.mode {
             Mode::Inline(oracle) => match self.stream.next(oracle)? {
-                Some(ids) => self.plan.materializer.batch(&ids, self.batches).map(Some),
+                Some(ids) if keep => self.plan.materializer.batch(&ids, self.batches).map(|b| Some(Some(b))),
+                Some(_) => Ok(Some(None)),
                 None => Ok(None),
             },
-            Mode::Prefetch(prefetcher, replay) => match prefetcher.recv() {
-                Produced::Batch { ids, batch, decisions } => {
-                    replay.decisions.extend(decisions);
-                    match self.stream.next(replay)? {
-                        Some(own) if own == ids => batch.map(Some),
-                        other => Err(InputError::Thread(format!(
+            Mode::Prefetch(prefetcher, replay) => {
+                let (ids, batch) = match prefetcher.recv() {
+                    Produced::Batch { ids, batch, decisions } => {
+                        replay.decisions.extend(decisions);
+                        (ids, Some(batch))
+                    }
+                    Produced::Skipped { ids, decisions } => {
+                        replay.decisions.extend(decisions);
+                        (ids, None)
+                    }
+                    Produced::End => return Ok(None),
+                    Produced::Failed(e) => return Err(e),
+                };
+                match self.stream.next(replay)? {
+                    Some(own) if own == ids => {}
+                    other => {
+                        return Err(InputError::Thread(format!(
                             "the prefetching stream diverged: it produced {ids:?}, the iterator expected {other:?}"
-                        ))),
+                        )));
                     }
                 }
-                Produced::End => Ok(None),
-                Produced::Failed(e) => Err(e),
-            },
+                match (keep, batch) {
+                    (false, _) => Ok(Some(None)),
+                    (true, Some(batch)) => batch.map(|b| Some(Some(b))),
+                    (true, None) => Err(InputError::Thread(format!(
+                        "batch {} was kept but the prefetching threads skipped it",
+                        self.batches
+                    ))),
+                }
+            }
         }
     }
 }
@@ -164,12 +192,12 @@ impl Iterator for DatasetIter {
     type Item = Result<Batch>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        let (every, offset) = self.stride;
+        let (every, _) = self.stride;
         let mut mine = None;
-        for place in 0..every {
+        for _ in 0..every {
             match self.next_batch()? {
-                Ok(batch) if place == offset => mine = Some(batch),
-                Ok(_) => {}
+                Ok(Some(batch)) => mine = Some(batch),
+                Ok(None) => {}
                 Err(e) => return Some(Err(e)),
             }
         }
@@ -178,8 +206,8 @@ impl Iterator for DatasetIter {
 }
 
 impl DatasetIter {
-    /// The pipeline's next batch.
-    fn next_batch(&mut self) -> Option<Result<Batch>> {
+    /// The pipeline's next batch (`None` inside for one that is not kept).
+    fn next_batch(&mut self) -> Option<Result<Option<Batch>>> {
         if self.finished {
             return None;
         }

@@ -10,7 +10,7 @@ use super::materialize::{EvalOracle, Materializer};
 use super::state::IdBatch;
 use super::stream::Stream;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::thread::JoinHandle;
 
@@ -23,8 +23,31 @@ pub(crate) enum Produced {
         batch: Result<Batch>,
         decisions: Vec<bool>,
     },
+    /// A batch whose examples were not decoded: another replica's share (see `Stride`).
+    Skipped {
+        ids: IdBatch,
+        decisions: Vec<bool>,
+    },
     End,
     Failed(InputError),
+}
+
+/// Which batches the consumer keeps: `(every, offset)` packed in one word, so the decoding
+/// threads skip the others' batches without decoding them. `(1, 0)` keeps every batch.
+#[derive(Clone, Default)]
+pub(crate) struct Stride(Arc<AtomicU64>);
+
+impl Stride {
+    pub fn set(&self, every: usize, offset: usize) {
+        self.0.store(((every as u64) << 32) | offset as u64, Ordering::Relaxed);
+    }
+
+    /// Whether batch `number` of the pipeline is kept.
+    pub fn keeps(&self, number: u64) -> bool {
+        let packed = self.0.load(Ordering::Relaxed);
+        let (every, offset) = (packed >> 32, packed & 0xFFFF_FFFF);
+        every <= 1 || number % every == offset
+    }
 }
 
 enum Job {
@@ -49,6 +72,7 @@ impl Prefetcher {
         materializer: Arc<Materializer>,
         workers: usize,
         depth: usize,
+        stride: Stride,
     ) -> Result<Self> {
         let workers = workers.max(1);
         let per_worker = depth.div_ceil(workers).max(1);
@@ -61,11 +85,15 @@ impl Prefetcher {
             let (job_tx, job_rx) = sync_channel::<Job>(1);
             let (out_tx, out_rx) = sync_channel::<Produced>(per_worker);
             let materializer = materializer.clone();
+            let stride = stride.clone();
             let handle = std::thread::Builder::new()
                 .name(format!("input-decode-{k}"))
                 .spawn(move || {
                     while let Ok(job) = job_rx.recv() {
                         let produced = match job {
+                            Job::Batch { ids, number, decisions } if !stride.keeps(number) => {
+                                Produced::Skipped { ids, decisions }
+                            }
                             Job::Batch { ids, number, decisions } => {
                                 let batch = materializer.batch(&ids, number);
                                 Produced::Batch { ids, batch, decisions }
