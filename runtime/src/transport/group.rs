@@ -300,8 +300,8 @@ impl NetworkGroup {
             self.abort_group(error.to_string(), error.is_retryable());
         }
         let left_over = self.shared.lock().mailbox.finish(operation);
-        let result = match (result, left_over.first()) {
-            (Ok(_), Some(tag)) => Err(op.error(
+        if let (Ok(_), Some(tag)) = (&result, left_over.first()) {
+            let error = op.error(
                 format!(
                     "{} sent segment {} of step {} of operation {} that {} did not expect: the tasks called {} with \
                      different arguments (a broadcast's root, say)",
@@ -313,11 +313,9 @@ impl NetworkGroup {
                     kind.name()
                 ),
                 false,
-            )),
-            (result, _) => result,
-        };
-        if let Err(error) = &result {
+            );
             self.abort_group(error.to_string(), error.is_retryable());
+            return Err(error);
         }
         result
     }
