@@ -1,11 +1,14 @@
 //! The collective group as the cluster defines it: the chief and the workers in rank order,
 //! and which of them this process is.
 
-use crate::cluster::{Cluster, TaskId};
+use crate::cluster::{Cluster, ClusterSpec, TaskId};
 use std::net::{Ipv4Addr, SocketAddr};
+use tonic::Status;
 
 use super::ConnectError;
+use super::handshake::PROTOCOL_VERSION;
 use super::membership::Membership;
+use super::proto::JoinRequest;
 
 /// One member of the group.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -32,11 +35,7 @@ pub(super) struct Members {
 
 impl Members {
     pub fn from_cluster(cluster: &Cluster) -> Result<Members, ConnectError> {
-        let spec = cluster.spec();
-        let members: Vec<Member> = spec
-            .collective_tasks()
-            .filter_map(|task| spec.address(&task).map(|address| Member { task, address: address.to_string() }))
-            .collect();
+        let members = cluster_members(cluster.spec());
         let me = cluster.rank().ok_or_else(|| ConnectError::NotAMember { task: cluster.to_string() })?;
         if me >= members.len() {
             return Err(ConnectError::NotAMember { task: cluster.to_string() });
@@ -62,11 +61,7 @@ impl Members {
         let me = membership.rank_of(&cluster.task()).ok_or_else(|| ConnectError::NotAMember {
             task: format!("{cluster} (in membership epoch {})", membership.epoch),
         })?;
-        let cluster = spec
-            .collective_tasks()
-            .filter_map(|task| spec.address(&task).map(|address| Member { task, address: address.to_string() }))
-            .collect();
-        Ok(Members { members, me, epoch: membership.epoch, cluster })
+        Ok(Members { members, me, epoch: membership.epoch, cluster: cluster_members(spec) })
     }
 
     pub fn size(&self) -> usize {
@@ -94,6 +89,34 @@ impl Members {
     pub fn listen_address(&self) -> Result<SocketAddr, ConnectError> {
         listen_address(&self.describe(self.me), &self.me().address)
     }
+}
+
+/// The cluster's chief and workers with their addresses, in its collective rank order:
+/// epoch 0's group, and who may take part in a later one.
+pub(super) fn cluster_members(spec: &ClusterSpec) -> Vec<Member> {
+    spec.collective_tasks()
+        .filter_map(|task| spec.address(&task).map(|address| Member { task, address: address.to_string() }))
+        .collect()
+}
+
+/// Which of `cluster` a join or an announcement comes from (its place there), or why it
+/// must be refused: another build, no task named, or no chief or worker of this cluster.
+pub(super) fn claimed(cluster: &[Member], request: &JoinRequest) -> Result<usize, Status> {
+    if request.protocol_version != PROTOCOL_VERSION {
+        return Err(Status::failed_precondition(format!(
+            "the caller speaks collective protocol version {}, this task version {PROTOCOL_VERSION}: the tasks run \
+             different builds of the engine",
+            request.protocol_version
+        )));
+    }
+    let id = request.sender.as_ref().ok_or_else(|| Status::invalid_argument("the request names no task"))?;
+    let task: TaskId = id.task.parse().map_err(|e| Status::invalid_argument(format!("not a task: {e}")))?;
+    cluster.iter().position(|m| m.task == task && m.address == id.address).ok_or_else(|| {
+        Status::failed_precondition(format!(
+            "{} at {} is not a chief or worker of this job's cluster",
+            id.task, id.address
+        ))
+    })
 }
 
 /// The socket a task at `address` listens on. An IP address in the spec is bound as written

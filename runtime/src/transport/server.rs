@@ -2,7 +2,7 @@
 //! it files in the mailbox.
 
 use super::handshake::{self, Claim};
-use super::members::Members;
+use super::members::{self, Members};
 use super::proto::collective_service_server::CollectiveService;
 use super::proto::{
     AnnounceReply, ExchangeClosed, Frame, HelloReply, HelloRequest, JoinRequest, TaskIdentity, frame::Body,
@@ -55,49 +55,24 @@ impl Service {
     }
 }
 
-impl Service {
-    /// The task an announcement comes from, if it is a chief or worker of this cluster.
-    fn joiner(&self, request: &JoinRequest) -> Result<crate::cluster::TaskId, Status> {
-        if request.protocol_version != handshake::PROTOCOL_VERSION {
-            return Err(Status::failed_precondition(format!(
-                "the joiner speaks collective protocol version {}, {} version {}: the tasks run different builds",
-                request.protocol_version,
-                self.members.describe(self.members.me),
-                handshake::PROTOCOL_VERSION
-            )));
-        }
-        let id = request.sender.as_ref().ok_or_else(|| Status::invalid_argument("the announcement names no task"))?;
-        let task: crate::cluster::TaskId =
-            id.task.parse().map_err(|e| Status::invalid_argument(format!("not a task: {e}")))?;
-        if !self.members.cluster.iter().any(|m| m.task == task && m.address == id.address) {
-            return Err(Status::failed_precondition(format!(
-                "{} at {} is not a chief or worker of this job's cluster",
-                id.task, id.address
-            )));
-        }
-        Ok(task)
-    }
-}
-
 #[tonic::async_trait]
 impl CollectiveService for Service {
     async fn announce(&self, request: Request<JoinRequest>) -> Result<Response<AnnounceReply>, Status> {
-        let task = self.joiner(request.get_ref())?;
+        let task = self.members.cluster[members::claimed(&self.members.cluster, request.get_ref())?].task;
         // A member is not joining: the group is still forming (its process connects as
         // usual), or its earlier process is still in the group, which will see it go.
         let member = self.members.members.iter().any(|m| m.task == task);
         let accepted = self.members.me == 0 && !member;
-        let formed = self.shared.lock().formed;
-        if accepted {
-            let mut state = self.shared.lock();
-            if !state.joiners.contains(&task) {
-                log::info!(
-                    "{task} asks to join membership epoch {}: the group re-forms at the next step",
-                    self.members.epoch
-                );
-                state.joiners.push(task);
-            }
+        let mut state = self.shared.lock();
+        let formed = state.formed;
+        if accepted && !state.joiners.contains(&task) {
+            log::info!(
+                "{task} asks to join membership epoch {}: the group re-forms at the next step",
+                self.members.epoch
+            );
+            state.joiners.push(task);
         }
+        drop(state);
         let members = self
             .members
             .members

@@ -4,9 +4,9 @@
 use super::super::ConnectError;
 use super::super::auth::token_value;
 use super::super::handshake::PROTOCOL_VERSION;
+use super::super::members::{Member, cluster_members};
 use super::super::proto::{JoinRequest, TaskIdentity};
 use super::ElasticConfig;
-use super::service::Seat;
 use crate::cluster::TaskId;
 use tokio::runtime::Runtime;
 use tonic::metadata::AsciiMetadataValue;
@@ -16,7 +16,7 @@ pub(super) struct Caller {
     /// `worker:1 at host:port`, for errors and logs.
     pub name: String,
     /// Every chief and worker of the cluster, in its rank order.
-    pub seats: Vec<Seat>,
+    pub seats: Vec<Member>,
     pub address: String,
     pub token: Option<AsciiMetadataValue>,
     pub runtime: Runtime,
@@ -26,10 +26,7 @@ impl Caller {
     pub fn of(config: &ElasticConfig) -> Result<Caller, ConnectError> {
         let cluster = &config.network.cluster;
         let (me, name, spec) = (cluster.task(), cluster.to_string(), cluster.spec());
-        let seats: Vec<Seat> = spec
-            .collective_tasks()
-            .filter_map(|task| spec.address(&task).map(|a| Seat { task, address: a.to_string() }))
-            .collect();
+        let seats = cluster_members(spec);
         let address = seats
             .iter()
             .find(|s| s.task == me)

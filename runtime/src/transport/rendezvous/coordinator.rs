@@ -4,11 +4,12 @@
 use super::super::ConnectError;
 use super::super::auth::RequireToken;
 use super::super::listen;
+use super::super::members::Member;
 use super::super::members::listen_address;
 use super::super::membership::Membership;
 use super::super::proto::rendezvous_service_server::RendezvousServiceServer;
 use super::round::{Candidate, Outcome, Round, RoundRules};
-use super::service::{Seat, Service, lock};
+use super::service::{Service, lock};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -32,7 +33,7 @@ pub(super) struct Coordinator {
 pub(super) struct Opening<'a> {
     pub me: Candidate,
     pub my_address: &'a str,
-    pub seats: Vec<Seat>,
+    pub seats: Vec<Member>,
     pub fingerprint: &'a str,
     pub token: Option<AsciiMetadataValue>,
     pub rules: RoundRules,

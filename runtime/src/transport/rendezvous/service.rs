@@ -1,11 +1,10 @@
 //! The coordinator's side of a rendezvous: admits members of this job and cluster into the
 //! round, and answers each when the round closes.
 
-use super::super::handshake::PROTOCOL_VERSION;
+use super::super::members::{Member, claimed};
 use super::super::proto::rendezvous_service_server::RendezvousService;
 use super::super::proto::{JoinReply, JoinRequest, TaskIdentity};
 use super::round::{Candidate, Outcome, Round};
-use crate::cluster::TaskId;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -14,17 +13,10 @@ use tonic::{Request, Response, Status};
 /// How often a waiting join re-checks the round (a rendezvous is not latency-critical).
 const POLL: Duration = Duration::from_millis(20);
 
-/// One collective task of the cluster: who may join, at which address.
-#[derive(Debug, Clone)]
-pub(super) struct Seat {
-    pub task: TaskId,
-    pub address: String,
-}
-
 pub(super) struct Service {
     pub round: Arc<Mutex<Round>>,
-    /// The cluster's collective tasks, in its rank order.
-    pub seats: Arc<Vec<Seat>>,
+    /// The cluster's chief and workers, in its rank order: who may join.
+    pub seats: Arc<Vec<Member>>,
     pub fingerprint: Arc<str>,
     /// Joins answered, so that the coordinator keeps serving until every joiner has its
     /// answer.
@@ -38,19 +30,8 @@ pub(super) fn lock(round: &Mutex<Round>) -> MutexGuard<'_, Round> {
 impl Service {
     /// The candidate a request describes, or why it may not join this job.
     fn admit(&self, request: &JoinRequest) -> Result<Candidate, String> {
-        if request.protocol_version != PROTOCOL_VERSION {
-            return Err(format!(
-                "the joiner speaks collective protocol version {}, the coordinator version {PROTOCOL_VERSION}: the tasks \
-                 run different builds of the engine",
-                request.protocol_version
-            ));
-        }
-        let id = request.sender.as_ref().ok_or("the join names no task")?;
-        let task: TaskId = id.task.parse().map_err(|e| format!("the join names no valid task: {e}"))?;
-        let cluster_rank =
-            self.seats.iter().position(|seat| seat.task == task && seat.address == id.address).ok_or_else(|| {
-                format!("{} at {} is not a chief or worker of this job's cluster", id.task, id.address)
-            })?;
+        let cluster_rank = claimed(&self.seats, request).map_err(|status| status.message().to_string())?;
+        let task = self.seats[cluster_rank].task;
         if request.fingerprint != *self.fingerprint {
             return Err(format!("{task} runs another job (its fingerprint differs)"));
         }
