@@ -60,31 +60,35 @@ impl Estimator {
         // elastic job (its chief was lost) adds them.
         let mut chief_hooks = false;
         let mut callers_at = 0;
-        // The variables this task held when its group failed, carried into the re-formed one.
+        // The variables this task held when its group failed, carried into the re-formed one
+        // (`None` only for the first session: every later one re-forms or joins a group).
         let mut carried: Option<BTreeMap<String, Value>> = None;
-        let (mut first, mut first_epoch) = (true, true);
         loop {
             let (dataset, mut compiled) =
                 self.compile_requiring(Mode::Train, input_fn, strategy.as_ref(), &required)?;
             // A worker of an elastic job that runs without it (new, or started again after it
             // was lost) joins at the job's next step, taking its state from a member.
-            if std::mem::take(&mut first) && strategy.join_running_job(&compiled.handshake_fingerprint)? {
+            if carried.is_none() && strategy.join_running_job(&compiled.handshake_fingerprint)? {
                 carried = Some(BTreeMap::new());
-                first_epoch = false;
                 continue;
             }
             self.check_memory(&compiled, &dataset, strategy.as_ref())?;
             let global_batch = schema_batch(&dataset) * strategy.num_replicas_in_sync();
-            let (replicas, input, start) = match carried.take() {
-                None => self.first_replicas(&compiled, &dataset, restored.as_ref(), start)?,
-                Some(values) => self.rejoin_replicas(&compiled, &dataset, &values)?,
+            let (replicas, input, start, examples_seen) = match carried.take() {
+                None => {
+                    let (replicas, input, start) =
+                        self.first_replicas(&compiled, &dataset, restored.as_ref(), start)?;
+                    let examples_seen = match &restored {
+                        Some(r) => r.checkpoint.meta.examples_seen.unwrap_or(start * global_batch as u64),
+                        None => 0,
+                    };
+                    (replicas, input, start, examples_seen)
+                }
+                Some(values) => {
+                    let (replicas, input, step) = self.rejoin_replicas(&compiled, &dataset, &values)?;
+                    (replicas, input, step, step * global_batch as u64)
+                }
             };
-            let examples_seen = match (&restored, first_epoch) {
-                (Some(r), true) => r.checkpoint.meta.examples_seen.unwrap_or(start * global_batch as u64),
-                (None, true) => 0,
-                (_, false) => start * global_batch as u64,
-            };
-            first_epoch = false;
             if strategy.num_replicas_in_sync() > 1 {
                 log::info!(
                     "{} replicas in sync ({}): global batch {global_batch}, {} per replica",
@@ -98,9 +102,7 @@ impl Estimator {
                 (all_hooks, callers_at) = self.training_hooks(&mut compiled, hooks, last_step)?;
             }
             if is_chief && !chief_hooks {
-                if writer.is_none() {
-                    writer = Some(WriterLock::acquire(&self.model_dir, &command_line(), WRITER_LEASE)?);
-                }
+                self.hold_writer_lock(&mut writer)?;
                 let added = self.chief_hooks(&mut compiled, &all_hooks, last_step);
                 all_hooks.splice(callers_at..callers_at, added);
                 // The saver runs last so that a checkpoint includes what other hooks did.
@@ -227,6 +229,15 @@ impl Estimator {
         Ok(())
     }
 
+    /// Takes the model dir's writer lock unless this task holds it: a task that becomes an
+    /// elastic job's chief, or leads its survivors, writes from then on.
+    fn hold_writer_lock(&self, writer: &mut Option<WriterLock>) -> Result<()> {
+        if writer.is_none() {
+            *writer = Some(WriterLock::acquire(&self.model_dir, &command_line(), WRITER_LEASE)?);
+        }
+        Ok(())
+    }
+
     /// The last completed step's checkpoint, when an elastic job stops below its minimum.
     /// Best effort: the error that stops the job is the one to report, so a failure here is
     /// logged (the model dir then holds the last periodic checkpoint).
@@ -238,9 +249,7 @@ impl Estimator {
         meta: &CheckpointMeta,
     ) {
         let saved = (|| -> Result<String> {
-            if writer.is_none() {
-                *writer = Some(WriterLock::acquire(&self.model_dir, &command_line(), WRITER_LEASE)?);
-            }
+            self.hold_writer_lock(writer)?;
             let host = values
                 .iter()
                 .map(|(name, v)| Ok((name.clone(), v.to_host()?)))

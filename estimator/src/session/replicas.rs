@@ -262,11 +262,12 @@ impl Replicas {
             let shape = value.shape();
             let value = match &value {
                 Value::Float(_) => {
-                    let mut data = value.to_f64_vec()?;
-                    // A sum with zeros everywhere but the root is the root's value, bit for bit.
-                    if group.rank() != root {
-                        data.iter_mut().for_each(|x| *x = 0.0);
-                    }
+                    // A sum with zeros everywhere but the root is the root's value, bit for bit;
+                    // the others need not read theirs back.
+                    let mut data = match group.rank() == root {
+                        true => value.to_f64_vec()?,
+                        false => vec![0.0; shape.iter().product()],
+                    };
                     group.all_reduce_f64(&mut data, ReduceOp::Sum)?;
                     Value::from_f64(&shape, data, &device, precision)
                 }
