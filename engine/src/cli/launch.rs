@@ -235,10 +235,8 @@ fn run_cluster(
     let asynchronous = !spec.ps.is_empty();
     let mut worker_restarts = 0;
     let mut stopping: Option<Signal> = None;
-    // Workers left out after failing for good: the job goes on, but its status says so.
-    let mut given_up: Vec<(TaskId, String, Option<u8>)> = Vec::new();
-    // Training tasks an elastic job lost.
-    let mut lost: Vec<(TaskId, ExitStatus)> = Vec::new();
+    // Tasks left out after failing for good: the job goes on, but its status says so.
+    let mut given_up: Vec<(TaskId, ExitStatus)> = Vec::new();
     let ending = loop {
         if let (Some(signal), None) = (preemption::requested(), stopping) {
             stopping = Some(signal);
@@ -258,36 +256,30 @@ fn run_cluster(
                 Ok(Some(status)) if status.success() => {}
                 // Tasks asked to stop exit with the signal's status: expected, not a failure.
                 Ok(Some(status)) if stopping.is_some_and(|s| status_code(status) == Some(s.exit_code())) => {}
-                Ok(Some(status)) if asynchronous && id.task_type == TaskType::Worker && stopping.is_none() => {
+                // A job that goes on without a failed task: with ps tasks its workers train
+                // asynchronously; an elastic job's survivors re-form without it. Started
+                // again while restarts remain, it rejoins.
+                Ok(Some(status))
+                    if stopping.is_none()
+                        && (asynchronous && id.task_type == TaskType::Worker
+                            || elastic && id.task_type.is_collective()) =>
+                {
+                    let (others, again, without) = match elastic {
+                        true => ("the others re-form without it", " to rejoin", "the others re-form without it"),
+                        false => ("the others go on", "", "the others go on without it"),
+                    };
                     if worker_restarts < args.restart_on_failure {
                         worker_restarts += 1;
                         log::warn!(
-                            "{id} failed ({}); the others go on; starting it again ({worker_restarts} of {})",
+                            "{id} failed ({}); {others}; starting it again{again} ({worker_restarts} of {})",
                             describe(status),
                             args.restart_on_failure
                         );
                         *child = start(*id, restarts + worker_restarts)?;
                         running += 1;
-                    } else if !given_up.iter().any(|(g, ..)| g == id) {
-                        log::warn!("{id} failed ({}); the others go on without it", describe(status));
-                        given_up.push((*id, describe(status), status_code(status)));
-                    }
-                }
-                // An elastic job's survivors re-form without it and go on; started again, it
-                // rejoins at their next step.
-                Ok(Some(status)) if elastic && id.task_type.is_collective() && stopping.is_none() => {
-                    if worker_restarts < args.restart_on_failure {
-                        worker_restarts += 1;
-                        log::warn!(
-                            "{id} failed ({}); the others re-form without it; starting it again to rejoin ({worker_restarts} of {})",
-                            describe(status),
-                            args.restart_on_failure
-                        );
-                        *child = start(*id, restarts + worker_restarts)?;
-                        running += 1;
-                    } else if !lost.iter().any(|(l, _)| l == id) {
-                        log::warn!("{id} failed ({}); the others re-form without it", describe(status));
-                        lost.push((*id, status));
+                    } else if !given_up.iter().any(|(g, _)| g == id) {
+                        log::warn!("{id} failed ({}); {without}", describe(status));
+                        given_up.push((*id, status));
                     }
                 }
                 Ok(Some(status)) => {
@@ -306,9 +298,24 @@ fn run_cluster(
         if running == 0 {
             break match stopping {
                 Some(signal) => Ending::Preempted(signal),
+                // Every training task of an elastic job ended, and some failed: the job
+                // finished if a survivor did (it trained to the end, then saved).
+                None if !given_up.is_empty() && elastic => {
+                    let collective = tasks.iter().filter(|(id, _)| id.task_type.is_collective()).count();
+                    let named: Vec<String> =
+                        given_up.iter().map(|(id, s)| format!("{id} ({})", describe(*s))).collect();
+                    if given_up.len() < collective {
+                        log::warn!("The job finished without {}", named.join(", "));
+                        Ending::Succeeded
+                    } else {
+                        let code = given_up.iter().filter_map(|(_, s)| status_code(*s)).min();
+                        Ending::Failed { message: format!("every training task failed: {}", named.join(", ")), code }
+                    }
+                }
                 None if !given_up.is_empty() => {
-                    let named: Vec<String> = given_up.iter().map(|(id, how, _)| format!("{id} ({how})")).collect();
-                    let codes = given_up.iter().filter_map(|g| g.2);
+                    let named: Vec<String> =
+                        given_up.iter().map(|(id, s)| format!("{id} ({})", describe(*s))).collect();
+                    let codes = given_up.iter().filter_map(|(_, s)| status_code(*s));
                     // The failure as it was: a permanent one (1-127) first, as when it stops a job.
                     let code = codes.clone().filter(|c| *c < 128).min().or_else(|| codes.clone().next());
                     Ending::Incomplete {
@@ -318,19 +325,6 @@ fn run_cluster(
                             named.join(", ")
                         ),
                         code,
-                    }
-                }
-                // Every training task of an elastic job ended, and some failed: the job
-                // finished if a survivor did (it trained to the end, then saved).
-                None if !lost.is_empty() => {
-                    let collective = tasks.iter().filter(|(id, _)| id.task_type.is_collective()).count();
-                    let named: Vec<String> = lost.iter().map(|(id, s)| format!("{id} ({})", describe(*s))).collect();
-                    if lost.len() < collective {
-                        log::warn!("The job finished without {}", named.join(", "));
-                        Ending::Succeeded
-                    } else {
-                        let code = lost.iter().filter_map(|(_, s)| status_code(*s)).min();
-                        Ending::Failed { message: format!("every training task failed: {}", named.join(", ")), code }
                     }
                 }
                 None => Ending::Succeeded,
