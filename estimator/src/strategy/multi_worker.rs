@@ -117,7 +117,9 @@ impl MultiWorkerStrategy {
         ElasticConfig {
             network: self.network_config(job),
             rules,
-            probe: self.connect_timeout.min(std::time::Duration::from_secs(10)),
+            // A quarter of the round's wait, so that a survivor probing a lost member it did
+            // not see go still reaches the round in time.
+            probe: (rules.timeout / 4).min(std::time::Duration::from_secs(10)),
         }
     }
 

@@ -59,7 +59,9 @@ pub struct ElasticConfig {
     pub rules: RoundRules,
     /// How long a survivor waits for a lower-ranked member to open the round before trying
     /// the next one (or coordinating): longer than a member takes to notice the failure and
-    /// close its old group.
+    /// close its old group, and well below `rules.timeout`: a survivor that did not see a
+    /// lower-ranked member go probes it this long before reaching the round, which waits
+    /// `rules.timeout` from its opening.
     pub probe: Duration,
 }
 
