@@ -376,6 +376,7 @@ impl Executor {
             let (tx, rx) = mpsc::channel::<CommJob>();
             let device = self.device.dispatch().clone();
             let (precision, plan, t0) = (self.precision, self.plan.clone(), Instant::now());
+            let max_buffer = self.device.max_buffer_bytes();
             scope.spawn(move || {
                 for job in rx {
                     let start = t0.elapsed();
@@ -389,6 +390,7 @@ impl Executor {
                         replica: options.replica,
                         native: true,
                         collective: Some(group.as_ref()),
+                        max_buffer,
                     };
                     let result = match &node.op {
                         Op::AllReduce(a) => kernels::all_reduce(a, job.inputs, &ctx),
@@ -562,6 +564,7 @@ impl Executor {
                     replica: options.replica,
                     native: self.native_kernels,
                     collective: self.collective.as_deref(),
+                    max_buffer: self.device.max_buffer_bytes(),
                 };
                 match op {
                     Op::CheckNumerics(check) => {

@@ -1,6 +1,7 @@
-//! Convolutions: the graph's NHWC/HWIO layout mapped to burn's NCHW/OIHW kernels.
+//! Convolutions: as GEMMs in the graph's NHWC/HWIO layout (`conv_gemm`) where they
+//! apply, else (grouped or dilated) the layout mapped to burn's NCHW/OIHW kernels.
 
-use super::{KernelCtx, dims};
+use super::{KernelCtx, conv_gemm, dims};
 use crate::{
     Result, Value,
     value::{B, T},
@@ -19,9 +20,31 @@ fn options(c: &Conv2d, kernel: [usize; 2], hw: [usize; 2], ctx: &KernelCtx<'_>) 
     Ok(ConvOptions { stride: c.strides, padding: [(p[0], p[1]), (p[2], p[3])], dilation: c.dilation, groups: c.groups })
 }
 
+/// The GEMM form's geometry and examples per GEMM, where it applies: ungrouped, undilated,
+/// and one example's `per_example` patch values within the device's largest buffer.
+fn gemm(
+    c: &Conv2d,
+    kernel: [usize; 2],
+    in_hw: [usize; 2],
+    per_example: impl Fn(&conv_gemm::Geometry) -> usize,
+    batch: usize,
+    ctx: &KernelCtx<'_>,
+) -> Result<Option<(conv_gemm::Geometry, usize)>> {
+    let Some(g) = conv_gemm::Geometry::new(c, kernel, in_hw).map_err(|e| ctx.err(e))? else { return Ok(None) };
+    let width = match ctx.precision {
+        crate::Precision::F32 => 4,
+        crate::Precision::F64 => 8,
+    };
+    let budget = ctx.max_buffer.unwrap_or(u64::MAX).min(conv_gemm::MOST_PATCH_BYTES) / width;
+    Ok(conv_gemm::batch_chunk(batch, per_example(&g), budget).map(|chunk| (g, chunk)))
+}
+
 pub(super) fn forward(c: &Conv2d, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Result<T> {
     let [x, w] = ctx.floats(inputs)?;
     let (xd, wd) = (dims(&x), dims(&w));
+    if let Some((g, chunk)) = gemm(c, [wd[0], wd[1]], [xd[1], xd[2]], |g| g.patch_values(xd[3]), xd[0], ctx)? {
+        return Ok(conv_gemm::forward(x, w, &g, chunk));
+    }
     let opts = options(c, [wd[0], wd[1]], [xd[1], xd[2]], ctx)?;
     let x = B::float_permute(x, &NHWC_TO_NCHW);
     let w = B::float_permute(w, &HWIO_TO_OIHW);
@@ -31,6 +54,11 @@ pub(super) fn forward(c: &Conv2d, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Re
 pub(super) fn backprop_input(c: &Conv2dBackpropInput, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Result<T> {
     let [w, gy] = ctx.floats(inputs)?;
     let (wd, gd) = (dims(&w), dims(&gy));
+    if let Some((g, chunk)) =
+        gemm(&c.conv(), [wd[0], wd[1]], c.input_hw, |g| g.input_grad_patch_values(gd[3]), gd[0], ctx)?
+    {
+        return Ok(conv_gemm::input_grad(w, gy, &g, chunk));
+    }
     let opts = options(&c.conv(), [wd[0], wd[1]], c.input_hw, ctx)?;
     // burn reads only the shape of `x` here.
     let x_shape = BurnShape::from(vec![gd[0], wd[2] * c.groups, c.input_hw[0], c.input_hw[1]]);
@@ -43,6 +71,9 @@ pub(super) fn backprop_input(c: &Conv2dBackpropInput, inputs: Vec<Value>, ctx: &
 pub(super) fn backprop_filter(c: &Conv2dBackpropFilter, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Result<T> {
     let [x, gy] = ctx.floats(inputs)?;
     let (xd, gd) = (dims(&x), dims(&gy));
+    if let Some((g, chunk)) = gemm(&c.conv(), c.filter_hw, [xd[1], xd[2]], |g| g.patch_values(xd[3]), xd[0], ctx)? {
+        return Ok(conv_gemm::filter_grad(x, gy, &g, chunk));
+    }
     let opts = options(&c.conv(), c.filter_hw, [xd[1], xd[2]], ctx)?;
     // burn reads only the shape of the weight here.
     let w_shape = BurnShape::from(vec![gd[3], xd[3] / c.groups.max(1), c.filter_hw[0], c.filter_hw[1]]);

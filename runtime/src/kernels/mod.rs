@@ -15,6 +15,7 @@ pub use cpu::has_avx2;
 pub(crate) use cpu::has_avx512;
 pub(crate) use row_sparse::all_gather_rows;
 mod conv;
+mod conv_gemm;
 mod cpu;
 mod dropout;
 mod gather;
@@ -49,6 +50,9 @@ pub(crate) struct KernelCtx<'a> {
     pub native: bool,
     /// The group collective ops join (replicas of a strategy).
     pub collective: Option<&'a dyn crate::Collective>,
+    /// The device's largest buffer in bytes (`None`: no limit), which a kernel's own
+    /// temporaries must fit as well as the graph's tensors.
+    pub max_buffer: Option<u64>,
 }
 
 impl KernelCtx<'_> {
