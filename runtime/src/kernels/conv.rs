@@ -20,29 +20,37 @@ fn options(c: &Conv2d, kernel: [usize; 2], hw: [usize; 2], ctx: &KernelCtx<'_>) 
     Ok(ConvOptions { stride: c.strides, padding: [(p[0], p[1]), (p[2], p[3])], dilation: c.dilation, groups: c.groups })
 }
 
-/// The GEMM form's geometry and examples per GEMM, where it applies: ungrouped, undilated,
-/// and one example's `per_example` patch values within the device's largest buffer.
+/// The GEMM form's geometry and examples per GEMM, where it applies (ungrouped and
+/// undilated) and is chosen for the pass (`conv_gemm::prefer_gemm`, given the pass's
+/// output values), and one example's patch values fit the device's largest buffer.
+/// `sizes` gives the pass's (outputs, patch values per example).
 fn gemm(
     c: &Conv2d,
     kernel: [usize; 2],
     in_hw: [usize; 2],
-    per_example: impl Fn(&conv_gemm::Geometry) -> usize,
+    sizes: impl Fn(&conv_gemm::Geometry) -> (usize, usize),
     batch: usize,
     ctx: &KernelCtx<'_>,
 ) -> Result<Option<(conv_gemm::Geometry, usize)>> {
     let Some(g) = conv_gemm::Geometry::new(c, kernel, in_hw).map_err(|e| ctx.err(e))? else { return Ok(None) };
+    let (outputs, per_example) = sizes(&g);
+    if !conv_gemm::prefer_gemm(outputs) {
+        return Ok(None);
+    }
     let width = match ctx.precision {
         crate::Precision::F32 => 4,
         crate::Precision::F64 => 8,
     };
     let budget = ctx.max_buffer.unwrap_or(u64::MAX).min(conv_gemm::MOST_PATCH_BYTES) / width;
-    Ok(conv_gemm::batch_chunk(batch, per_example(&g), budget).map(|chunk| (g, chunk)))
+    Ok(conv_gemm::batch_chunk(batch, per_example, budget).map(|chunk| (g, chunk)))
 }
 
 pub(super) fn forward(c: &Conv2d, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Result<T> {
     let [x, w] = ctx.floats(inputs)?;
     let (xd, wd) = (dims(&x), dims(&w));
-    if let Some((g, chunk)) = gemm(c, [wd[0], wd[1]], [xd[1], xd[2]], |g| g.patch_values(xd[3]), xd[0], ctx)? {
+    if let Some((g, chunk)) =
+        gemm(c, [wd[0], wd[1]], [xd[1], xd[2]], |g| (g.outputs(xd[0], wd[3]), g.patch_values(xd[3])), xd[0], ctx)?
+    {
         return Ok(conv_gemm::forward(x, w, &g, chunk));
     }
     let opts = options(c, [wd[0], wd[1]], [xd[1], xd[2]], ctx)?;
@@ -54,9 +62,14 @@ pub(super) fn forward(c: &Conv2d, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Re
 pub(super) fn backprop_input(c: &Conv2dBackpropInput, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Result<T> {
     let [w, gy] = ctx.floats(inputs)?;
     let (wd, gd) = (dims(&w), dims(&gy));
-    if let Some((g, chunk)) =
-        gemm(&c.conv(), [wd[0], wd[1]], c.input_hw, |g| g.input_grad_patch_values(gd[3]), gd[0], ctx)?
-    {
+    if let Some((g, chunk)) = gemm(
+        &c.conv(),
+        [wd[0], wd[1]],
+        c.input_hw,
+        |g| (gd[0] * c.input_hw[0] * c.input_hw[1] * wd[2], g.input_grad_patch_values(gd[3])),
+        gd[0],
+        ctx,
+    )? {
         return Ok(conv_gemm::input_grad(w, gy, &g, chunk));
     }
     let opts = options(&c.conv(), [wd[0], wd[1]], c.input_hw, ctx)?;
@@ -71,7 +84,14 @@ pub(super) fn backprop_input(c: &Conv2dBackpropInput, inputs: Vec<Value>, ctx: &
 pub(super) fn backprop_filter(c: &Conv2dBackpropFilter, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Result<T> {
     let [x, gy] = ctx.floats(inputs)?;
     let (xd, gd) = (dims(&x), dims(&gy));
-    if let Some((g, chunk)) = gemm(&c.conv(), c.filter_hw, [xd[1], xd[2]], |g| g.patch_values(xd[3]), xd[0], ctx)? {
+    if let Some((g, chunk)) = gemm(
+        &c.conv(),
+        c.filter_hw,
+        [xd[1], xd[2]],
+        |g| (c.filter_hw[0] * c.filter_hw[1] * xd[3] * gd[3], g.patch_values(xd[3])),
+        xd[0],
+        ctx,
+    )? {
         return Ok(conv_gemm::filter_grad(x, gy, &g, chunk));
     }
     let opts = options(&c.conv(), c.filter_hw, [xd[1], xd[2]], ctx)?;

@@ -1,17 +1,22 @@
 //! Convolutions as a patch matrix times the filter (im2col and one GEMM), in the graph's
-//! own NHWC/HWIO layout: what every device runs, and the CPU where its native kernels do
-//! not apply.
+//! own NHWC/HWIO layout, on devices (and the CPU where its native kernels do not apply).
 //!
 //! Why: without burn's `autotune`, burn-cubecl runs direct convolution kernels with one
 //! thread per output value. A filter gradient has few values, each a sum over the whole
 //! batch: the tutorial CNN's first layer (288 weights, each a sum of 346,112 products at
 //! batch 512) took 33 ms of a 41 ms step on an H200 while the rest of the step took 8.
-//! Written as GEMMs, all three passes run on the device's matmul, which spreads its work
-//! over the whole device (the filter gradient split over the batch, then summed), and the
-//! NHWC layout needs no permute around them. What it costs is the patch matrix, the
-//! input `kh · kw` times over: it is built for as many examples at a time as fit
-//! [`MOST_PATCH_BYTES`] and the device's largest buffer. Grouped and dilated
+//! As a GEMM it runs on the device's matmul, which spreads its work over the whole device
+//! (here split over the batch, then summed), and the NHWC layout needs no permute around
+//! it. What it costs is the patch matrix, the input `kh · kw` times over: it is built for
+//! as many examples at a time as fit [`MOST_PATCH_BYTES`] and the device's largest
+//! buffer. So a pass runs as a GEMM where a direct kernel would have too few threads to
+//! fill a GPU ([`prefer_gemm`]): filter gradients above all. Grouped and dilated
 //! convolutions, and one example whose patches do not fit, keep burn's kernels.
+//!
+//! lavapipe runs the same choice, since it is there to check what GPUs run, though it is
+//! slower there: its "threads" are the CPU's vector lanes, so a matmul tile's idle lanes
+//! cost real time (the CNN's filter gradient at batch 64: 73 ms against the direct
+//! kernel's 25; with every pass a GEMM, the residual model's steps took twice as long).
 
 use super::shape::zero_pad;
 use crate::value::{B, T};
@@ -24,6 +29,29 @@ use engine_graph::ops::Conv2d;
 /// filter values: enough independent outputs to fill a GPU, few enough that the partial
 /// sums stay small next to the patches.
 const SPLIT_OUTPUTS: usize = 1 << 20;
+
+/// A direct kernel runs one thread per output value: with fewer outputs than this (about
+/// the threads an H100 keeps resident, 132 SMs × 2048) it leaves most of a GPU idle,
+/// however long each thread's sum.
+const DIRECT_MIN_OUTPUTS: usize = 1 << 18;
+
+/// Which kernels run a convolution pass where both apply: `ENGINE_CONV_KERNELS=gemm` or
+/// `direct` sets it for the whole process (a benchmark's lever, to compare them with one
+/// binary on a GPU); unset or `auto`, the GEMM where the pass has fewer than
+/// [`DIRECT_MIN_OUTPUTS`] outputs.
+pub(super) fn prefer_gemm(outputs: usize) -> bool {
+    static CHOICE: std::sync::OnceLock<Option<bool>> = std::sync::OnceLock::new();
+    let choice = CHOICE.get_or_init(|| match std::env::var("ENGINE_CONV_KERNELS").as_deref() {
+        Ok("gemm") => Some(true),
+        Ok("direct") => Some(false),
+        Ok("auto") | Err(_) => None,
+        Ok(other) => {
+            log::warn!("ENGINE_CONV_KERNELS={other} is not auto, gemm or direct; using auto");
+            None
+        }
+    });
+    choice.unwrap_or(outputs < DIRECT_MIN_OUTPUTS)
+}
 
 /// The largest patch matrix built at once. A GEMM over more rows than this gains nothing
 /// (it already fills the device) and holds the memory while the op runs.
@@ -48,6 +76,11 @@ impl Geometry {
         }
         let (out_hw, pads) = c.window(kernel).output(in_hw)?;
         Ok(Some(Geometry { kernel, strides: c.strides, pads, in_hw, out_hw }))
+    }
+
+    /// The forward pass's output values.
+    pub(super) fn outputs(&self, batch: usize, out_channels: usize) -> usize {
+        batch * self.out_hw[0] * self.out_hw[1] * out_channels
     }
 
     /// One example's patch values in the forward pass and the filter gradient.
