@@ -90,7 +90,7 @@ pub(super) fn backward(op: &FusedAttentionGrad, inputs: Vec<Value>, ctx: &Kernel
     if let Some(m) = mask {
         dp = B::float_mul(dp, m);
     }
-    let dot = B::float_sum_dim(B::float_mul(dp.clone(), p.clone()), 2);
+    let dot = super::staged_reduce::sum_dim(B::float_mul(dp.clone(), p.clone()), 2);
     let ds = B::float_mul(p, B::float_sub(dp, dot));
     let dq = B::float_mul_scalar(B::float_matmul(ds.clone(), k), scale.into());
     let dk = B::float_matmul(transposed(ds), B::float_mul_scalar(q, scale.into()));

@@ -148,7 +148,7 @@ fn filter_grad_all(x: T, gy: T, g: &Geometry) -> T {
     let rows = n / s * oh * ow;
     let cols = reshape(patches(x, g), &[s, rows, k]);
     let parts = B::float_matmul(B::float_swap_dims(cols, 1, 2), reshape(gy, &[s, rows, o]));
-    let sum = if s > 1 { B::float_sum_dim(parts, 0) } else { parts };
+    let sum = if s > 1 { super::staged_reduce::sum_dim(parts, 0) } else { parts };
     reshape(sum, &[kh, kw, c, o])
 }
 

@@ -19,13 +19,13 @@ pub(super) fn run(op: &Op, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Result<T>
             let classes = logits.shape()[axis];
             let lsm = B::log_softmax(logits, axis);
             let hot = one_hot_of(labels, classes, ctx);
-            Ok(B::float_neg(B::float_sum_dim(B::float_mul(lsm, hot), axis)))
+            Ok(B::float_neg(super::staged_reduce::sum_dim(B::float_mul(lsm, hot), axis)))
         }
         Op::SoftmaxCrossEntropy(_) => {
             let [logits, labels] = ctx.floats(inputs)?;
             let axis = logits.shape().len() - 1;
             let lsm = B::log_softmax(logits, axis);
-            Ok(B::float_neg(B::float_sum_dim(B::float_mul(lsm, labels), axis)))
+            Ok(B::float_neg(super::staged_reduce::sum_dim(B::float_mul(lsm, labels), axis)))
         }
         Op::SigmoidCrossEntropy(_) => {
             // max(x, 0) - x z + log(1 + exp(-|x|))

@@ -27,6 +27,7 @@ mod pool;
 mod reduce;
 mod row_sparse;
 mod shape;
+mod staged_reduce;
 mod transfer;
 
 use crate::{
@@ -343,7 +344,7 @@ fn activation(z: T, act: engine_graph::ops::FusedActivation) -> T {
 fn sum_leading(mut t: T, axes: usize) -> T {
     let c = t.shape().to_vec().last().copied().unwrap_or(1);
     for a in 0..axes {
-        t = B::float_sum_dim(t, a);
+        t = staged_reduce::sum_dim(t, a);
     }
     B::float_reshape(t, BurnShape::from(vec![c]))
 }

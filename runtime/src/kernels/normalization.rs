@@ -2,7 +2,7 @@
 //! `[rows, features]`: the statistics reduce the rows (batch) or the features (layer),
 //! and the same arithmetic serves both.
 
-use super::{KernelCtx, dims};
+use super::{KernelCtx, dims, staged_reduce};
 use crate::{
     Result, Value,
     value::{B, T},
@@ -47,9 +47,9 @@ pub(super) fn forward(op: &FusedNormalization, inputs: Vec<Value>, ctx: &KernelC
     let (shape, c) = (dims(&x), features(&x, ctx)?);
     let a = axis(op.kind);
     let x = matrix(x, c);
-    let mean = B::float_mean_dim(x.clone(), a);
+    let mean = staged_reduce::mean_dim(x.clone(), a);
     let centered = B::float_sub(x, mean.clone());
-    let var = B::float_mean_dim(B::float_mul(centered.clone(), centered.clone()), a);
+    let var = staged_reduce::mean_dim(B::float_mul(centered.clone(), centered.clone()), a);
     let mut y = B::float_mul(centered, rstd(var.clone(), op.epsilon));
     if let Some(g) = gamma {
         y = B::float_mul(y, matrix(g, c));
@@ -76,14 +76,14 @@ pub(super) fn backward(op: &FusedNormalizationGrad, inputs: Vec<Value>, ctx: &Ke
     let stats = |t: T| if a == 0 { matrix(t, c) } else { B::float_reshape(t, BurnShape::new([dims(&x)[0], 1])) };
     let (mean, r) = (stats(mean?), stats(rstd(var?, op.epsilon)));
     let xhat = B::float_mul(B::float_sub(x.clone(), mean), r.clone());
-    let dgamma = B::float_sum_dim(B::float_mul(dy.clone(), xhat.clone()), 0);
-    let dbeta = B::float_sum_dim(dy.clone(), 0);
+    let dgamma = staged_reduce::sum_dim(B::float_mul(dy.clone(), xhat.clone()), 0);
+    let dbeta = staged_reduce::sum_dim(dy.clone(), 0);
     let h = match gamma {
         Some(g) => B::float_mul(dy, matrix(g, c)),
         None => dy,
     };
-    let mh = B::float_mean_dim(h.clone(), a);
-    let mhx = B::float_mean_dim(B::float_mul(h.clone(), xhat.clone()), a);
+    let mh = staged_reduce::mean_dim(h.clone(), a);
+    let mhx = staged_reduce::mean_dim(B::float_mul(h.clone(), xhat.clone()), a);
     let inner = B::float_sub(B::float_sub(h, mh), B::float_mul(xhat, mhx));
     let dx = B::float_mul(inner, r);
     Ok([shaped(dx, &shape), shaped(dgamma, &[c]), shaped(dbeta, &[c])].into_iter().map(Value::Float).collect())

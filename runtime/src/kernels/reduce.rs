@@ -1,11 +1,11 @@
 //! Reductions; burn keeps reduced axes as size 1 and the executor reshapes to the fact.
 
-use super::KernelCtx;
+use super::{KernelCtx, staged_reduce};
 use crate::{
     Result, Value,
     value::{B, T},
 };
-use burn::backend::ops::{FloatTensorOps, IntTensorOps};
+use burn::backend::ops::IntTensorOps;
 use engine_graph::{Op, ops::Size};
 
 pub(super) fn run(op: &Op, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Result<Value> {
@@ -20,9 +20,9 @@ pub(super) fn run(op: &Op, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Result<Va
         Value::Float(mut t) => {
             for &a in axes {
                 t = match op {
-                    Op::ReduceSum(_) => B::float_sum_dim(t, a),
-                    Op::ReduceMean(_) => B::float_mean_dim(t, a),
-                    _ => B::float_max_dim(t, a),
+                    Op::ReduceSum(_) => staged_reduce::sum_dim(t, a),
+                    Op::ReduceMean(_) => staged_reduce::mean_dim(t, a),
+                    _ => staged_reduce::max_dim(t, a),
                 };
             }
             Ok(Value::Float(t))

@@ -1,0 +1,136 @@
+//! Reductions along one axis, in stages no longer than [`STAGE`] values on cubecl devices.
+//!
+//! Why: burn-cubecl 0.22's axis reductions on lavapipe silently drop values of a long
+//! axis. Summing a `[100352, 1]` tensor over its first axis gave the sum of its first
+//! 65,536 rows; its max missed a 5.0 in the last row; along the last axis the sum was
+//! wrong at 65,537 and 10^6 values (right at 100,352). Batch normalization reduces
+//! `batch · height · width` rows, 100,352 for the ResNet spec at its batch of 128, so its
+//! statistics were wrong by a third and the first step's loss differed from the CPU's.
+//! Whether CUDA shares the fault is not measured; the stages cost one extra small
+//! reduction, so every cubecl device takes them. flex reduces in one go.
+
+use super::shape::pad_with;
+use crate::value::{B, T};
+use burn::backend::ops::FloatTensorOps;
+use burn::backend::{DispatchDevice, TensorMetadata};
+use burn::tensor::Shape as BurnShape;
+
+/// The longest axis one reduction kernel is given: well below the 65,536 where values
+/// went missing.
+const STAGE: usize = 1 << 14;
+
+#[derive(Clone, Copy)]
+enum How {
+    Sum,
+    Max,
+}
+
+/// `Σ` along `axis`, kept as size 1 (as burn's `float_sum_dim`).
+pub(crate) fn sum_dim(t: T, axis: usize) -> T {
+    staged(t, axis, How::Sum)
+}
+
+/// The mean along `axis`: the staged sum over the axis's length.
+pub(crate) fn mean_dim(t: T, axis: usize) -> T {
+    let n = t.shape()[axis];
+    if n <= STAGE || is_flex(&t) {
+        return B::float_mean_dim(t, axis);
+    }
+    B::float_div_scalar(sum_dim(t, axis), (n as f64).into())
+}
+
+/// The largest value along `axis`.
+pub(crate) fn max_dim(t: T, axis: usize) -> T {
+    staged(t, axis, How::Max)
+}
+
+fn staged(t: T, axis: usize, how: How) -> T {
+    let dims = t.shape().to_vec();
+    let n = dims[axis];
+    if n <= STAGE || is_flex(&t) {
+        return one(t, axis, how);
+    }
+    // Pad the axis to whole stages with the reduction's identity, split it into
+    // `[stages, STAGE]`, reduce the stages' insides, then the stages.
+    let stages = n.div_ceil(STAGE);
+    let mut pads = vec![(0, 0); dims.len()];
+    pads[axis] = (0, stages * STAGE - n);
+    let identity = match how {
+        How::Sum => 0.0,
+        How::Max => f32::NEG_INFINITY,
+    };
+    let padded = pad_with(t, &pads, identity);
+    let mut split = dims.clone();
+    split.splice(axis..=axis, [stages, STAGE]);
+    let inner = one(B::float_reshape(padded, BurnShape::from(split)), axis + 1, how);
+    let mut outer = dims;
+    outer[axis] = stages;
+    staged(B::float_reshape(inner, BurnShape::from(outer)), axis, how)
+}
+
+fn one(t: T, axis: usize, how: How) -> T {
+    match how {
+        How::Sum => B::float_sum_dim(t, axis),
+        How::Max => B::float_max_dim(t, axis),
+    }
+}
+
+fn is_flex(t: &T) -> bool {
+    matches!(t.device(), DispatchDevice::Flex(_))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Precision;
+    use crate::value::float_from_f64;
+
+    /// flex, and each device named in `ENGINE_TEST_DEVICES`.
+    fn devices() -> Vec<DispatchDevice> {
+        let mut out = vec![DispatchDevice::Flex(burn::backend::FlexDevice)];
+        for name in std::env::var("ENGINE_TEST_DEVICES").unwrap_or_default().split(',').filter(|s| !s.is_empty()) {
+            out.push(crate::device::Device::open(name.trim().parse().unwrap()).unwrap().dispatch().clone());
+        }
+        out
+    }
+
+    fn read(t: T) -> Vec<f64> {
+        let data = burn::backend::read_sync(B::float_into_data(t)).unwrap();
+        data.convert::<f64>().try_into_vec::<f64>().unwrap()
+    }
+
+    /// Long axes, first and last, sums, means and maxima, against the host: the sizes at
+    /// which lavapipe's single reductions went wrong included.
+    #[test]
+    fn long_axes_reduce_every_value() {
+        for device in devices() {
+            for n in [100usize, 65_536, 65_537, 100_352, 1_000_000] {
+                let mut data: Vec<f64> = (0..n).map(|i| ((i * 7919) % 1000) as f64 / 1000.0).collect();
+                data[n - 1] = 5.0;
+                let sum: f64 = data.iter().sum();
+                for dims in [[n, 1], [1, n]] {
+                    let axis = if dims[0] == n { 0 } else { 1 };
+                    let t = float_from_f64(&dims, data.clone(), &device, Precision::F32);
+                    let case = format!("{device:?}, {dims:?} along {axis}");
+                    let got = read(sum_dim(t.clone(), axis))[0];
+                    assert!((got - sum).abs() <= 1e-5 * sum, "{case}: sum {got} against {sum}");
+                    let mean = read(mean_dim(t.clone(), axis))[0];
+                    assert!((mean - sum / n as f64).abs() <= 1e-5 * sum / n as f64, "{case}: mean {mean}");
+                    assert_eq!(read(max_dim(t, axis))[0], 5.0, "{case}: max");
+                }
+            }
+        }
+    }
+
+    /// The other axes keep their values apart: a `[rows, 3]` matrix reduced over its rows.
+    #[test]
+    fn stages_keep_the_other_axes_apart() {
+        for device in devices() {
+            let rows = 70_000;
+            let data: Vec<f64> = (0..rows * 3).map(|i| (i % 3) as f64 + 1.0).collect();
+            let t = float_from_f64(&[rows, 3], data, &device, Precision::F32);
+            assert_eq!(read(sum_dim(t.clone(), 0)), vec![70_000.0, 140_000.0, 210_000.0], "{device:?}");
+            assert_eq!(read(max_dim(t, 0)), vec![1.0, 2.0, 3.0], "{device:?}");
+        }
+    }
+}
