@@ -691,10 +691,7 @@ impl Executor {
     /// a float of the same shape. Integers count 4 bytes, as cubecl devices store them.
     fn check_buffer_sizes(&self, batch: Option<usize>) -> Result<()> {
         let Some(max) = self.device.max_buffer_bytes() else { return Ok(()) };
-        let float_bytes = match self.precision {
-            Precision::F32 => 4,
-            Precision::F64 => 8,
-        };
+        let float_bytes = self.precision.float_bytes();
         for step in &self.steps {
             let node = self.plan.graph.node(step.node);
             for fact in &node.outputs {

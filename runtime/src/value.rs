@@ -26,6 +26,14 @@ impl Precision {
             Precision::F64 => FloatDType::F64,
         }
     }
+
+    /// Bytes per float value.
+    pub(crate) fn float_bytes(self) -> u64 {
+        match self {
+            Precision::F32 => 4,
+            Precision::F64 => 8,
+        }
+    }
 }
 
 #[derive(Clone, Debug)]

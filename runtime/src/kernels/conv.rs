@@ -37,11 +37,7 @@ fn gemm(
     if !conv_gemm::prefer_gemm(outputs) {
         return Ok(None);
     }
-    let width = match ctx.precision {
-        crate::Precision::F32 => 4,
-        crate::Precision::F64 => 8,
-    };
-    let budget = ctx.max_buffer.unwrap_or(u64::MAX).min(conv_gemm::MOST_PATCH_BYTES) / width;
+    let budget = ctx.max_buffer.unwrap_or(u64::MAX).min(conv_gemm::MOST_PATCH_BYTES) / ctx.precision.float_bytes();
     Ok(conv_gemm::batch_chunk(batch, per_example, budget).map(|chunk| (g, chunk)))
 }
 

@@ -104,8 +104,13 @@ impl Geometry {
 /// Examples per GEMM: the largest divisor of the batch whose patches take at most
 /// `budget` values, or `None` when one example's do not fit.
 pub(super) fn batch_chunk(batch: usize, per_example: usize, budget: u64) -> Option<usize> {
-    let most = usize::try_from(budget / per_example.max(1) as u64).unwrap_or(usize::MAX).min(batch);
-    (1..=most).rev().find(|d| batch.is_multiple_of(*d))
+    let most = usize::try_from(budget / per_example.max(1) as u64).unwrap_or(usize::MAX);
+    largest_divisor_at_most(batch, most)
+}
+
+/// The largest divisor of `n` that is at most `most` (`None` when `most` is 0).
+fn largest_divisor_at_most(n: usize, most: usize) -> Option<usize> {
+    (1..=most.min(n)).rev().find(|d| n.is_multiple_of(*d))
 }
 
 /// `y = conv(x, w)`: x `[n, h, w, c]`, w `[kh, kw, c, o]`, y `[n, oh, ow, o]`, `chunk`
@@ -240,8 +245,7 @@ fn dilate(gy: T, strides: [usize; 2], out_hw: [usize; 2]) -> T {
 /// How many slices of the batch the filter gradient's GEMM is split into: the largest
 /// divisor of the batch that keeps the partial products within [`SPLIT_OUTPUTS`].
 fn splits(batch: usize, outputs: usize) -> usize {
-    let most = (SPLIT_OUTPUTS / outputs.max(1)).clamp(1, batch.max(1));
-    (1..=most).rev().find(|s| batch.is_multiple_of(*s)).unwrap_or(1)
+    largest_divisor_at_most(batch, (SPLIT_OUTPUTS / outputs.max(1)).max(1)).unwrap_or(1)
 }
 
 fn dims4(t: &T) -> [usize; 4] {
