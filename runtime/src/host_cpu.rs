@@ -29,6 +29,9 @@ impl fmt::Display for Isa {
     }
 }
 
+/// The most partial sums a reduction makes (see [`HostCpu::sum_parts`]).
+const MAX_SUM_PARTS: usize = 16;
+
 /// The host CPU as the kernels and the thread choice see it.
 #[derive(Debug, Clone)]
 pub struct HostCpu {
@@ -42,6 +45,9 @@ pub struct HostCpu {
     pub cpus: Vec<usize>,
     /// Physical cores among them: CPUs that are SMT siblings of one another count once.
     pub cores: usize,
+    /// The machine's online CPUs, whatever this process's affinity: what the reductions'
+    /// partial sums are split by (see [`HostCpu::sum_parts`]).
+    pub online: usize,
 }
 
 impl HostCpu {
@@ -54,7 +60,19 @@ impl HostCpu {
         let cpus = allowed_cpus();
         let cores = cores_of(&cpus);
         let info = &*gemm_common::cache::CACHE_INFO;
-        HostCpu { model: model_name(), isa: isa(), caches: [0, 1, 2].map(|i| info[i].cache_bytes), cpus, cores }
+        let online = online_cpus().unwrap_or(cpus.len()).max(1);
+        HostCpu { model: model_name(), isa: isa(), caches: [0, 1, 2].map(|i| info[i].cache_bytes), cpus, cores, online }
+    }
+
+    /// How many partial sums a reduction split over the threads makes: one per online CPU
+    /// of the machine, at most 16, so that the split, and with it every rounding of a sum,
+    /// is the same whatever the pool's thread count (`RAYON_NUM_THREADS`, a `taskset`, or
+    /// the thread probe's choice). Two runs of one job on one machine then agree to the
+    /// last bit at any thread count; at fewer threads than parts a thread takes several in
+    /// turn. The bound keeps a filter gradient's partial buffers few where a container sees
+    /// a large host's CPUs; past 16 threads those reductions use 16 of them.
+    pub fn sum_parts(&self) -> usize {
+        self.online.min(MAX_SUM_PARTS)
     }
 
     /// Whether some of the allowed CPUs are hyperthreads of one core.
@@ -124,6 +142,19 @@ pub fn allowed_cpus() -> Vec<usize> {
         }
     }
     (0..std::thread::available_parallelism().map_or(1, |n| n.get())).collect()
+}
+
+/// The CPUs online on this machine (not only those this process may use).
+fn online_cpus() -> Option<usize> {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: sysconf only reads a system parameter.
+        let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+        if n > 0 {
+            return usize::try_from(n).ok();
+        }
+    }
+    std::thread::available_parallelism().ok().map(|n| n.get())
 }
 
 /// Physical cores among `cpus`: each CPU's SMT sibling list (sysfs) names its core; a CPU

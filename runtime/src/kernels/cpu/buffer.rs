@@ -164,8 +164,16 @@ pub(super) fn min_len() -> usize {
     if rayon::current_num_threads() <= 1 { usize::MAX } else { 1 }
 }
 
-/// Rayon chunking that depends only on the problem size and the pool size, so results
-/// (float sums in particular) are the same from run to run.
+/// Rayon chunking of work whose results do not depend on how it is split (elementwise
+/// passes, rows normalized on their own): one piece per thread of the pool.
 pub(super) fn chunks(n: usize) -> usize {
     n.div_ceil(rayon::current_num_threads().max(1)).max(1)
+}
+
+/// The items each partial sum of a reduction covers: fixed by the problem size and the
+/// machine (`HostCpu::sum_parts`), never by the pool's thread count, so that a gradient or
+/// a batch statistic rounds the same at one thread as at two, and the thread count can be
+/// chosen by timing without changing a run's last bits.
+pub(super) fn sum_chunks(n: usize) -> usize {
+    n.div_ceil(crate::HostCpu::get().sum_parts()).max(1)
 }

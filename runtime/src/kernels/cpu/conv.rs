@@ -5,7 +5,7 @@
 //! gradients are summed in a fixed order so results do not depend on timing.
 
 use super::{
-    buffer::{Elem, chunks, min_len, tensor, view, zeroed},
+    buffer::{Elem, min_len, sum_chunks, tensor, view, zeroed},
     gemm::{Mat, gemm},
     patches::PatchIndex,
     simd::{OutputLines, multiversion, prefetch_next_image},
@@ -405,7 +405,7 @@ pub(super) fn backprop_filter<E: Elem>(
     if gys.len() != n * p * f {
         return Err(ctx.err("output gradient does not match the convolution"));
     }
-    let per_task = chunks(n);
+    let per_task = sum_chunks(n);
     let method = Method::of(&g, f);
     let shape = [g.kh, g.kw, ch, f];
     let partials: Vec<Option<(Vec<E>, Vec<E>)>> = (0..n.div_ceil(per_task))

@@ -4,7 +4,7 @@
 //! tensor between convolution and pooling is never written to memory.
 
 use super::{
-    buffer::{Elem, chunks, int_tensor, ints, min_len, tensor, view, zeroed},
+    buffer::{Elem, int_tensor, ints, min_len, sum_chunks, tensor, view, zeroed},
     buffer::{as_f32, as_f32_mut, as_f32_uninit},
     conv::Method,
     conv::{Geometry, conv_image, conv_image_plus, filter_grad_image},
@@ -129,7 +129,7 @@ pub(super) fn backprop_filter<E: Elem>(
     }
     let (p, pooled_len) = (g.pixels(), pl.pooled());
     let plane = (pl.h * pl.w) as i64;
-    let per_task = chunks(n);
+    let per_task = sum_chunks(n);
     let method = Method::of(&g, f);
     let shape = [g.kh, g.kw, ch, f];
     let partials: Vec<Option<(Vec<E>, Vec<E>)>> = (0..n.div_ceil(per_task))

@@ -7,7 +7,7 @@
 //! result does not depend on the thread count or timing.
 
 use super::{
-    buffer::{Elem, chunks, into_vec, is_whole_and_unique, tensor, view, zeroed},
+    buffer::{Elem, chunks, into_vec, is_whole_and_unique, sum_chunks, tensor, view, zeroed},
     reduce::{add_rows, sum_parts},
     simd::multiversion,
 };
@@ -62,7 +62,7 @@ pub(super) fn forward<E: Elem>(op: &FusedNormalization, inputs: Vec<Value>, ctx:
 /// (at most `BLOCK` of them) to a zeroed `acc`; the blocks' sums are added in a fixed
 /// order, the threads' parts too, so the result does not depend on timing.
 fn blocked_sums<E: Elem>(rows: usize, width: usize, f: impl Fn(&mut [E], std::ops::Range<usize>) + Sync) -> Vec<E> {
-    let per = chunks(rows).div_ceil(BLOCK) * BLOCK;
+    let per = sum_chunks(rows).div_ceil(BLOCK) * BLOCK;
     let partials: Vec<Vec<E>> = (0..rows.div_ceil(per))
         .into_par_iter()
         .map(|part| {
@@ -325,7 +325,7 @@ fn layer_backward<E: Elem>(
     let xs = view::<E>(x);
     let mut dx = into_vec::<E>(dy);
     let rows = xs.len() / c;
-    let per = chunks(rows);
+    let per = sum_chunks(rows);
     let partials: Vec<Vec<E>> = dx
         .par_chunks_mut(per * c)
         .zip(xs.par_chunks(per * c))

@@ -3,7 +3,7 @@
 
 use super::{
     Outcome,
-    buffer::{Elem, chunks, tensor, view},
+    buffer::{Elem, sum_chunks, tensor, view},
     simd::multiversion,
 };
 use crate::{
@@ -27,7 +27,7 @@ pub(super) fn sum<E: Elem>(axes: &[usize], mean: bool, inputs: Vec<Value>, ctx: 
         Err(e) => return Ok(Err(e)),
     };
     let xs = view::<E>(x);
-    let per = chunks(rows);
+    let per = sum_chunks(rows);
     let partials: Vec<Vec<E>> = xs
         .par_chunks((per * cols).max(1))
         .map(|block| {
