@@ -6,13 +6,14 @@
 //! on such a 2-vCPU machine. So the default is one thread per core, from sysfs' sibling
 //! lists. `RAYON_NUM_THREADS` overrides it, as it always did.
 //!
-//! A virtual machine may hide its siblings. [`probe`] measures what a second thread adds
-//! (a multiply-add loop on one thread and on all), and `engine plan` prints it, but it does
-//! not choose the default: the kernels' block sums follow the thread count, so a choice
-//! made by a timing would let a run's last bits depend on how busy the machine was when it
-//! started (two processes of one job, or a run and its evaluation, disagreeing in the
-//! seventh digit). Where the probe shows a second thread adding little,
-//! `RAYON_NUM_THREADS=1` is the fix, and the plan says so.
+//! A virtual machine may hide its siblings. Where sysfs shows none, [`probe`] measures
+//! what the other threads add (a multiply-add loop on one thread and on all, a few tens of
+//! milliseconds) and the default keeps only threads that add at least a third of a core.
+//! A timing may choose because the thread count changes no result: the reductions split
+//! their partial sums by the machine's CPUs, not by the pool's threads
+//! (`HostCpu::sum_parts`), so two processes of one job that chose differently, on a
+//! machine busy at one's start and idle at the other's, still agree to the last bit
+//! (`tests/thread_count.rs`).
 
 use crate::HostCpu;
 use std::fmt;
@@ -65,8 +66,20 @@ fn choose() -> ComputeThreads {
             reason: format!("one per core: the {cpus} CPUs are {} cores with SMT siblings", host.cores),
         };
     }
-    let reason = if cpus == 1 { "one CPU".to_string() } else { format!("one per core: {cpus} CPUs on {cpus} cores") };
-    ComputeThreads { count: cpus, reason }
+    if cpus == 1 {
+        return ComputeThreads { count: 1, reason: "one CPU".into() };
+    }
+    let speedup = probe(cpus);
+    let count = useful_threads(cpus, speedup);
+    let mut reason = format!(
+        "{cpus} CPUs on {cpus} cores; a multiply-add probe ran {speedup:.2}× as fast on {cpus} threads as on one"
+    );
+    if count < cpus {
+        reason.push_str(
+            "; threads that add under a third of a core (SMT siblings the topology does not show, or busy CPUs) are not used",
+        );
+    }
+    ComputeThreads { count, reason }
 }
 
 /// The threads worth running when `cpus` threads reach `speedup` times one thread's rate:
@@ -79,8 +92,9 @@ pub fn useful_threads(cpus: usize, speedup: f64) -> usize {
 /// How many times one thread's multiply-add rate `threads` threads reach together (best
 /// of three tries each, so that a moment's interference does not decide).
 pub fn probe(threads: usize) -> f64 {
-    // About 8 ms per run on a 3 GHz core: long against a thread's start-up.
-    const ROUNDS: usize = 1_500_000;
+    // About 4 ms per run on a 3 GHz core: long against a thread's start-up (tens of
+    // microseconds), short against a process's start.
+    const ROUNDS: usize = 750_000;
     let timed = |n: usize| {
         (0..3)
             .map(|_| {

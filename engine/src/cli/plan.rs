@@ -66,7 +66,6 @@ pub fn plan(args: &PlanArgs) -> Result<(), CliError> {
         let _ = writeln!(out, "cpu: {}", engine_runtime::HostCpu::get());
         let threads = engine_runtime::ComputeThreads::get();
         let _ = writeln!(out, "compute threads: {threads}");
-        let _ = writeln!(out, "{}", thread_probe(threads.count));
     }
     if let Some(line) = partition_devices(&plan, &local) {
         let _ = writeln!(out, "{line}");
@@ -185,23 +184,4 @@ fn variables(plan: &Plan) -> String {
         }
     }
     s
-}
-
-/// What a second thread adds on this machine, measured (a fraction of a second): the
-/// default follows the topology, which a virtual machine may hide.
-fn thread_probe(threads: usize) -> String {
-    let cpus = engine_runtime::HostCpu::get().cpus.len();
-    if cpus < 2 {
-        return "thread probe: one CPU, nothing to measure".into();
-    }
-    let speedup = engine_runtime::thread_probe(cpus);
-    let useful = engine_runtime::useful_threads(cpus, speedup);
-    let mut line = format!("thread probe: a multiply-add loop ran {speedup:.2}× as fast on {cpus} threads as on one");
-    if useful < threads {
-        line.push_str(&format!(
-            "; a thread adds under a third of a core here (SMT siblings the topology does not show, or a busy CPU): \
-             RAYON_NUM_THREADS={useful} is likely faster"
-        ));
-    }
-    line
 }
