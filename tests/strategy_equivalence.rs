@@ -83,10 +83,15 @@ fn reference(file: &str, replicas: usize) -> Result<Arc<Trained>> {
     trained.clone().map_err(|e| anyhow!(e))
 }
 
-/// The largest difference relative to the reference tensor's largest magnitude.
+/// The largest difference relative to the reference tensor's largest magnitude, or to
+/// 1e-9 when that is smaller: a variable whose gradient is zero in exact arithmetic
+/// (attention's key bias, since the softmax ignores a shift shared by every key) holds only
+/// rounding noise, about 1e-17 after 100 steps in f64, and the order in which the replicas'
+/// sums are split changes that noise entirely. The floor keeps the comparison from measuring
+/// it: below it, the absolute tolerance is 1e-14.
 fn relative_difference(a: &HostTensor, b: &HostTensor) -> f64 {
     let (x, y) = (a.to_f64_vec(), b.to_f64_vec());
-    let scale = y.iter().fold(0.0f64, |m, v| m.max(v.abs())).max(1e-12);
+    let scale = y.iter().fold(0.0f64, |m, v| m.max(v.abs())).max(1e-9);
     x.iter().zip(&y).fold(0.0f64, |m, (p, q)| m.max((p - q).abs())) / scale
 }
 
