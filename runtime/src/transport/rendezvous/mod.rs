@@ -255,8 +255,19 @@ async fn ask(
 ) -> Asked {
     const RETRY: Duration = Duration::from_millis(50);
     let scheme_address = format!("http://{address}");
+    // A member that hangs (its socket open and nothing answering: a stopped process, a
+    // wedged host, a runtime shutting down) accepts the connection and never answers the
+    // join, which would hold this task for the round's whole timeout, past the round the
+    // next member opens. HTTP/2 pings give it up within the probe interval; a member
+    // holding a round answers them while the join waits.
+    let ping = (config.probe / 2).max(Duration::from_millis(200));
     let endpoint = match Endpoint::from_shared(scheme_address) {
-        Ok(endpoint) => endpoint.connect_timeout(Duration::from_secs(1)).tcp_nodelay(true),
+        Ok(endpoint) => endpoint
+            .connect_timeout(Duration::from_secs(1))
+            .tcp_nodelay(true)
+            .http2_keep_alive_interval(ping)
+            .keep_alive_timeout(ping)
+            .keep_alive_while_idle(true),
         Err(e) => return Asked::NoAnswer(format!("not a valid address: {e}")),
     };
     // Once admitted, a join waits for the round to close: up to the round's timeout and
