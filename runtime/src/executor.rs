@@ -615,11 +615,14 @@ impl Executor {
         device_times(&mut flight.timings, flight.pending, t0);
         let mut non_finite = flight.non_finite;
         for ((_, index, value), flag) in flight.probes.iter().zip(end.probes.unwrap_or_default()) {
-            if flag != 0.0 {
+            if !flag.is_finite() {
                 let node = self.plan.graph.node(self.steps[*index].node);
                 if let Op::CheckNumerics(check) = &node.op {
+                    // A probe is a sum: finite values whose sum overflowed count (0, 0).
                     let (nan, infinite) = kernels::count_non_finite(value)?;
-                    non_finite.push(NonFinite::new(check, node, nan, infinite, value));
+                    if nan + infinite > 0 {
+                        non_finite.push(NonFinite::new(check, node, nan, infinite, value));
+                    }
                 }
             }
         }

@@ -2,11 +2,11 @@
 //!
 //! On a GPU every read drains the launch queue, so a step that read each numerics check,
 //! then the loss, then a metric would stall the device as many times. Instead the step's
-//! `CheckNumerics` probes (one element each, 0 when their value is finite) are summed on
-//! the device into one flag, and the flag travels with every small fetched value (a loss,
-//! a metric's sums) in a single read. Only when the flag is set are the probes read again,
-//! to name the values that were not finite: the failure path may cost a second read, the
-//! steady state never does.
+//! `CheckNumerics` probes (one element each, finite when their value is) are summed on the
+//! device into one flag, and the flag travels with every small fetched value (a loss, a
+//! metric's sums) in a single read. Only when the flag is not finite are the probes read
+//! again, to name the values that were not finite: the failure path (or probes whose sum
+//! overflowed) may cost a second read, the steady state never does.
 
 use crate::{
     Precision, Result, Value,
@@ -27,8 +27,8 @@ const SPLIT: i64 = 1 << 24;
 
 /// The step's end as the host sees it.
 pub(crate) struct StepEnd {
-    /// Each probe's value, in order, when the flag was set; `None` when every checked
-    /// value was finite.
+    /// Each probe's value, in order, when the flag was not finite; `None` when every
+    /// checked value was finite.
     pub probes: Option<Vec<f64>>,
     /// The fetched values; on a queued device the small ones (floats and integers) are
     /// now host (CPU) values, so reading them again costs no device read.
@@ -84,7 +84,7 @@ pub(crate) fn read_back(
     let flagged = match &stacked {
         Some(_) => {
             at = 1;
-            host.first().is_some_and(|f| *f != 0.0)
+            host.first().is_some_and(|f| !f.is_finite())
         }
         None => false,
     };
@@ -141,17 +141,20 @@ mod tests {
                 _ => Err(crate::RuntimeError::Read("not a float".into())),
             }
         };
-        let end = read_back(vec![probe(0.0)?, probe(0.0)?], vec![loss, ints, big, Value::Unit], true, Precision::F32)?;
-        assert!(end.probes.is_none(), "every probe was 0");
+        let end = read_back(vec![probe(0.5)?, probe(-3.0)?], vec![loss, ints, big, Value::Unit], true, Precision::F32)?;
+        assert!(end.probes.is_none(), "every probe was finite");
         assert_eq!(end.fetched[0].to_host()?, HostTensor::scalar_f32(2.5));
         assert_eq!(end.fetched[1].to_host()?.as_i64(), Some(&[5, -7, 123_456_789_012][..]));
         assert_eq!(end.fetched[2].shape(), vec![SMALL_FETCH + 1]);
         assert!(matches!(end.fetched[3], Value::Unit));
-        // A probe that is not 0: every probe comes back, to name the culprits.
-        let end = read_back(vec![probe(0.0)?, probe(f32::NAN)?], Vec::new(), true, Precision::F32)?;
+        // A probe that is not finite: every probe comes back, to name the culprits.
+        let end = read_back(vec![probe(1.0)?, probe(f32::NAN)?], Vec::new(), true, Precision::F32)?;
         let probes = end.probes.unwrap_or_default();
         assert_eq!(probes.len(), 2);
-        assert!(probes[0] == 0.0 && probes[1].is_nan(), "{probes:?}");
+        assert!(probes[0] == 1.0 && probes[1].is_nan(), "{probes:?}");
+        // Finite probes whose sum overflows come back too; each is then found finite.
+        let end = read_back(vec![probe(f32::MAX)?, probe(f32::MAX)?], Vec::new(), true, Precision::F32)?;
+        assert_eq!(end.probes.unwrap_or_default(), vec![f32::MAX as f64; 2]);
         Ok(())
     }
 }
