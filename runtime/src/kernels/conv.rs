@@ -22,19 +22,20 @@ fn options(c: &Conv2d, kernel: [usize; 2], hw: [usize; 2], ctx: &KernelCtx<'_>) 
 
 /// The GEMM form's geometry and examples per GEMM, where it applies (ungrouped and
 /// undilated) and is chosen for the pass (`conv_gemm::prefer_gemm`, given the pass's
-/// output values), and one example's patch values fit the device's largest buffer.
-/// `sizes` gives the pass's (outputs, patch values per example).
+/// output values and products per output), and one example's patch values fit the
+/// device's largest buffer. `sizes` gives the pass's (outputs, products per output, patch
+/// values per example).
 fn gemm(
     c: &Conv2d,
     kernel: [usize; 2],
     in_hw: [usize; 2],
-    sizes: impl Fn(&conv_gemm::Geometry) -> (usize, usize),
+    sizes: impl Fn(&conv_gemm::Geometry) -> (usize, usize, usize),
     batch: usize,
     ctx: &KernelCtx<'_>,
 ) -> Result<Option<(conv_gemm::Geometry, usize)>> {
     let Some(g) = conv_gemm::Geometry::new(c, kernel, in_hw).map_err(|e| ctx.err(e))? else { return Ok(None) };
-    let (outputs, per_example) = sizes(&g);
-    if !conv_gemm::prefer_gemm(outputs) {
+    let (outputs, depth, per_example) = sizes(&g);
+    if !conv_gemm::prefer_gemm(outputs, depth) {
         return Ok(None);
     }
     let budget = ctx.max_buffer.unwrap_or(u64::MAX).min(conv_gemm::MOST_PATCH_BYTES) / ctx.precision.float_bytes();
@@ -44,9 +45,14 @@ fn gemm(
 pub(super) fn forward(c: &Conv2d, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Result<T> {
     let [x, w] = ctx.floats(inputs)?;
     let (xd, wd) = (dims(&x), dims(&w));
-    if let Some((g, chunk)) =
-        gemm(c, [wd[0], wd[1]], [xd[1], xd[2]], |g| (g.outputs(xd[0], wd[3]), g.patch_values(xd[3])), xd[0], ctx)?
-    {
+    if let Some((g, chunk)) = gemm(
+        c,
+        [wd[0], wd[1]],
+        [xd[1], xd[2]],
+        |g| (g.outputs(xd[0], wd[3]), wd[0] * wd[1] * xd[3], g.patch_values(xd[3])),
+        xd[0],
+        ctx,
+    )? {
         return Ok(conv_gemm::forward(x, w, &g, chunk));
     }
     let opts = options(c, [wd[0], wd[1]], [xd[1], xd[2]], ctx)?;
@@ -62,7 +68,7 @@ pub(super) fn backprop_input(c: &Conv2dBackpropInput, inputs: Vec<Value>, ctx: &
         &c.conv(),
         [wd[0], wd[1]],
         c.input_hw,
-        |g| (gd[0] * c.input_hw[0] * c.input_hw[1] * wd[2], g.input_grad_patch_values(gd[3])),
+        |g| (gd[0] * c.input_hw[0] * c.input_hw[1] * wd[2], wd[0] * wd[1] * gd[3], g.input_grad_patch_values(gd[3])),
         gd[0],
         ctx,
     )? {
@@ -84,7 +90,7 @@ pub(super) fn backprop_filter(c: &Conv2dBackpropFilter, inputs: Vec<Value>, ctx:
         &c.conv(),
         c.filter_hw,
         [xd[1], xd[2]],
-        |g| (c.filter_hw[0] * c.filter_hw[1] * xd[3] * gd[3], g.patch_values(xd[3])),
+        |g| (c.filter_hw[0] * c.filter_hw[1] * xd[3] * gd[3], xd[0] * gd[1] * gd[2], g.patch_values(xd[3])),
         xd[0],
         ctx,
     )? {

@@ -10,8 +10,9 @@
 //! it. What it costs is the patch matrix, the input `kh · kw` times over: it is built for
 //! as many examples at a time as fit [`MOST_PATCH_BYTES`] and the device's largest
 //! buffer. So a pass runs as a GEMM where a direct kernel would have too few threads to
-//! fill a GPU ([`prefer_gemm`]): filter gradients above all. Grouped and dilated
-//! convolutions, and one example whose patches do not fit, keep burn's kernels.
+//! fill a GPU, filter gradients above all, or long sums to run serially per thread
+//! ([`prefer_gemm`]). Grouped and dilated convolutions, and one example whose patches do
+//! not fit, keep burn's kernels.
 //!
 //! lavapipe runs the same choice, since it is there to check what GPUs run, though it is
 //! slower there: its "threads" are the CPU's vector lanes, so a matmul tile's idle lanes
@@ -35,22 +36,43 @@ const SPLIT_OUTPUTS: usize = 1 << 20;
 /// however long each thread's sum.
 const DIRECT_MIN_OUTPUTS: usize = 1 << 18;
 
+/// From this many products per output value a GEMM wins even where a direct kernel has
+/// threads enough: each direct thread runs its sum serially from memory, a GEMM shares
+/// loads across a tile. Measured on an H200 (BENCHMARKS.md): with every pass a GEMM, the
+/// VGG spec (sums of 576 and 1,152) ran twice as fast, while the residual model (sums of
+/// 9 and 144) ran 19 % slower and the tutorial CNN at 512 (9, 288 and 576) 7 % slower;
+/// from 256 on, that CNN ran 24 % faster than with direct kernels wherever threads were
+/// enough (from 512 on, 12 %).
+const GEMM_MIN_DEPTH: usize = 256;
+
 /// Which kernels run a convolution pass where both apply: `ENGINE_CONV_KERNELS=gemm` or
 /// `direct` sets it for the whole process (a benchmark's lever, to compare them with one
 /// binary on a GPU); unset or `auto`, the GEMM where the pass has fewer than
-/// [`DIRECT_MIN_OUTPUTS`] outputs.
-pub(super) fn prefer_gemm(outputs: usize) -> bool {
-    static CHOICE: std::sync::OnceLock<Option<bool>> = std::sync::OnceLock::new();
-    let choice = CHOICE.get_or_init(|| match std::env::var("ENGINE_CONV_KERNELS").as_deref() {
-        Ok("gemm") => Some(true),
-        Ok("direct") => Some(false),
-        Ok("auto") | Err(_) => None,
-        Ok(other) => {
-            log::warn!("ENGINE_CONV_KERNELS={other} is not auto, gemm or direct; using auto");
-            None
-        }
+/// [`DIRECT_MIN_OUTPUTS`] outputs or sums at least [`GEMM_MIN_DEPTH`] products into each
+/// (`ENGINE_CONV_GEMM_DEPTH=N` moves that bound, for the same benchmarks). `depth` is the
+/// pass's products per output value.
+pub(super) fn prefer_gemm(outputs: usize, depth: usize) -> bool {
+    static CHOICE: std::sync::OnceLock<(Option<bool>, usize)> = std::sync::OnceLock::new();
+    let (choice, min_depth) = *CHOICE.get_or_init(|| {
+        let choice = match std::env::var("ENGINE_CONV_KERNELS").as_deref() {
+            Ok("gemm") => Some(true),
+            Ok("direct") => Some(false),
+            Ok("auto") | Err(_) => None,
+            Ok(other) => {
+                log::warn!("ENGINE_CONV_KERNELS={other} is not auto, gemm or direct; using auto");
+                None
+            }
+        };
+        let depth = match std::env::var("ENGINE_CONV_GEMM_DEPTH") {
+            Err(_) => GEMM_MIN_DEPTH,
+            Ok(v) => v.parse().unwrap_or_else(|_| {
+                log::warn!("ENGINE_CONV_GEMM_DEPTH={v} is not a count; using {GEMM_MIN_DEPTH}");
+                GEMM_MIN_DEPTH
+            }),
+        };
+        (choice, depth)
     });
-    choice.unwrap_or(outputs < DIRECT_MIN_OUTPUTS)
+    choice.unwrap_or(outputs < DIRECT_MIN_OUTPUTS || depth >= min_depth)
 }
 
 /// The largest patch matrix built at once. A GEMM over more rows than this gains nothing
