@@ -14,11 +14,12 @@
 # profile.
 #
 # 1. The builds side by side on the launch-bound row (the tutorial CNN at 64 on cuda:0),
-#    with PyTorch eager: steady rate, time to first step and device reads of each; then
-#    `engine` with ENGINE_CONV_KERNELS=direct (burn's convolution kernels throughout).
+#    with PyTorch eager, and on the residual model at 256: steady rate, time to first step
+#    and device reads of each; then the fastest build with ENGINE_CONV_KERNELS=gemm (every
+#    convolution pass a GEMM) against its default on the rows with large convolutions.
 # 2. wgpu:0 started once with the Vulkan loader's errors shown (it found no adapter on
 #    the H200 of 2026-11-27); where it starts, the CNN at 64 at two submission sizes.
-# 3. One step's per-op device profile (the CNN at 512, the default build).
+# 3. One step's per-op device profile (the CNN at 512 and at 64, the default build).
 # 4. bench/gpu_compare.sh with the fastest build against eager, every row, then
 #    torch.compile on the CNN at 64.
 # 5. Where time is left, the per-op profiles of the residual model and VGG.
@@ -66,8 +67,8 @@ done
 [ ${#builds[@]} -gt 0 ] || { say "no engine binary in $G"; exit 1; }
 say "$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1); builds: ${builds[*]}; VK_DRIVER_FILES=${VK_DRIVER_FILES:-unset}"
 
-# 1. The builds side by side, and eager, on the tutorial CNN at 64; the fastest build
-#    measures the rest.
+# 1. The builds side by side, and eager, on the tutorial CNN at 64 and the residual model;
+#    the fastest build measures the rest, with the faster convolution form.
 timeout -k 5 60 python3 bench/torch_gpu.py --model cnn --mode eager --batch-size 64 >"$R/eager.json" 2>"$R/eager.log"
 rate() { python3 -c 'import json,sys; print(round(json.load(open(sys.argv[1]))["examples_per_s"]))' "$1" 2>/dev/null || echo 0; }
 report() {  # label json
@@ -78,24 +79,39 @@ print(f"{sys.argv[1]}: {r['examples_per_s']:,.0f} examples/s, first step {r['pro
 PY
 }
 say "$(report "PyTorch eager, cnn 64" "$R/eager.json")"
+# One engine run: build label model batch [ENV=VALUE ...]; the JSON and log land in $R.
+engine_row() {
+  local name=$1 label=$2 model=$3 batch=$4; shift 4
+  local steps=300 warmup=50; [ "$model:$batch" = cnn:64 ] && { steps=1000; warmup=100; }
+  [ "$model" = vgg ] && { steps=100; warmup=20; }
+  local limit=$(( $(left) / 3 )); [ "$limit" -gt 90 ] && limit=90
+  [ "$limit" -lt 25 ] && { say "$label: skipped, $(left) s left"; return; }
+  env "$@" timeout -k 5 "$limit" python3 bench/engine_cnn.py --engine "$G/$name" --device cuda:0 --model "$model" \
+    --batch-size "$batch" --warmup "$warmup" --steps "$steps" --no-cpu-check --log "$R/$label.log" \
+    --set run_config.save_checkpoints_steps=1000000 >"$R/$label.json" 2>>"$R/$label.log"
+  say "$(report "$name cuda:0, $model $batch${*:+ ($*)}" "$R/$label.json") [$(grep -o 'device reads: [^,)]*' "$R/$label.log" | tail -1)]"
+}
 best=${builds[0]} best_rate=0
 for name in "${builds[@]}"; do
-  limit=$(( $(left) / 3 )); [ "$limit" -gt 120 ] && limit=120
-  [ "$limit" -lt 30 ] && { say "$name: skipped, $(left) s left"; continue; }
-  timeout -k 5 "$limit" python3 bench/engine_cnn.py --engine "$G/$name" --device cuda:0 --batch-size 64 \
-    --warmup 100 --steps 1000 --no-cpu-check --log "$R/$name-cnn64.log" \
-    --set run_config.save_checkpoints_steps=1000000 >"$R/$name-cnn64.json" 2>>"$R/$name-cnn64.log"
-  say "$(report "$name cuda:0, cnn 64" "$R/$name-cnn64.json") [$(grep -o 'device reads: [^,)]*' "$R/$name-cnn64.log" | tail -1)]"
+  engine_row "$name" "$name-cnn64" cnn 64
   r=$(rate "$R/$name-cnn64.json"); [ "$r" -gt "$best_rate" ] && { best=$name; best_rate=$r; }
 done
+# The residual model's step checks 40 values: the builds again where checks weigh most.
+for name in "${builds[@]}"; do engine_row "$name" "$name-residual256" residual 256; done
 say "fastest build on cnn 64: $best"
-# The same binary with burn's direct convolution kernels everywhere (before 6ab0a70's GEMMs).
-if [ "$(left)" -gt 200 ]; then
-  ENGINE_CONV_KERNELS=direct timeout -k 5 60 python3 bench/engine_cnn.py --engine "$G/${builds[0]}" --device cuda:0 \
-    --batch-size 64 --warmup 100 --steps 1000 --no-cpu-check --log "$R/direct-cnn64.log" \
-    --set run_config.save_checkpoints_steps=1000000 >"$R/direct-cnn64.json" 2>>"$R/direct-cnn64.log"
-  say "$(report "${builds[0]} cuda:0, cnn 64, ENGINE_CONV_KERNELS=direct" "$R/direct-cnn64.json")"
-fi
+# Every convolution pass as a GEMM (ENGINE_CONV_KERNELS=gemm) against the default, which
+# leaves passes with 2^18 outputs or more to burn's direct kernels, on the rows that have
+# such passes; the faster form measures the table.
+gemm_wins=0
+for row in residual:256 vgg:128 resnet:128 cnn:512; do
+  m=${row%:*} b=${row#*:}
+  [ -f "$R/$best-$m$b.json" ] || engine_row "$best" "$best-$m$b" "$m" "$b"
+  engine_row "$best" "gemm-$m$b" "$m" "$b" ENGINE_CONV_KERNELS=gemm
+  [ "$(rate "$R/gemm-$m$b.json")" -gt "$(rate "$R/$best-$m$b.json")" ] && gemm_wins=$((gemm_wins + 1))
+done
+conv_env=()
+[ "$gemm_wins" -ge 3 ] && conv_env=(ENGINE_CONV_KERNELS=gemm)
+say "every convolution as a GEMM was faster on $gemm_wins of 4 rows; the table runs with: ${conv_env[*]:-the default}"
 
 # 2. wgpu:0 once, with the loader's complaints; where it starts, the CNN at 64 with the
 #    default submission size and with a whole step per submission.
@@ -116,7 +132,7 @@ fi
 # 3. One step's per-op device profile (issue 36, item 1), the CNN at 512 on cuda:0.
 prof() {  # build label spec batch
   local d=/tmp/gpu_session_prof-$2
-  timeout -k 5 60 "$G/$1" run "specs/fashion_mnist_$3.ron" --device cuda:0 --max-steps 23 --model-dir "$d" \
+  env "${conv_env[@]}" timeout -k 5 60 "$G/$1" run "specs/fashion_mnist_$3.ron" --device cuda:0 --max-steps 23 --model-dir "$d" \
     --set "train_input.batch_size=$4" --set eval_input=None --set run_config.log_step_count_steps=10 \
     --set 'train_spec.hooks=[Profiler(first_step: 20, last_step: 21)]' >"$R/prof-$2.log" 2>&1
   say "== per-op profile, $1 cuda:0, $3 at $4 (exit $?)"
@@ -124,15 +140,17 @@ prof() {  # build label spec batch
   python3 bench/timeline_summary.py "$d/timeline-21.json" --top 16 >>"$R/summary.txt" 2>&1
   cp "$d/timeline-21.json" "$R/timeline-$2.json" 2>/dev/null
 }
+# The launch-bound row first: how much of its step the device is busy.
+[ "$(left)" -gt 150 ] && prof "${builds[0]}" cnn64 cnn 64
 [ "$(left)" -gt 150 ] && prof "${builds[0]}" cnn512 cnn 512
 
 # 4. The table in what is left: the fastest build and eager on every row, then
 #    torch.compile (and wgpu:0, where it started) on the launch-bound row.
 if [ "$(left)" -gt 60 ]; then
-  timeout -k 5 "$(( $(left) - 110 ))" bench/gpu_compare.sh --engine "$G/$best" --out "$R/table" --limit 60 \
+  env "${conv_env[@]}" timeout -k 5 "$(( $(left) - 110 ))" bench/gpu_compare.sh --engine "$G/$best" --out "$R/table" --limit 60 \
     --runners engine-cuda,torch-eager >/dev/null 2>>"$R/summary.txt"
   runners=torch-compile; [ $wgpu_rc -eq 0 ] && runners=engine-wgpu,torch-compile
-  timeout -k 5 "$(left)" bench/gpu_compare.sh --engine "$G/$best" --out "$R/table" --limit 60 \
+  env "${conv_env[@]}" timeout -k 5 "$(left)" bench/gpu_compare.sh --engine "$G/$best" --out "$R/table" --limit 60 \
     --rows cnn:64 --runners "$runners" >/dev/null 2>>"$R/summary.txt"
   python3 bench/gpu_table.py "$R/table" >>"$R/summary.txt" 2>&1
 fi
