@@ -34,6 +34,6 @@ pub use host_cpu::{HostCpu, Isa, allowed_cpus};
 #[cfg(target_arch = "x86_64")]
 #[doc(hidden)]
 pub use kernels::{FAULT_IN_ALL_REDUCE_ENV, has_avx2};
-pub use threads::{ComputeThreads, probe as thread_probe, use_compute_threads, useful_threads};
+pub use threads::{ComputeThreads, use_compute_threads};
 pub use value::{Precision, Value};
 pub use variables::{VariableStore, whole_variables};

@@ -85,13 +85,13 @@ fn choose() -> ComputeThreads {
 /// The threads worth running when `cpus` threads reach `speedup` times one thread's rate:
 /// one per whole core's worth of rate, counting a thread that adds at least a third of a
 /// core's (less is a sibling in disguise, or a CPU someone else is using).
-pub fn useful_threads(cpus: usize, speedup: f64) -> usize {
+fn useful_threads(cpus: usize, speedup: f64) -> usize {
     ((speedup + 0.67).floor() as usize).clamp(1, cpus)
 }
 
 /// How many times one thread's multiply-add rate `threads` threads reach together (best
 /// of three tries each, so that a moment's interference does not decide).
-pub fn probe(threads: usize) -> f64 {
+fn probe(threads: usize) -> f64 {
     // About 4 ms per run on a 3 GHz core: long against a thread's start-up (tens of
     // microseconds), short against a process's start.
     const ROUNDS: usize = 750_000;

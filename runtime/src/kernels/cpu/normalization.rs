@@ -60,7 +60,8 @@ pub(super) fn forward<E: Elem>(op: &FusedNormalization, inputs: Vec<Value>, ctx:
 
 /// Sums of `width` accumulators over `rows` rows: `f(acc, range)` adds the rows in `range`
 /// (at most `BLOCK` of them) to a zeroed `acc`; the blocks' sums are added in a fixed
-/// order, the threads' parts too, so the result does not depend on timing.
+/// order, and so are the parts (split by the machine's CPUs, `sum_chunks`, not by the
+/// pool's threads), so the result depends neither on timing nor on the thread count.
 fn blocked_sums<E: Elem>(rows: usize, width: usize, f: impl Fn(&mut [E], std::ops::Range<usize>) + Sync) -> Vec<E> {
     let per = sum_chunks(rows).div_ceil(BLOCK) * BLOCK;
     let partials: Vec<Vec<E>> = (0..rows.div_ceil(per))
