@@ -39,15 +39,18 @@ impl Adapter {
     }
 }
 
+/// A device with its adapter's name, or why it could not be opened.
+type Opened = Result<(CubeDevice, String), String>;
+
 /// Opens `wgpu:index` (once per process; later calls get the same device) and returns it
 /// with the adapter's name.
-pub(super) fn open(index: usize) -> Result<(CubeDevice, String), String> {
-    static OPENED: OnceLock<Mutex<BTreeMap<usize, Result<(CubeDevice, String), String>>>> = OnceLock::new();
+pub(super) fn open(index: usize) -> Opened {
+    static OPENED: OnceLock<Mutex<BTreeMap<usize, Opened>>> = OnceLock::new();
     let mut opened = OPENED.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner());
     opened.entry(index).or_insert_with(|| open_uncached(index)).clone()
 }
 
-fn open_uncached(index: usize) -> Result<(CubeDevice, String), String> {
+fn open_uncached(index: usize) -> Opened {
     let found = adapters();
     if found.is_empty() {
         return Err("no wgpu adapter found on Vulkan, Metal, DX12 or OpenGL: install the GPU's driver with \

@@ -227,6 +227,11 @@ pub(crate) fn generic(op: &Op, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Resul
 }
 
 /// What a `CheckNumerics` learns at once about a float value.
+///
+/// A device tensor makes `Probe` large, but the value lives only from the check to the
+/// executor's list of probes, which holds the tensor anyway: boxing it would add an
+/// allocation per check and save nothing.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Finiteness {
     /// NaN and infinity counts (`(0, 0)`: every element finite). Native CPU buffers are
     /// counted in place.
