@@ -3,7 +3,10 @@
 //! The binary belongs to the `engine-cli` package, so Cargo does not build it for this
 //! package's tests (`CARGO_BIN_EXE_*` covers a package's own binaries only). The first test
 //! that needs it runs `cargo build -p engine-cli --bin engine` for the profile and target
-//! directory this test binary was built with; Cargo makes that a no-op when it is fresh.
+//! directory this test binary was built with, and with its GPU features (this package's
+//! `wgpu` and `cuda` forward to the CLI's), so that the binary reuses the test build's
+//! dependencies: built without them it compiled burn and everything above it a second time.
+//! Cargo makes that a no-op when it is fresh.
 
 #![allow(dead_code)]
 
@@ -43,6 +46,16 @@ fn profile_dir() -> Result<PathBuf> {
     Ok(deps.parent().context("test binary not in <target>/<profile>/deps")?.to_path_buf())
 }
 
+/// `--features` for the GPU backends this test binary was built with, if any.
+fn gpu_features() -> Vec<String> {
+    let features: Vec<&str> =
+        [("engine-cli/wgpu", cfg!(feature = "wgpu")), ("engine-cli/cuda", cfg!(feature = "cuda"))]
+            .into_iter()
+            .filter_map(|(name, on)| on.then_some(name))
+            .collect();
+    if features.is_empty() { Vec::new() } else { vec!["--features".into(), features.join(",")] }
+}
+
 static ENGINE: OnceLock<Result<PathBuf, String>> = OnceLock::new();
 
 /// The `engine` binary of this build, built first if needed.
@@ -78,7 +91,7 @@ fn build(args: &[&str]) -> Result<PathBuf> {
     let profile = profile_dir.file_name().and_then(|n| n.to_str()).context("profile directory name")?;
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut build = Command::new(cargo);
-    build.current_dir(repo_root()).args(["build", "--quiet"]).args(args).arg("--target-dir");
+    build.current_dir(repo_root()).args(["build", "--quiet"]).args(args).args(gpu_features()).arg("--target-dir");
     // Cargo gives this test process its package's variables (CARGO_PKG_NAME, OUT_DIR, ...).
     // Passed on, they differ from a shell's build, and build scripts watching them (ring's
     // does) run again: every `cargo test` would then rebuild the TLS stack and all above it.
