@@ -1,12 +1,14 @@
 //! Helpers for end-to-end tests that run the real `engine` binary as a separate process.
 //!
-//! The binary belongs to the `engine-cli` package, so Cargo does not build it for this
+//! The binary belongs to the `engine-cli` package, so Cargo does not hand its path to this
 //! package's tests (`CARGO_BIN_EXE_*` covers a package's own binaries only). The first test
-//! that needs it runs `cargo build -p engine-cli --bin engine` for the profile and target
-//! directory this test binary was built with, and with its GPU features (this package's
-//! `wgpu` and `cuda` forward to the CLI's), so that the binary reuses the test build's
-//! dependencies: built without them it compiled burn and everything above it a second time.
-//! Cargo makes that a no-op when it is fresh.
+//! that needs it or an example runs `cargo test --no-run --workspace` for the profile and
+//! target directory this test binary was built with, and with its GPU features (this
+//! package's `wgpu` and `cuda`): the build that made this test binary, which Cargo finds
+//! fresh, and which built the binary and the examples beside the tests. A narrower
+//! `cargo build -p engine-cli --bin engine` resolves features without the workspace's
+//! dev-dependencies (burn's `autodiff`, which a runtime test uses), and compiled burn and
+//! everything above it a second time: 4.5 minutes of a cold CI run.
 
 #![allow(dead_code)]
 
@@ -48,50 +50,48 @@ fn profile_dir() -> Result<PathBuf> {
 
 /// `--features` for the GPU backends this test binary was built with, if any.
 fn gpu_features() -> Vec<String> {
-    let features: Vec<&str> =
-        [("engine-cli/wgpu", cfg!(feature = "wgpu")), ("engine-cli/cuda", cfg!(feature = "cuda"))]
-            .into_iter()
-            .filter_map(|(name, on)| on.then_some(name))
-            .collect();
+    let features: Vec<&str> = [("engine/wgpu", cfg!(feature = "wgpu")), ("engine/cuda", cfg!(feature = "cuda"))]
+        .into_iter()
+        .filter_map(|(name, on)| on.then_some(name))
+        .collect();
     if features.is_empty() { Vec::new() } else { vec!["--features".into(), features.join(",")] }
 }
 
-static ENGINE: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
 
-/// The `engine` binary of this build, built first if needed.
-pub fn engine_binary() -> Result<PathBuf> {
-    let built = ENGINE.get_or_init(|| build_engine().map_err(|e| format!("{e:#}")));
+/// This build's profile directory, once its binaries and examples are built.
+fn built() -> Result<PathBuf> {
+    let built = BUILT.get_or_init(|| build().map_err(|e| format!("{e:#}")));
     built.clone().map_err(|e| anyhow::anyhow!("{e}"))
 }
 
-fn build_engine() -> Result<PathBuf> {
-    let binary = build(&["-p", "engine-cli", "--bin", "engine"])?;
-    Ok(binary.join(format!("engine{}", std::env::consts::EXE_SUFFIX)))
-}
-
-static EXAMPLES: std::sync::Mutex<BTreeMap<String, PathBuf>> = std::sync::Mutex::new(BTreeMap::new());
-
-/// The binary of example `name` (in `examples/`) of this build, built first if needed.
-pub fn example_binary(name: &str) -> Result<PathBuf> {
-    let mut built = EXAMPLES.lock().map_err(|_| anyhow::anyhow!("a test panicked while building an example"))?;
-    if let Some(path) = built.get(name) {
-        return Ok(path.clone());
-    }
-    let binary = build(&["-p", "engine", "--example", name])?.join("examples").join(name);
-    ensure!(binary.is_file(), "cargo built example {name}, but {} is missing", binary.display());
-    built.insert(name.to_string(), binary.clone());
+/// The `engine` binary of this build, built first if needed.
+pub fn engine_binary() -> Result<PathBuf> {
+    let binary = built()?.join(format!("engine{}", std::env::consts::EXE_SUFFIX));
+    ensure!(binary.is_file(), "cargo built the workspace's tests, but {} is missing", binary.display());
     Ok(binary)
 }
 
-/// Runs `cargo build --quiet ARGS` for this test's target directory and profile; returns
-/// the profile directory.
-fn build(args: &[&str]) -> Result<PathBuf> {
+/// The binary of example `name` (in `examples/`) of this build, built first if needed.
+pub fn example_binary(name: &str) -> Result<PathBuf> {
+    let binary = built()?.join("examples").join(name);
+    ensure!(binary.is_file(), "cargo built the workspace's examples, but {} is missing", binary.display());
+    Ok(binary)
+}
+
+/// Runs `cargo test --no-run --workspace` for this test's target directory, profile and
+/// GPU features; returns the profile directory.
+fn build() -> Result<PathBuf> {
     let profile_dir = profile_dir()?;
     let target = profile_dir.parent().context("no target directory")?;
     let profile = profile_dir.file_name().and_then(|n| n.to_str()).context("profile directory name")?;
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut build = Command::new(cargo);
-    build.current_dir(repo_root()).args(["build", "--quiet"]).args(args).args(gpu_features()).arg("--target-dir");
+    build
+        .current_dir(repo_root())
+        .args(["test", "--no-run", "--quiet", "--workspace"])
+        .args(gpu_features())
+        .arg("--target-dir");
     // Cargo gives this test process its package's variables (CARGO_PKG_NAME, OUT_DIR, ...).
     // Passed on, they differ from a shell's build, and build scripts watching them (ring's
     // does) run again: every `cargo test` would then rebuild the TLS stack and all above it.
@@ -113,9 +113,9 @@ fn build(args: &[&str]) -> Result<PathBuf> {
             build.args(["--profile", other]);
         }
     }
-    let out = build.output().with_context(|| format!("running cargo build {}", args.join(" ")))?;
+    let out = build.output().context("running cargo test --no-run --workspace")?;
     if !out.status.success() {
-        bail!("cargo build {} failed:\n{}", args.join(" "), String::from_utf8_lossy(&out.stderr));
+        bail!("cargo test --no-run --workspace failed:\n{}", String::from_utf8_lossy(&out.stderr));
     }
     Ok(profile_dir)
 }
