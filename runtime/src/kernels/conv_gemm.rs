@@ -52,27 +52,50 @@ const GEMM_MIN_DEPTH: usize = 256;
 /// (`ENGINE_CONV_GEMM_DEPTH=N` moves that bound, for the same benchmarks). `depth` is the
 /// pass's products per output value.
 pub(super) fn prefer_gemm(outputs: usize, depth: usize) -> bool {
-    static CHOICE: std::sync::OnceLock<(Option<bool>, usize)> = std::sync::OnceLock::new();
-    let (choice, min_depth) = *CHOICE.get_or_init(|| {
-        let choice = match std::env::var("ENGINE_CONV_KERNELS").as_deref() {
-            Ok("gemm") => Some(true),
-            Ok("direct") => Some(false),
-            Ok("auto") | Err(_) => None,
-            Ok(other) => {
+    static LEVERS: std::sync::OnceLock<Levers> = std::sync::OnceLock::new();
+    LEVERS
+        .get_or_init(|| {
+            Levers::read(
+                std::env::var("ENGINE_CONV_KERNELS").ok().as_deref(),
+                std::env::var("ENGINE_CONV_GEMM_DEPTH").ok().as_deref(),
+            )
+        })
+        .prefer_gemm(outputs, depth)
+}
+
+/// The benchmark levers of [`prefer_gemm`], read once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Levers {
+    /// `Some` when `ENGINE_CONV_KERNELS` forces one form.
+    forced: Option<bool>,
+    min_depth: usize,
+}
+
+impl Levers {
+    /// From the variables' values; a malformed one is warned about and the default kept.
+    fn read(kernels: Option<&str>, depth: Option<&str>) -> Levers {
+        let forced = match kernels {
+            Some("gemm") => Some(true),
+            Some("direct") => Some(false),
+            Some("auto") | None => None,
+            Some(other) => {
                 log::warn!("ENGINE_CONV_KERNELS={other} is not auto, gemm or direct; using auto");
                 None
             }
         };
-        let depth = match std::env::var("ENGINE_CONV_GEMM_DEPTH") {
-            Err(_) => GEMM_MIN_DEPTH,
-            Ok(v) => v.parse().unwrap_or_else(|_| {
+        let min_depth = match depth {
+            None => GEMM_MIN_DEPTH,
+            Some(v) => v.parse().unwrap_or_else(|_| {
                 log::warn!("ENGINE_CONV_GEMM_DEPTH={v} is not a count; using {GEMM_MIN_DEPTH}");
                 GEMM_MIN_DEPTH
             }),
         };
-        (choice, depth)
-    });
-    choice.unwrap_or(outputs < DIRECT_MIN_OUTPUTS || depth >= min_depth)
+        Levers { forced, min_depth }
+    }
+
+    fn prefer_gemm(self, outputs: usize, depth: usize) -> bool {
+        self.forced.unwrap_or(outputs < DIRECT_MIN_OUTPUTS || depth >= self.min_depth)
+    }
 }
 
 /// The largest patch matrix built at once. A GEMM over more rows than this gains nothing
@@ -403,6 +426,29 @@ mod tests {
         assert_eq!(batch_chunk(250, 1000, 100_000), Some(50));
         assert_eq!(batch_chunk(7, 1000, 6_000), Some(1));
         assert_eq!(batch_chunk(7, 1000, 999), None);
+    }
+
+    /// The rule as the H200 measured it: long sums and passes with few outputs run as
+    /// GEMMs, short sums over many outputs as direct kernels; the levers force either form
+    /// or move the bound, and a malformed lever keeps the default.
+    #[test]
+    fn convolution_passes_choose_their_form_by_outputs_and_sum_length() {
+        let auto = Levers::read(None, None);
+        assert_eq!(auto, Levers { forced: None, min_depth: GEMM_MIN_DEPTH });
+        let many = DIRECT_MIN_OUTPUTS * 4;
+        // The residual model's first layer (3x3 over 1 channel, 9 products) at batch 256.
+        assert!(!auto.prefer_gemm(many, 9));
+        // The tutorial CNN's second layer (3x3 over 32 channels, 288) and VGG's (576, 1,152).
+        assert!(auto.prefer_gemm(many, 288) && auto.prefer_gemm(many, 1152));
+        assert!(!auto.prefer_gemm(many, GEMM_MIN_DEPTH - 1) && auto.prefer_gemm(many, GEMM_MIN_DEPTH));
+        // A filter gradient: few outputs (a 3x3x32x64 filter), however short or long its sum.
+        assert!(auto.prefer_gemm(3 * 3 * 32 * 64, 9) && auto.prefer_gemm(DIRECT_MIN_OUTPUTS - 1, 1));
+        let gemm = Levers::read(Some("gemm"), None);
+        let direct = Levers::read(Some("direct"), Some("16"));
+        assert!(gemm.prefer_gemm(many, 1) && !direct.prefer_gemm(1, 100_000));
+        let shallow = Levers::read(Some("auto"), Some("16"));
+        assert!(shallow.prefer_gemm(many, 16) && !shallow.prefer_gemm(many, 15));
+        assert_eq!(Levers::read(Some("fastest"), Some("deep")), auto);
     }
 
     #[test]
