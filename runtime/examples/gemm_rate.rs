@@ -5,6 +5,10 @@
 //!
 //!     RAYON_NUM_THREADS=1 taskset -c 0 cargo run --release -p engine-runtime --example gemm_rate -- 2048
 //!
+//! A size is `N` (square) or `MxNxK` (`[M x K] · [K x N]`, the shapes of a model's dense
+//! layers). `ENGINE_CPU_GEMM=packed` runs the engine's packed AVX2 kernel instead of the
+//! `gemm` crate's, for a side-by-side run of one binary.
+//!
 //! Prints one JSON line per size: the best of the repetitions, in GFLOP/s.
 
 use engine_graph::{DType, Graph, GraphBuilder, HostTensor, Plan, Shape};
@@ -14,37 +18,49 @@ use std::sync::Arc;
 use std::time::Instant;
 
 fn main() -> anyhow::Result<()> {
-    let sizes: Vec<usize> = std::env::args().skip(1).filter_map(|a| a.parse().ok()).collect();
-    let sizes = if sizes.is_empty() { vec![512, 1024, 2048] } else { sizes };
+    let sizes: Vec<[usize; 3]> = std::env::args().skip(1).filter_map(|a| parse_size(&a)).collect();
+    let sizes = if sizes.is_empty() { [512, 1024, 2048].map(|n| [n, n, n]).to_vec() } else { sizes };
     println!(
         "{{\"cpu\": {:?}, \"threads\": {:?}}}",
         engine_runtime::HostCpu::get().to_string(),
         engine_runtime::use_compute_threads().to_string()
     );
-    for n in sizes {
+    for [m, n, k] in sizes {
         let mut g = Graph::new();
         let mut b = GraphBuilder::new(&mut g);
-        let a = b.placeholder("a", DType::F32, Shape::known(&[n, n]))?;
-        let c = b.placeholder("b", DType::F32, Shape::known(&[n, n]))?;
+        let a = b.placeholder("a", DType::F32, Shape::known(&[m, k]))?;
+        let c = b.placeholder("b", DType::F32, Shape::known(&[k, n]))?;
         let p = b.matmul(a, c)?;
         g.roles.fetches.insert("p".into(), p);
         let plan = Arc::new(Plan::new(g, vec![])?);
         let exec = Executor::new(plan, Device::cpu(), Precision::F32)?;
-        let fill = |seed: usize| (0..n * n).map(|i| ((i * 7919 + seed) % 97) as f32 / 97.0 - 0.5).collect::<Vec<_>>();
+        let fill = |len: usize, seed: usize| (0..len).map(|i| ((i * 7919 + seed) % 97) as f32 / 97.0 - 0.5).collect();
         let feeds = BTreeMap::from([
-            ("a".to_string(), HostTensor::f32(vec![n, n], fill(1))?),
-            ("b".to_string(), HostTensor::f32(vec![n, n], fill(2))?),
+            ("a".to_string(), HostTensor::f32(vec![m, k], fill(m * k, 1))?),
+            ("b".to_string(), HostTensor::f32(vec![k, n], fill(k * n, 2))?),
         ]);
         let mut vars = VariableStore::new();
-        let reps = (4_000_000_000 / (2 * n * n * n)).clamp(3, 50);
+        let flops = 2.0 * (m * n * k) as f64;
+        let reps = (4e9 / flops).clamp(3.0, 200.0) as usize;
         let mut best = f64::INFINITY;
         for _ in 0..reps + 1 {
             let t = Instant::now();
             exec.run(&mut vars, &feeds, &[p], RunOptions::default())?;
             best = best.min(t.elapsed().as_secs_f64());
         }
-        let gflops = 2.0 * (n as f64).powi(3) / best / 1e9;
-        println!("{{\"n\": {n}, \"reps\": {reps}, \"best_ms\": {:.3}, \"gflops\": {gflops:.1}}}", best * 1e3);
+        let gflops = flops / best / 1e9;
+        let size = if m == n && n == k { n.to_string() } else { format!("\"{m}x{n}x{k}\"") };
+        println!("{{\"n\": {size}, \"reps\": {reps}, \"best_ms\": {:.3}, \"gflops\": {gflops:.1}}}", best * 1e3);
     }
     Ok(())
+}
+
+/// `512` or `128x256x784`.
+fn parse_size(text: &str) -> Option<[usize; 3]> {
+    let parts: Vec<usize> = text.split('x').map(|p| p.parse().ok()).collect::<Option<_>>()?;
+    match parts[..] {
+        [n] => Some([n, n, n]),
+        [m, n, k] => Some([m, n, k]),
+        _ => None,
+    }
 }

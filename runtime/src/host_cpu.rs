@@ -86,7 +86,13 @@ impl fmt::Display for HostCpu {
         let [l1, l2, l3] = self.caches.map(kib);
         write!(f, "{}: {}; caches L1d {l1}, L2 {l2}, L3 {l3}; ", self.model, self.isa)?;
         let siblings = if self.has_smt_siblings() { "SMT siblings" } else { "no SMT siblings" };
-        write!(f, "{} CPUs on {} cores ({siblings})", self.cpus.len(), self.cores)
+        write!(
+            f,
+            "{} CPUs on {} cores ({siblings}); large f32 products: {}",
+            self.cpus.len(),
+            self.cores,
+            crate::kernels::large_f32_kernel()
+        )
     }
 }
 

@@ -13,6 +13,7 @@ pub(crate) use collective::all_reduce;
 pub use cpu::has_avx2;
 #[cfg(target_arch = "x86_64")]
 pub(crate) use cpu::has_avx512;
+pub(crate) use cpu::large_f32_kernel;
 pub(crate) use row_sparse::all_gather_rows;
 mod conv;
 mod conv_gemm;

@@ -78,7 +78,8 @@ pub(super) fn product<E: Elem>(
     }
     let mut out = Vec::with_capacity(m * n);
     // SAFETY: lhs and rhs fit their strides (checked above) and `out` has room for m*n
-    // elements. With `accumulate` false the gemm crate never reads the destination: it
+    // elements. With `accumulate` false neither kernel reads the destination before
+    // writing it. The packed kernel's first block of the sum stores every element. The gemm crate
     // zeroes its alpha and the first pass over the inner dimension stores `beta · acc`
     // into every element (later passes read only what the first one wrote), so every
     // element is initialized when the call returns and `set_len` exposes no uninitialized
@@ -90,7 +91,23 @@ pub(super) fn product<E: Elem>(
     Some(out)
 }
 
-/// The gemm crate's call, unchecked.
+/// An f32 matrix as its own type (the caller checked that `E` is f32).
+#[cfg(target_arch = "x86_64")]
+fn as_f32<E: Elem>(m: Mat<'_, E>) -> Mat<'_, f32> {
+    Mat { data: bytemuck::cast_slice(m.data), rs: m.rs, cs: m.cs }
+}
+
+/// The kernel large f32 products run on this CPU, for `engine plan` and the log.
+pub(crate) fn large_f32_kernel() -> String {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(packed) = super::packed_gemm::describe() {
+        return packed;
+    }
+    "the gemm crate's kernels".into()
+}
+
+/// The product, unchecked: the `gemm` crate's, or the packed AVX2 kernel for f32 where
+/// `ENGINE_CPU_GEMM=packed` asks for it (a benchmark's lever, see `packed_gemm.rs`).
 ///
 /// # Safety
 /// `dst` must be valid for writes of `m * n` row-major elements (and reads, with
@@ -106,6 +123,29 @@ unsafe fn raw<E: Elem>(
     rhs: Mat<'_, E>,
     threads: usize,
 ) {
+    #[cfg(target_arch = "x86_64")]
+    if std::any::TypeId::of::<E>() == std::any::TypeId::of::<f32>()
+        && super::packed_gemm::available()
+        && super::packed_gemm::worth_packing(m, n, k)
+    {
+        // E is f32 (checked above), so these casts change only the static type.
+        let (lhs, rhs) = (as_f32(lhs), as_f32(rhs));
+        // SAFETY: the caller's contract, and the CPU has AVX2 and FMA (`available`).
+        unsafe {
+            super::packed_gemm::product(
+                m,
+                n,
+                k,
+                dst.cast::<f32>(),
+                accumulate,
+                lhs,
+                rhs,
+                threads,
+                super::packed_gemm::Blocking::get(),
+            )
+        };
+        return;
+    }
     let parallelism = if threads > 1 { gemm::Parallelism::Rayon(threads) } else { gemm::Parallelism::None };
     // SAFETY: the caller's contract.
     unsafe {

@@ -22,6 +22,8 @@ mod microkernel;
 mod microkernel512;
 mod normalization;
 mod numerics;
+#[cfg(target_arch = "x86_64")]
+mod packed_gemm;
 mod patches;
 mod pool;
 mod pooled_conv;
@@ -35,6 +37,7 @@ mod winograd4;
 mod winograd4_512;
 mod winograd512;
 
+pub(crate) use gemm::large_f32_kernel;
 #[cfg(target_arch = "x86_64")]
 pub use simd::has_avx2;
 #[cfg(target_arch = "x86_64")]
