@@ -78,10 +78,10 @@ pub(super) fn product<E: Elem>(
     }
     let mut out = Vec::with_capacity(m * n);
     // SAFETY: lhs and rhs fit their strides (checked above) and `out` has room for m*n
-    // elements. With `accumulate` false neither kernel reads the destination before
-    // writing it. The packed kernel's first block of the sum stores every element. The gemm crate
+    // elements. With `accumulate` false neither kernel reads the destination before writing
+    // it: the packed kernel's first block of the sum stores every element; the gemm crate
     // zeroes its alpha and the first pass over the inner dimension stores `beta · acc`
-    // into every element (later passes read only what the first one wrote), so every
+    // into every element (later passes read only what the first one wrote). So every
     // element is initialized when the call returns and `set_len` exposes no uninitialized
     // memory.
     unsafe {

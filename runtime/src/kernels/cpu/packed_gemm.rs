@@ -112,65 +112,50 @@ pub(super) unsafe fn product(
     // Enough row blocks for every thread; smaller blocks than L2 allows change no sum.
     let mc = blocking.mc.min(m.div_ceil(threads.max(1)).div_ceil(MR) * MR).max(MR);
     let dst = Dst(dst);
+    // The left operand's transpose (k x m), packed by the same function as the right.
+    let lhs_t = Mat { data: lhs.data, rs: lhs.cs, cs: lhs.rs };
+    let starts: Vec<usize> = (0..m).step_by(mc).collect();
     let (mut packed_rhs, mut packed_lhs) = (Vec::new(), Vec::new());
     for j0 in (0..n).step_by(nc) {
         let nb = nc.min(n - j0);
         for p0 in (0..k).step_by(kc) {
             let kb = kc.min(k - p0);
-            pack_rhs(&mut packed_rhs, rhs, p0, kb, j0, nb);
+            pack::<NR>(&mut packed_rhs, rhs, p0, kb, j0, nb);
             let add = accumulate || p0 > 0;
             let block = |packed_lhs: &mut Vec<f32>, i0: usize| {
                 let mb = mc.min(m - i0);
-                pack_lhs(packed_lhs, lhs, i0, mb, p0, kb);
+                pack::<MR>(packed_lhs, lhs_t, p0, kb, i0, mb);
                 // SAFETY: rows i0..i0+mb and columns j0..j0+nb lie inside the m x n
                 // destination; no other block writes these rows; the CPU has AVX2 and FMA.
                 unsafe { macro_block(packed_lhs, &packed_rhs, mb, nb, kb, dst.at(i0 * n + j0), n, add) };
             };
-            let starts: Vec<usize> = (0..m).step_by(mc).collect();
             if threads > 1 && starts.len() > 1 {
-                starts.into_par_iter().for_each_init(Vec::new, block);
+                starts.par_iter().for_each_init(Vec::new, |buffer, &i0| block(buffer, i0));
             } else {
-                starts.into_iter().for_each(|i0| block(&mut packed_lhs, i0));
+                starts.iter().for_each(|&i0| block(&mut packed_lhs, i0));
             }
         }
     }
 }
 
-/// Packs `rhs[p0..p0+kb, j0..j0+nb]` in `NR`-column panels, each `kb x NR` row by row,
-/// columns past `nb` zero.
-fn pack_rhs(out: &mut Vec<f32>, rhs: Mat<'_, f32>, p0: usize, kb: usize, j0: usize, nb: usize) {
-    let panels = nb.div_ceil(NR);
+/// Packs `mat[p0..p0+kb, c0..c0+cols]` in `W`-column panels, each `kb x W` row by row
+/// (one step of the sum's `W` values together), columns past `cols` zero. The right
+/// operand packs as it is, in `NR`-column panels; the left one as its transpose, in
+/// `MR`-row panels.
+fn pack<const W: usize>(out: &mut Vec<f32>, mat: Mat<'_, f32>, p0: usize, kb: usize, c0: usize, cols: usize) {
     out.clear();
-    out.resize(panels * kb * NR, 0.0);
-    for (panel, chunk) in out.chunks_exact_mut(kb * NR).enumerate() {
-        let c0 = j0 + panel * NR;
-        let width = NR.min(j0 + nb - c0);
-        for (p, row) in chunk.chunks_exact_mut(NR).enumerate() {
-            let base = (p0 + p) * rhs.rs + c0 * rhs.cs;
-            if rhs.cs == 1 {
-                row[..width].copy_from_slice(&rhs.data[base..base + width]);
+    out.resize(cols.div_ceil(W) * kb * W, 0.0);
+    for (panel, chunk) in out.chunks_exact_mut(kb * W).enumerate() {
+        let first = c0 + panel * W;
+        let width = W.min(c0 + cols - first);
+        for (p, row) in chunk.chunks_exact_mut(W).enumerate() {
+            let base = (p0 + p) * mat.rs + first * mat.cs;
+            if mat.cs == 1 {
+                row[..width].copy_from_slice(&mat.data[base..base + width]);
             } else {
                 for (j, x) in row[..width].iter_mut().enumerate() {
-                    *x = rhs.data[base + j * rhs.cs];
+                    *x = mat.data[base + j * mat.cs];
                 }
-            }
-        }
-    }
-}
-
-/// Packs `lhs[i0..i0+mb, p0..p0+kb]` in `MR`-row panels, each `kb x MR` with the `MR` values
-/// of one step of the sum together, rows past `mb` zero.
-fn pack_lhs(out: &mut Vec<f32>, lhs: Mat<'_, f32>, i0: usize, mb: usize, p0: usize, kb: usize) {
-    let panels = mb.div_ceil(MR);
-    out.clear();
-    out.resize(panels * kb * MR, 0.0);
-    for (panel, chunk) in out.chunks_exact_mut(kb * MR).enumerate() {
-        let r0 = i0 + panel * MR;
-        let height = MR.min(i0 + mb - r0);
-        for i in 0..height {
-            let base = (r0 + i) * lhs.rs + p0 * lhs.cs;
-            for p in 0..kb {
-                chunk[p * MR + i] = lhs.data[base + p * lhs.cs];
             }
         }
     }
