@@ -201,6 +201,7 @@ impl NetworkGroup {
             shared: self.shared.clone(),
             members: self.members.clone(),
             fingerprint: fingerprint.clone(),
+            open: token.is_some(),
         })
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);

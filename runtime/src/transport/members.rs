@@ -29,7 +29,8 @@ pub(super) struct Members {
     /// The membership epoch: 0 for the group the cluster spec defines, one more at each
     /// re-formation of an elastic job.
     pub epoch: u64,
-    /// Every chief and worker of the cluster, members or not: who may ask to join.
+    /// Every chief and worker of the cluster, members or not, and the members that joined
+    /// from outside it: who may ask to join without a token (see [`claimed`]).
     pub cluster: Vec<Member>,
 }
 
@@ -43,13 +44,14 @@ impl Members {
         Ok(Members { cluster: members.clone(), members, me, epoch: 0 })
     }
 
-    /// The group of one membership epoch: its tasks in its order, at the cluster's addresses.
+    /// The group of one membership epoch: its tasks in its order, at their addresses (a
+    /// member that joined from outside the cluster spec is known by its own).
     pub fn from_membership(cluster: &Cluster, membership: &Membership) -> Result<Members, ConnectError> {
-        let spec = cluster.spec();
         let members = membership
             .tasks
             .iter()
-            .map(|task| match spec.address(task) {
+            .enumerate()
+            .map(|(rank, task)| match membership.address(rank) {
                 Some(address) if task.task_type.is_collective() => {
                     Ok(Member { task: *task, address: address.to_string() })
                 }
@@ -61,7 +63,10 @@ impl Members {
         let me = membership.rank_of(&cluster.task()).ok_or_else(|| ConnectError::NotAMember {
             task: format!("{cluster} (in membership epoch {})", membership.epoch),
         })?;
-        Ok(Members { members, me, epoch: membership.epoch, cluster: cluster_members(spec) })
+        let mut known = cluster_members(cluster.spec());
+        let strangers: Vec<Member> = members.iter().filter(|m| !known.contains(m)).cloned().collect();
+        known.extend(strangers);
+        Ok(Members { members, me, epoch: membership.epoch, cluster: known })
     }
 
     pub fn size(&self) -> usize {
@@ -99,9 +104,18 @@ pub(super) fn cluster_members(spec: &ClusterSpec) -> Vec<Member> {
         .collect()
 }
 
-/// Which of `cluster` a join or an announcement comes from (its place there), or why it
-/// must be refused: another build, no task named, or no chief or worker of this cluster.
-pub(super) fn claimed(cluster: &[Member], request: &JoinRequest) -> Result<usize, Status> {
+/// A host name is at most 253 characters, a port 5 and the colon 1 (IPv6 brackets fit).
+const MAX_ADDRESS_CHARS: usize = 261;
+
+/// Who a join or an announcement comes from, or why it must be refused: another build, no
+/// task named, or a task that is no chief or worker.
+///
+/// A task of `known` (the cluster's chief and workers, and the running group's members) is
+/// taken as it names itself. Another one (a replacement machine at a new address, a new
+/// worker of a job with room up to `max_workers`) only when `open`: the job has a cluster
+/// token, which the interceptor checked before this, so a caller is one of its operator's
+/// processes and not whoever can reach the port.
+pub(super) fn claimed(known: &[Member], request: &JoinRequest, open: bool) -> Result<Member, Status> {
     if request.protocol_version != PROTOCOL_VERSION {
         return Err(Status::failed_precondition(format!(
             "the caller speaks collective protocol version {}, this task version {PROTOCOL_VERSION}: the tasks run \
@@ -111,12 +125,28 @@ pub(super) fn claimed(cluster: &[Member], request: &JoinRequest) -> Result<usize
     }
     let id = request.sender.as_ref().ok_or_else(|| Status::invalid_argument("the request names no task"))?;
     let task: TaskId = id.task.parse().map_err(|e| Status::invalid_argument(format!("not a task: {e}")))?;
-    cluster.iter().position(|m| m.task == task && m.address == id.address).ok_or_else(|| {
-        Status::failed_precondition(format!(
-            "{} at {} is not a chief or worker of this job's cluster",
+    let member = Member { task, address: id.address.clone() };
+    if known.contains(&member) {
+        return Ok(member);
+    }
+    if !open {
+        return Err(Status::failed_precondition(format!(
+            "{} at {} is not a chief or worker of this job's cluster (a task from outside it may join an elastic \
+             job only when the job has a cluster token: set ENGINE_CLUSTER_TOKEN or --cluster-token on every task)",
             id.task, id.address
-        ))
-    })
+        )));
+    }
+    if !task.task_type.is_collective() {
+        return Err(Status::failed_precondition(format!(
+            "{task} at {} is no chief or worker: it cannot train",
+            id.address
+        )));
+    }
+    let well_formed = |(host, port): (&str, &str)| !host.is_empty() && port.parse::<u16>().is_ok();
+    if id.address.len() > MAX_ADDRESS_CHARS || !id.address.rsplit_once(':').is_some_and(well_formed) {
+        return Err(Status::invalid_argument(format!("{task} names no host:port to reach it at ({})", id.address)));
+    }
+    Ok(member)
 }
 
 /// The socket a task at `address` listens on. An IP address in the spec is bound as written

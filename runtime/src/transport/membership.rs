@@ -16,6 +16,9 @@ pub struct Membership {
     /// lowest-ranked survivor takes the chief's duties when the chief is gone, and keeps them
     /// when the old chief comes back.
     pub tasks: Vec<TaskId>,
+    /// Where each member listens (`host:port`), in rank order. The cluster spec's address
+    /// for its own tasks; a task that joined from outside the spec is known only by this.
+    pub addresses: Vec<String>,
     /// The rank whose variables, slots and step every member continues from: the one that
     /// completed the most steps (the lowest rank on a tie). A member that applied the step
     /// the failure interrupted holds that step's exact result, because all-reduce gives
@@ -30,7 +33,9 @@ impl Membership {
     ///
     /// [`NetworkGroup::connect`]: super::NetworkGroup::connect
     pub fn initial(spec: &ClusterSpec) -> Membership {
-        Membership { epoch: 0, tasks: spec.collective_tasks().collect(), holder: 0, step: 0 }
+        let tasks: Vec<TaskId> = spec.collective_tasks().collect();
+        let addresses = tasks.iter().map(|t| spec.address(t).unwrap_or_default().to_string()).collect();
+        Membership { epoch: 0, tasks, addresses, holder: 0, step: 0 }
     }
 
     pub fn size(&self) -> usize {
@@ -44,6 +49,11 @@ impl Membership {
     /// The member that saves checkpoints and writes summaries in this epoch.
     pub fn chief(&self) -> Option<TaskId> {
         self.tasks.first().copied()
+    }
+
+    /// Where member `rank` listens.
+    pub fn address(&self, rank: usize) -> Option<&str> {
+        self.addresses.get(rank).map(String::as_str)
     }
 }
 
@@ -79,7 +89,14 @@ mod tests {
         assert_eq!(initial.rank_of(&TaskId::new(TaskType::Ps, 0)), None);
         assert_eq!(initial.chief(), Some(TaskId::new(TaskType::Chief, 0)));
         assert_eq!(initial.to_string(), "epoch 0: chief:0, worker:0, worker:1");
-        let next = Membership { epoch: 1, tasks: initial.tasks[1..].to_vec(), holder: 1, step: 40 };
+        assert_eq!(initial.address(2), Some("w:2"));
+        let next = Membership {
+            epoch: 1,
+            tasks: initial.tasks[1..].to_vec(),
+            addresses: initial.addresses[1..].to_vec(),
+            holder: 1,
+            step: 40,
+        };
         assert_eq!(next.to_string(), "epoch 1: worker:0, worker:1 (state of worker:1 at step 40)");
     }
 }

@@ -21,6 +21,8 @@ pub(super) struct Service {
     pub shared: Arc<Shared>,
     pub members: Arc<Members>,
     pub fingerprint: Arc<str>,
+    /// The job has a cluster token: a task from outside the cluster spec may ask to join.
+    pub open: bool,
 }
 
 impl Service {
@@ -58,7 +60,16 @@ impl Service {
 #[tonic::async_trait]
 impl CollectiveService for Service {
     async fn announce(&self, request: Request<JoinRequest>) -> Result<Response<AnnounceReply>, Status> {
-        let task = self.members.cluster[members::claimed(&self.members.cluster, request.get_ref())?].task;
+        let caller = members::claimed(&self.members.cluster, request.get_ref(), self.open)?;
+        let task = caller.task;
+        // Two processes cannot be one task: a task from outside the cluster spec that took
+        // a member's name is told so, instead of waiting for that member to go.
+        if let Some(member) = self.members.members.iter().find(|m| m.task == task && m.address != caller.address) {
+            return Err(Status::already_exists(format!(
+                "{task} is a member of the running group at {}, not at {}: start the new task with another index",
+                member.address, caller.address
+            )));
+        }
         // A member is not joining: the group is still forming (its process connects as
         // usual), or its earlier process is still in the group, which will see it go.
         let member = self.members.members.iter().any(|m| m.task == task);

@@ -5,6 +5,7 @@ use super::super::ConnectError;
 use super::super::auth::token_value;
 use super::super::handshake::PROTOCOL_VERSION;
 use super::super::members::{Member, cluster_members};
+use super::super::membership::Membership;
 use super::super::proto::{JoinRequest, TaskIdentity};
 use super::ElasticConfig;
 use crate::cluster::TaskId;
@@ -43,13 +44,17 @@ impl Caller {
         Ok(Caller { me, name, seats, address, token, runtime })
     }
 
-    /// This task's rank in the cluster's collective order.
-    pub fn cluster_rank(&self) -> usize {
-        self.seats.iter().position(|s| s.task == self.me).unwrap_or(0)
-    }
-
-    pub fn address_of(&self, task: &TaskId) -> Option<&str> {
-        self.seats.iter().find(|s| s.task == *task).map(|s| s.address.as_str())
+    /// Who may join a round this task holds after `previous` without a token: the
+    /// cluster's chief and workers, and `previous`'s members from outside the cluster.
+    pub fn known(&self, previous: &Membership) -> Vec<Member> {
+        let mut known = self.seats.clone();
+        for (task, address) in previous.tasks.iter().zip(&previous.addresses) {
+            let member = Member { task: *task, address: address.clone() };
+            if !known.contains(&member) {
+                known.push(member);
+            }
+        }
+        known
     }
 
     /// A join (or announcement) from this task, last in `epoch` (at `rank`), at `step`.

@@ -33,7 +33,8 @@ pub(super) struct Coordinator {
 pub(super) struct Opening<'a> {
     pub me: Candidate,
     pub my_address: &'a str,
-    pub seats: Vec<Member>,
+    /// Who may join without a token (see [`Service::known`]).
+    pub known: Vec<Member>,
     pub fingerprint: &'a str,
     pub token: Option<AsciiMetadataValue>,
     pub rules: RoundRules,
@@ -61,7 +62,8 @@ impl Coordinator {
         let answered = Arc::new(AtomicUsize::new(0));
         let service = Service {
             round: round.clone(),
-            seats: Arc::new(opening.seats),
+            open: opening.token.is_some(),
+            known: Arc::new(opening.known),
             fingerprint: Arc::from(opening.fingerprint),
             answered: answered.clone(),
         };

@@ -92,11 +92,10 @@ pub fn rendezvous(
     })?;
     let request = caller.request(config, previous.epoch, my_rank, step, false);
     let mut gone: Vec<TaskId> = lost.to_vec();
-    for task in previous.tasks.iter().take(my_rank) {
+    for (task, address) in previous.tasks.iter().zip(&previous.addresses).take(my_rank) {
         if gone.contains(task) {
             continue;
         }
-        let Some(address) = caller.address_of(task) else { continue };
         match caller.runtime.block_on(ask(address, &request, caller.token.clone(), config)) {
             Asked::Answered(reply) => return membership_of(name, &reply),
             Asked::Refused(error) => return Err(error),
@@ -111,13 +110,14 @@ pub fn rendezvous(
     let coordinator = Coordinator::open(Opening {
         me: Candidate {
             task: caller.me,
-            cluster_rank: caller.cluster_rank(),
+            address: caller.address.clone(),
+            order: my_rank,
             epoch: previous.epoch,
             step,
             joining: false,
         },
         my_address: &caller.address,
-        seats: caller.seats.clone(),
+        known: caller.known(previous),
         fingerprint: &config.network.fingerprint,
         token: caller.token.clone(),
         rules: config.rules,
@@ -151,7 +151,17 @@ pub fn find_running_job(config: &ElasticConfig) -> Result<Option<Membership>, Co
                     Announced::Reply(reply) => reply,
                 };
                 let running = running_membership(name, &reply)?;
-                if running.rank_of(&me).is_some() {
+                if let Some(rank) = running.rank_of(&me) {
+                    if running.address(rank) != Some(caller.address.as_str()) {
+                        return Err(ConnectError::Refused {
+                            task: name.to_string(),
+                            peer: seat.address.clone(),
+                            reason: format!(
+                                "{me} is a member of the running job at {}: start this task with another index",
+                                running.address(rank).unwrap_or_default()
+                            ),
+                        });
+                    }
                     if !reply.formed {
                         // The job is starting: connect as usual.
                         return Ok(None);
@@ -159,10 +169,9 @@ pub fn find_running_job(config: &ElasticConfig) -> Result<Option<Membership>, Co
                     unsettled = Some(format!("{} still counts {me} in {running}", seat.task));
                     continue;
                 }
-                let first = running.tasks.first().and_then(|t| seats.iter().find(|s| s.task == *t));
-                let reply = match (reply.accepted, first) {
+                let reply = match (reply.accepted, running.address(0)) {
                     (true, _) => reply,
-                    (false, Some(first)) => match announce(&first.address, &request, token.clone()).await? {
+                    (false, Some(first)) => match announce(first, &request, token.clone()).await? {
                         Announced::Reply(reply) if reply.accepted => reply,
                         _ => continue,
                     },
@@ -187,11 +196,7 @@ pub fn find_running_job(config: &ElasticConfig) -> Result<Option<Membership>, Co
 /// member to hold the rendezvous at the next step. The state comes from the holder.
 pub fn join_running(config: &ElasticConfig, running: &Membership) -> Result<Membership, ConnectError> {
     let caller = Caller::of(config)?;
-    let coordinator = running
-        .tasks
-        .first()
-        .and_then(|t| caller.address_of(t))
-        .ok_or_else(|| ConnectError::NotAMember { task: caller.name.clone() })?;
+    let coordinator = running.address(0).ok_or_else(|| ConnectError::NotAMember { task: caller.name.clone() })?;
     let request = caller.request(config, running.epoch, 0, 0, true);
     // The round opens after the group's next step: wait as long as a round may take.
     let waiting = ElasticConfig { probe: config.rules.timeout, ..config.clone() };
@@ -229,7 +234,9 @@ async fn announce(
     let mut client = CollectiveServiceClient::with_interceptor(channel, AttachToken::new(token));
     match tokio::time::timeout(Duration::from_secs(5), client.announce(request.clone())).await {
         Ok(Ok(reply)) => Ok(Announced::Reply(reply.into_inner())),
-        Ok(Err(status)) if matches!(status.code(), Code::FailedPrecondition | Code::Unauthenticated) => {
+        Ok(Err(status))
+            if matches!(status.code(), Code::FailedPrecondition | Code::Unauthenticated | Code::AlreadyExists) =>
+        {
             Err(ConnectError::Refused {
                 task: request.sender.as_ref().map(|s| s.task.clone()).unwrap_or_default(),
                 peer: address.to_string(),
@@ -318,6 +325,7 @@ async fn ask(
 }
 
 fn membership_of(name: &str, reply: &JoinReply) -> Result<Membership, ConnectError> {
+    let addresses = reply.members.iter().map(|m| m.address.clone()).collect();
     let tasks =
         reply.members.iter().map(|m| m.task.parse::<TaskId>()).collect::<Result<Vec<TaskId>, _>>().map_err(|e| {
             ConnectError::Refused {
@@ -334,5 +342,5 @@ fn membership_of(name: &str, reply: &JoinReply) -> Result<Membership, ConnectErr
             reason: format!("it named member {holder} of {} as the state's holder", tasks.len()),
         });
     }
-    Ok(Membership { epoch: reply.epoch, tasks, holder, step: reply.step })
+    Ok(Membership { epoch: reply.epoch, tasks, addresses, holder, step: reply.step })
 }

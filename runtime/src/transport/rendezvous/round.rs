@@ -26,8 +26,12 @@ pub struct RoundRules {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Candidate {
     pub task: TaskId,
-    /// Its rank in the cluster's collective order, which orders the new group.
-    pub cluster_rank: usize,
+    /// Where it listens.
+    pub address: String,
+    /// What orders the new group among members and among joiners: a member's rank in the
+    /// last epoch (so the first survivor stays the chief), a joiner's in the cluster's
+    /// collective order (past the cluster's size for a task from outside it).
+    pub order: usize,
     /// The last epoch it trained in.
     pub epoch: u64,
     /// The last step it completed.
@@ -67,6 +71,13 @@ impl Round {
             return Err(format!(
                 "{} joined after the rendezvous closed: it must wait for the job's next one",
                 candidate.task
+            ));
+        }
+        if let Some(other) = self.joined.iter().find(|c| (c.task == candidate.task) != (c.address == candidate.address))
+        {
+            return Err(format!(
+                "{} at {} cannot join: {} at {} already did (two processes cannot be one task, nor share an address)",
+                candidate.task, candidate.address, other.task, other.address
             ));
         }
         if let Some(known) = self.joined.iter_mut().find(|c| c.task == candidate.task) {
@@ -113,16 +124,22 @@ impl Round {
         let mut members = self.joined.clone();
         // Members keep their order (the first stays the chief, who holds the model dir's
         // writer lock); joiners come after them.
-        members.sort_by_key(|c| (c.joining, c.cluster_rank));
+        members.sort_by_key(|c| (c.joining, c.order, c.task));
         let epoch = members.iter().map(|c| c.epoch).max().unwrap_or(0) + 1;
         let step = members.iter().map(|c| c.step).max().unwrap_or(0);
         let holder = members.iter().position(|c| c.step == step).unwrap_or(0);
-        Membership { epoch, tasks: members.iter().map(|c| c.task).collect(), holder, step }
+        Membership {
+            epoch,
+            tasks: members.iter().map(|c| c.task).collect(),
+            addresses: members.iter().map(|c| c.address.clone()).collect(),
+            holder,
+            step,
+        }
     }
 
     fn names(&self) -> String {
-        let mut names: Vec<(usize, String)> =
-            self.joined.iter().map(|c| (c.cluster_rank, c.task.to_string())).collect();
+        let mut names: Vec<((bool, usize), String)> =
+            self.joined.iter().map(|c| ((c.joining, c.order), c.task.to_string())).collect();
         names.sort();
         let names: Vec<String> = names.into_iter().map(|(_, n)| n).collect();
         if names.is_empty() { "none".to_string() } else { names.join(", ") }
@@ -138,11 +155,25 @@ mod tests {
         RoundRules { min: 2, max: 3, last_call: Duration::from_secs(2), timeout: Duration::from_secs(10) };
 
     fn worker(index: usize, epoch: u64, step: u64) -> Candidate {
-        Candidate { task: TaskId::new(TaskType::Worker, index), cluster_rank: index + 1, epoch, step, joining: false }
+        Candidate {
+            task: TaskId::new(TaskType::Worker, index),
+            address: format!("w{index}:1"),
+            order: index + 1,
+            epoch,
+            step,
+            joining: false,
+        }
     }
 
     fn chief(epoch: u64, step: u64) -> Candidate {
-        Candidate { task: TaskId::new(TaskType::Chief, 0), cluster_rank: 0, epoch, step, joining: false }
+        Candidate {
+            task: TaskId::new(TaskType::Chief, 0),
+            address: "c:1".into(),
+            order: 0,
+            epoch,
+            step,
+            joining: false,
+        }
     }
 
     fn formed(round: &mut Round, now: Instant) -> Membership {
@@ -220,5 +251,26 @@ mod tests {
         assert!(error.contains("max_workers = 3 members (chief:0, worker:0, worker:1)"), "{error}");
         let m = formed(&mut round, t);
         assert_eq!((m.size(), m.holder, m.step), (3, 1, 2));
+    }
+
+    #[test]
+    fn members_keep_their_last_ranks_and_a_task_is_one_process_at_one_address() {
+        let t = Instant::now();
+        let mut round = Round::new(RULES, 3, t);
+        // Epoch 2 was worker:1, chief:0 (it rejoined after worker:1 had taken over): the
+        // ranks they had keep worker:1 first, not the cluster's order.
+        round.join(Candidate { order: 1, ..chief(2, 9) }, t).unwrap();
+        round.join(Candidate { order: 0, ..worker(1, 2, 9) }, t).unwrap();
+        let stranger = || Candidate { address: "new-host:7".into(), order: 4, joining: true, ..worker(5, 0, 0) };
+        // Another process naming itself worker:1, or taking chief:0's address, is refused.
+        let twin = Candidate { address: "elsewhere:1".into(), ..worker(1, 2, 9) };
+        assert!(round.join(twin, t).unwrap_err().contains("worker:1 at w1:1 already did"));
+        let squatter = Candidate { address: "c:1".into(), ..stranger() };
+        assert!(round.join(squatter, t).unwrap_err().contains("chief:0 at c:1 already did"));
+        round.join(stranger(), t).unwrap();
+        let m = formed(&mut round, t);
+        let order: Vec<String> = m.tasks.iter().map(ToString::to_string).collect();
+        assert_eq!(order, ["worker:1", "chief:0", "worker:5"]);
+        assert_eq!(m.addresses, ["w1:1", "c:1", "new-host:7"]);
     }
 }

@@ -15,8 +15,12 @@ const POLL: Duration = Duration::from_millis(20);
 
 pub(super) struct Service {
     pub round: Arc<Mutex<Round>>,
-    /// The cluster's chief and workers, in its rank order: who may join.
-    pub seats: Arc<Vec<Member>>,
+    /// The cluster's chief and workers in its rank order, then the last epoch's members
+    /// from outside it: who may join without a token.
+    pub known: Arc<Vec<Member>>,
+    /// The job has a cluster token: a task from outside the cluster may join (see
+    /// [`claimed`]).
+    pub open: bool,
     pub fingerprint: Arc<str>,
     /// Joins answered, so that the coordinator keeps serving until every joiner has its
     /// answer.
@@ -30,22 +34,30 @@ pub(super) fn lock(round: &Mutex<Round>) -> MutexGuard<'_, Round> {
 impl Service {
     /// The candidate a request describes, or why it may not join this job.
     fn admit(&self, request: &JoinRequest) -> Result<Candidate, String> {
-        let cluster_rank = claimed(&self.seats, request).map_err(|status| status.message().to_string())?;
-        let task = self.seats[cluster_rank].task;
+        let Member { task, address } =
+            claimed(&self.known, request, self.open).map_err(|status| status.message().to_string())?;
         if request.fingerprint != *self.fingerprint {
-            return Err(format!("{task} runs another job (its fingerprint differs)"));
+            return Err(format!(
+                "{task} runs another job (its fingerprint differs: another spec, other --set overrides or \
+                 min_workers/max_workers, or another build)"
+            ));
         }
-        Ok(Candidate { task, cluster_rank, epoch: request.epoch, step: request.step, joining: request.joining })
+        let order = match (request.joining, request.sender.as_ref()) {
+            (false, Some(id)) => id.rank as usize,
+            _ => self.known.iter().position(|m| m.task == task && m.address == address).unwrap_or(self.known.len()),
+        };
+        Ok(Candidate { task, address, order, epoch: request.epoch, step: request.step, joining: request.joining })
     }
 
-    fn reply(&self, membership: &super::super::membership::Membership) -> JoinReply {
+    fn reply(membership: &super::super::membership::Membership) -> JoinReply {
         let members = membership
             .tasks
             .iter()
+            .zip(&membership.addresses)
             .enumerate()
-            .map(|(rank, task)| TaskIdentity {
+            .map(|(rank, (task, address))| TaskIdentity {
                 task: task.to_string(),
-                address: self.seats.iter().find(|s| s.task == *task).map(|s| s.address.clone()).unwrap_or_default(),
+                address: address.clone(),
                 rank: rank as u32,
             })
             .collect();
@@ -63,7 +75,7 @@ impl RendezvousService for Service {
             if let Some(outcome) = outcome {
                 self.answered.fetch_add(1, Ordering::SeqCst);
                 return match outcome {
-                    Outcome::Formed(membership) => Ok(Response::new(self.reply(&membership))),
+                    Outcome::Formed(membership) => Ok(Response::new(Self::reply(&membership))),
                     Outcome::Failed(why) => Err(Status::aborted(why)),
                 };
             }

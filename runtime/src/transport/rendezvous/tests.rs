@@ -76,7 +76,8 @@ fn connect_epoch_all(configs: &[NetworkConfig], membership: &Membership) -> Vec<
 fn survivors_of_a_lost_worker_re_form_and_continue_from_the_most_advanced_state() {
     let (configs, groups) = three_with_one_crashed(2);
     let formed = reform(&configs, groups, &[7, 8], RULES);
-    let want = Membership { epoch: 1, tasks: vec![task(0), task(1)], holder: 1, step: 8 };
+    let addresses = configs.iter().map(|c| c.cluster.address().expect("a member").to_string()).collect();
+    let want = Membership { epoch: 1, tasks: vec![task(0), task(1)], addresses, holder: 1, step: 8 };
     for result in &formed {
         assert_eq!(result.as_ref().unwrap_or_else(|e| panic!("{e}: {formed:?}")), &want);
     }
@@ -211,4 +212,73 @@ fn a_worker_that_comes_back_is_taken_in_at_the_next_re_formation() {
     }
     // Nobody runs any more: a task starting now finds no group, as at the job's start.
     assert_eq!(find_running_job(&elastic(config(&spec, 2), RULES)).expect("no error"), None);
+}
+
+/// A fourth task, outside the three's cluster spec (its own spec adds it), joins the
+/// running group at its next re-formation and trains in the new epoch at its own address.
+#[test]
+fn a_task_from_outside_the_cluster_joins_with_the_token_and_is_refused_without_it() {
+    let ports = free_ports(4);
+    let (three, four) = (spec(&ports[..3]), spec(&ports));
+    let rules = RoundRules { max: 4, ..RULES };
+    // Without a cluster token the running group takes no stranger, and says how to allow it.
+    let open = |c: NetworkConfig| NetworkConfig { token: None, ..c };
+    let groups: Vec<Arc<NetworkGroup>> = connect_all((0..3).map(|r| open(config(&three, r))).collect())
+        .into_iter()
+        .map(|g| g.expect("connects"))
+        .collect();
+    let error = find_running_job(&elastic(open(config(&four, 3)), rules)).expect_err("refused").to_string();
+    assert!(error.contains("is not a chief or worker of this job's cluster"), "{error}");
+    assert!(error.contains("cluster token"), "{error}");
+    assert!(groups[0].joiners().is_empty());
+    drop(groups);
+
+    let configs: Vec<NetworkConfig> = (0..3).map(|r| config(&three, r)).collect();
+    let groups: Vec<Arc<NetworkGroup>> =
+        connect_all(configs.clone()).into_iter().map(|g| g.expect("connects")).collect();
+    // A task naming itself worker:1 at another address is not a second worker:1.
+    let mut twin_spec = four.clone();
+    twin_spec.worker.remove(1);
+    let twin = find_running_job(&elastic(config(&twin_spec, 2), rules)).expect_err("a twin is refused").to_string();
+    assert!(twin.contains(&format!("worker:1 is a member of the running group at 127.0.0.1:{}", ports[2])), "{twin}");
+    let stranger = elastic(config(&four, 3), rules);
+    let running = find_running_job(&stranger).expect("announced").expect("a running group without it");
+    assert_eq!((running.epoch, running.tasks.clone()), (0, vec![task(0), task(1), task(2)]));
+    assert_eq!(groups[0].joiners(), [task(3)]);
+    drop(groups);
+    let previous = Membership::initial(&three);
+    let formed: Vec<Result<Membership, ConnectError>> = thread::scope(|s| {
+        let mut joins: Vec<_> = configs
+            .iter()
+            .map(|c| {
+                let (elastic, previous) = (elastic(c.clone(), rules), previous.clone());
+                s.spawn(move || rendezvous(&elastic, &previous, 6, &[], 1))
+            })
+            .collect();
+        joins.push(s.spawn(|| join_running(&stranger, &running)));
+        joins.into_iter().map(|j| j.join().expect("no panic")).collect()
+    });
+    let want: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+    let membership = formed[0].as_ref().expect("epoch 1").clone();
+    for result in &formed {
+        let m = result.as_ref().expect("all four form epoch 1");
+        assert_eq!((m.epoch, &m.tasks, &m.addresses, m.step), (1, &(0..4).map(task).collect(), &want, 6));
+    }
+    let mut all = configs.clone();
+    all.push(stranger.network.clone());
+    let groups = connect_epoch_all(&all, &membership);
+    let sums: Vec<Vec<f32>> = thread::scope(|s| {
+        let joins: Vec<_> = groups
+            .iter()
+            .map(|g| {
+                s.spawn(|| {
+                    let mut data = vec![1.0f32; 2];
+                    g.all_reduce(&mut data, ReduceOp::Sum).expect("the four all-reduce");
+                    data
+                })
+            })
+            .collect();
+        joins.into_iter().map(|j| j.join().expect("no panic")).collect()
+    });
+    assert_eq!(sums, vec![vec![4.0; 2]; 4]);
 }
