@@ -3,10 +3,11 @@
 //! re-form at the next step, without restarting, and finish with the variables a one_device
 //! run reaches on the same global batches (f64), having trained on exactly its examples
 //! step by step. The lost worker may be the chief (the lowest-ranked survivor then takes
-//! over its checkpoints), or die inside an all-reduce (no step is half applied).
-//! `engine launch --restart-on-failure` starts a failed worker again, and it rejoins. Started again, the killed worker rejoins at the job's next step
-//! and the job is three again. Too few survivors stop with a checkpoint and an error
-//! naming who is left.
+//! over its checkpoints), or die inside an all-reduce (no step is half applied). Started
+//! again (by hand or by `engine launch --restart-on-failure`), the killed worker rejoins at
+//! the job's next step and the job is three again. A worker from outside the cluster spec
+//! joins a job with room for it (`max_workers` past the cluster, a cluster token). Too few
+//! survivors stop with a checkpoint and an error naming who is left.
 //!
 //! An elastic job reads its input as one pipeline in the one-process order (every worker
 //! takes its share of each global batch), and keeps the global batch when workers come and
@@ -77,6 +78,9 @@ struct Job {
     ports: Vec<u16>,
     steps: u64,
     min_workers: usize,
+    /// `run_config.max_workers`, when set: the global batch is `per_worker` times it.
+    max_workers: Option<usize>,
+    per_worker: usize,
 }
 
 impl Job {
@@ -84,11 +88,12 @@ impl Job {
         engine_binary()?;
         let ids = dir.with_extension("ids");
         std::fs::create_dir_all(&ids)?;
-        Ok(Job { dir, ids, ports: free_ports(WORKERS)?, steps, min_workers })
+        Ok(Job { dir, ids, ports: free_ports(WORKERS)?, steps, min_workers, max_workers: None, per_worker: PER_WORKER })
     }
 
-    fn tf_config(&self, index: usize) -> String {
-        let workers: Vec<String> = self.ports.iter().map(|p| format!("\"127.0.0.1:{p}\"")).collect();
+    /// Worker `index` of a cluster on `ports`.
+    fn tf_config(ports: &[u16], index: usize) -> String {
+        let workers: Vec<String> = ports.iter().map(|p| format!("\"127.0.0.1:{p}\"")).collect();
         format!(
             r#"{{"cluster": {{"worker": [{}]}}, "task": {{"type": "worker", "index": {index}}}}}"#,
             workers.join(", ")
@@ -101,6 +106,18 @@ impl Job {
     }
 
     fn worker_with(&self, index: usize, env: &[(&str, &str)]) -> Result<Child> {
+        self.task(Self::tf_config(&self.ports, index), env)
+    }
+
+    /// Starts a worker from outside the job's cluster spec: its own spec is the job's with
+    /// itself added, as an operator writes a new machine's TF_CONFIG.
+    fn stranger(&self) -> Result<Child> {
+        let mut ports = self.ports.clone();
+        ports.extend(free_ports(1)?);
+        self.task(Self::tf_config(&ports, WORKERS), &[])
+    }
+
+    fn task(&self, tf_config: String, env: &[(&str, &str)]) -> Result<Child> {
         let mut args: Vec<String> =
             ["run", &spec_path("fashion_mnist_cnn.ron"), "--strategy", "multi_worker"].map(String::from).to_vec();
         args.extend([
@@ -109,12 +126,15 @@ impl Job {
             "--model-dir".into(),
             self.dir.display().to_string(),
         ]);
-        args.extend(sets(PER_WORKER));
+        args.extend(sets(self.per_worker));
         args.extend(["--set".into(), format!("run_config.min_workers={}", self.min_workers)]);
+        if let Some(max) = self.max_workers {
+            args.extend(["--set".into(), format!("run_config.max_workers={max}")]);
+        }
         // The rendezvous waits for min_workers as long as a connect does: 10 s here.
         args.extend(["--collective-timeout", "15", "--connect-timeout", "10"].map(String::from));
         Ok(engine_command(&strs(&args))?
-            .env("TF_CONFIG", self.tf_config(index))
+            .env("TF_CONFIG", tf_config)
             .env("ENGINE_CLUSTER_TOKEN", "elastic-test")
             .env(EXAMPLE_LOG_ENV, &self.ids)
             .envs(env.iter().copied())
@@ -123,26 +143,33 @@ impl Job {
             .spawn()?)
     }
 
-    /// Starts the three workers and SIGKILLs worker `victim` once the job has a checkpoint
-    /// past step 8; returns the other two and the step the kill landed after.
-    fn start_and_kill(&self, victim: usize) -> Result<(Vec<(usize, Child)>, u64)> {
+    /// Starts the three workers and returns them once the job has a checkpoint past step 8,
+    /// with that step.
+    fn start_and_wait(&self) -> Result<(Vec<(usize, Child)>, u64)> {
         let mut children: Vec<(usize, Child)> =
             (0..WORKERS).map(|i| Ok((i, self.worker(i)?))).collect::<Result<_>>()?;
         let deadline = Instant::now() + Duration::from_secs(300);
         let at = loop {
             if let Some(step) = latest_step(&self.dir).filter(|&s| s >= 8) {
-                let (_, child) = children.iter_mut().find(|(i, _)| *i == victim).context("no such worker")?;
-                child.kill()?; // SIGKILL
-                child.wait()?;
                 break step;
             }
             for (i, child) in &mut children {
-                ensure!(child.try_wait()?.is_none(), "worker:{i} ended before the kill");
+                ensure!(child.try_wait()?.is_none(), "worker:{i} ended before step 8");
             }
             ensure!(Instant::now() < deadline, "no checkpoint past step 8 in time");
             std::thread::sleep(Duration::from_millis(2));
         };
-        ensure!(at < self.steps, "the job finished before the kill landed");
+        ensure!(at < self.steps, "the job finished before it was caught running");
+        Ok((children, at))
+    }
+
+    /// Starts the three workers and SIGKILLs worker `victim` once the job has a checkpoint
+    /// past step 8; returns the other two and the step the kill landed after.
+    fn start_and_kill(&self, victim: usize) -> Result<(Vec<(usize, Child)>, u64)> {
+        let (mut children, at) = self.start_and_wait()?;
+        let (_, child) = children.iter_mut().find(|(i, _)| *i == victim).context("no such worker")?;
+        child.kill()?; // SIGKILL
+        child.wait()?;
         children.retain(|(i, _)| *i != victim);
         Ok((children, at))
     }
@@ -152,8 +179,9 @@ impl Job {
     fn assert_same_examples(&self, reference: &Path, trained: impl Fn(u64, usize) -> bool) -> Result<()> {
         let want = recorded(reference, "local")?;
         ensure!(want.len() as u64 == self.steps, "one_device recorded {} steps", want.len());
+        let recorders = (0..=WORKERS).filter(|w| *w < WORKERS || self.ids.join(format!("worker-{w}.ids")).exists());
         let tasks: Vec<(usize, BTreeMap<u64, Vec<u64>>)> =
-            (0..WORKERS).map(|w| Ok((w, recorded(&self.ids, &format!("worker-{w}"))?))).collect::<Result<_>>()?;
+            recorders.map(|w| Ok((w, recorded(&self.ids, &format!("worker-{w}"))?))).collect::<Result<_>>()?;
         for (step, examples) in &want {
             let mut got: Vec<u64> = tasks
                 .iter()
@@ -267,6 +295,29 @@ fn a_killed_worker_started_again_rejoins_and_the_job_is_three_again() -> Result<
     ensure!(reformations(&log)? == [(joined_at, 3)], "the replacement logged {:?}; {}", reformations(&log)?, what());
     ensure!(joined_at < STEPS, "the replacement joined only at the end; {}", what());
     job.assert_same_examples(&reference, |step, w| step < lost_at || step >= joined_at || w != 2).with_context(what)?;
+    assert_same_variables(&checkpoint_variables(&job.dir, STEPS)?, &want, "elastic vs one_device").with_context(what)
+}
+
+/// A fourth worker from outside the three's cluster spec joins a job with room for it
+/// (`max_workers: 4`, a cluster token): the global batch is `batch_size` times four from
+/// the start, and the job ends as one_device does on it.
+#[test]
+fn a_worker_from_outside_the_cluster_joins_and_the_job_is_four() -> Result<()> {
+    const STEPS: u64 = 300;
+    let tmp = tempfile::tempdir()?;
+    let (want, reference) = one_device(tmp.path(), STEPS)?;
+    // 6 per worker at full strength is one_device's global batch of 24.
+    let job = Job { max_workers: Some(4), per_worker: 6, ..Job::new(tmp.path().join("elastic"), STEPS, 2)? };
+    let (children, running_at) = job.start_and_wait()?;
+    let stranger = job.stranger()?;
+    let reformed = all_finish(children)?;
+    let (ok, log) = finish(stranger, Duration::from_secs(300))?;
+    ensure!(ok, "the worker from outside the cluster failed:\n{log}");
+    let what = || format!("worker:3 started after step {running_at}; the others re-formed {reformed:?}");
+    let [(joined_at, 4)] = reformed[..] else { anyhow::bail!("{}", what()) };
+    ensure!(reformations(&log)? == [(joined_at, 4)], "worker:3 logged {:?}; {}", reformations(&log)?, what());
+    ensure!(joined_at < STEPS, "worker:3 joined only at the end; {}", what());
+    job.assert_same_examples(&reference, |step, w| w < WORKERS || step >= joined_at).with_context(what)?;
     assert_same_variables(&checkpoint_variables(&job.dir, STEPS)?, &want, "elastic vs one_device").with_context(what)
 }
 

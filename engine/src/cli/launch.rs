@@ -74,7 +74,8 @@ pub struct LaunchArgs {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=64))]
     pub min_workers: Option<u16>,
     /// With `--min-workers`: the most workers the job trains with (`run_config.max_workers`;
-    /// by default `--workers`).
+    /// by default `--workers`). More leaves room for tasks started by hand with the same
+    /// $ENGINE_CLUSTER_TOKEN, from outside the launched cluster.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=64))]
     pub max_workers: Option<u16>,
     /// `auto`: each training task runs on a disjoint share of the CPUs (as many compute
@@ -118,7 +119,12 @@ pub fn launch(args: &LaunchArgs) -> Result<(), CliError> {
     let fail = |message: String| CliError::Launch { message, code: None };
     let exe = std::env::current_exe().map_err(|e| fail(format!("cannot find the engine executable: {e}")))?;
     // One token per launch: tasks of another cluster on this machine cannot join this one.
-    let token = random_token().map_err(|e| fail(format!("cannot read the OS's random source: {e}")))?;
+    // Unless the caller gives one: then tasks it starts by hand with that token may join an
+    // elastic job from outside the launched cluster (up to max_workers).
+    let token = match std::env::var(TOKEN_ENV).ok().filter(|t| !t.is_empty()) {
+        Some(token) => token,
+        None => random_token().map_err(|e| fail(format!("cannot read the OS's random source: {e}")))?,
+    };
     let mut attempt = 0;
     loop {
         let cluster = local_cluster(args.workers as usize, args.ps as usize, args.evaluator)?;

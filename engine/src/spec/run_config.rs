@@ -64,7 +64,8 @@ pub struct RunConfig {
     #[serde(default)]
     pub min_workers: Option<u64>,
     /// With `min_workers`: the most workers the job trains with (the cluster's chief and
-    /// workers by default, and at most that: a worker cannot join a running job yet).
+    /// workers by default). More leaves room for tasks from outside the cluster spec, which
+    /// a job with a cluster token takes in. The global batch is `batch_size` times this.
     #[serde(default)]
     pub max_workers: Option<u64>,
 }

@@ -168,9 +168,9 @@ impl Estimator {
 
     fn dataset(&self, input_fn: &dyn InputFn, mode: Mode, strategy: &dyn Strategy) -> Result<Dataset> {
         let dataset = input_fn.dataset(mode, &strategy.input_context())?;
-        match (mode, strategy.elastic_membership(), strategy.elastic_rules(), strategy.cluster()) {
-            (Mode::Train, Some(membership), Some(rules), Some(cluster)) => {
-                elastic_share(dataset, membership.size(), cluster.collective_group_size(), rules.min..=rules.max)
+        match (mode, strategy.elastic_membership(), strategy.elastic_rules()) {
+            (Mode::Train, Some(membership), Some(rules)) => {
+                elastic_share(dataset, membership.size(), rules.min..=rules.max)
             }
             _ => Ok(dataset),
         }
@@ -462,24 +462,22 @@ impl Evaluator<'_> {
 /// An elastic job's training pipeline for a membership of `members` workers: the one
 /// pipeline of the whole job (every worker reads it all, in the one-process order), each
 /// batch a worker's share of the global batch. The global batch is the spec's batch size
-/// times the cluster's workers, and stays that as workers come and go, so a step takes the
-/// same examples whoever is left; every membership the job may have must divide it.
-fn elastic_share(
-    dataset: Dataset,
-    members: usize,
-    cluster_workers: usize,
-    counts: std::ops::RangeInclusive<usize>,
-) -> Result<Dataset> {
+/// times `max_workers` (the cluster's chief and workers unless the spec says more): what
+/// the job reads at full strength. It stays that as workers come and go, so a step takes
+/// the same examples whoever is left, and every task derives it from the spec alone (a
+/// task from outside the cluster spec sees another cluster); every membership the job
+/// may have must divide it.
+fn elastic_share(dataset: Dataset, members: usize, counts: std::ops::RangeInclusive<usize>) -> Result<Dataset> {
     let per_worker = dataset.batch_size().ok_or_else(|| {
         EstimatorError::Config(
             "an elastic job needs a batched training input: its batches are what a step takes".into(),
         )
     })?;
-    let global = per_worker * cluster_workers;
     let (min, max) = (*counts.start(), *counts.end());
+    let global = per_worker * max;
     if let Some(n) = counts.chain(std::iter::once(members)).find(|&n| n == 0 || !global.is_multiple_of(n)) {
         return Err(EstimatorError::Config(format!(
-            "the global batch of {global} (batch_size {per_worker} times {cluster_workers} workers) does not divide \
+            "the global batch of {global} (batch_size {per_worker} times max_workers {max}) does not divide \
              among {n} workers: an elastic job keeps its global batch whoever is left, so every worker count from \
              min_workers ({min}) to max_workers ({max}) must divide it"
         )));
@@ -502,12 +500,16 @@ mod tests {
     #[test]
     fn an_elastic_share_keeps_the_global_batch_and_every_count_must_divide_it() {
         // 4 per worker, 3 workers: a global batch of 12, 6 each for 2.
-        assert_eq!(elastic_share(batched(4), 2, 3, 2..=3).unwrap().batch_size(), Some(6));
-        assert_eq!(elastic_share(batched(4), 3, 3, 2..=3).unwrap().batch_size(), Some(4));
+        assert_eq!(elastic_share(batched(4), 2, 2..=3).unwrap().batch_size(), Some(6));
+        assert_eq!(elastic_share(batched(4), 3, 2..=3).unwrap().batch_size(), Some(4));
+        // Room for a fourth from outside the cluster: 16 at full strength, 16/3 is no batch.
+        let error = elastic_share(batched(4), 3, 2..=4).unwrap_err().to_string();
+        assert!(error.contains("the global batch of 16 (batch_size 4 times max_workers 4)"), "{error}");
+        assert_eq!(elastic_share(batched(6), 3, 2..=4).unwrap().batch_size(), Some(8));
         // 5 per worker, 3 workers: 15 does not divide among 2.
-        let error = elastic_share(batched(5), 3, 3, 2..=3).unwrap_err().to_string();
+        let error = elastic_share(batched(5), 3, 2..=3).unwrap_err().to_string();
         assert!(
-            error.contains("the global batch of 15 (batch_size 5 times 3 workers) does not divide among 2"),
+            error.contains("the global batch of 15 (batch_size 5 times max_workers 3) does not divide among 2"),
             "{error}"
         );
     }

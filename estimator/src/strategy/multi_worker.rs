@@ -71,7 +71,10 @@ impl MultiWorkerStrategy {
         let workers = cluster.collective_group_size();
         let elastic = options
             .elastic
-            .map(|rules| elastic_bounds(RoundRules { timeout: options.connect_timeout, ..rules }, workers))
+            .map(|rules| {
+                let rules = RoundRules { timeout: options.connect_timeout, ..rules };
+                elastic_bounds(rules, workers, options.cluster_token.is_some())
+            })
             .transpose()?;
         Ok(MultiWorkerStrategy {
             device: options.open_device()?,
@@ -285,8 +288,13 @@ impl Strategy for MultiWorkerStrategy {
         Some(&self.cluster)
     }
     /// The same on every task (no rank), so that fingerprints agree across the cluster.
+    /// An elastic job's names its bounds, not the cluster: a task from outside the spec
+    /// (whose own spec adds it) runs the same job.
     fn describe(&self) -> String {
-        format!("multi_worker({}; {})", self.device, self.cluster.spec())
+        match self.elastic {
+            Some(_) => self.layout(),
+            None => format!("multi_worker({}; {})", self.device, self.cluster.spec()),
+        }
     }
     /// The replica count and device, not the addresses (for an elastic job, its bounds:
     /// the count changes as workers come and go, the model does not).
@@ -299,7 +307,9 @@ impl Strategy for MultiWorkerStrategy {
 }
 
 /// The rules with `max` resolved (0: the cluster's workers), checked against the cluster.
-fn elastic_bounds(rules: RoundRules, workers: usize) -> Result<RoundRules> {
+/// More than the cluster's chief and workers leaves room for tasks from outside its spec,
+/// which a job accepts only with a cluster token (`open`).
+fn elastic_bounds(rules: RoundRules, workers: usize, open: bool) -> Result<RoundRules> {
     let max = if rules.max == 0 { workers } else { rules.max };
     if rules.min == 0 || rules.min > max {
         return Err(EstimatorError::Config(format!(
@@ -307,15 +317,17 @@ fn elastic_bounds(rules: RoundRules, workers: usize) -> Result<RoundRules> {
             rules.min
         )));
     }
-    if max > workers {
+    if max > workers && !open {
         return Err(EstimatorError::Config(format!(
-            "max_workers is {max} but the cluster has {workers} chief and worker tasks: a worker cannot join a running \
-             job yet, so max_workers can be at most the cluster's size"
+            "max_workers is {max} but the cluster has {workers} chief and worker tasks, and only a job with a cluster \
+             token takes tasks from outside its cluster spec (so that not whoever reaches a port can join): set \
+             ENGINE_CLUSTER_TOKEN or --token-file on every task, or max_workers at most {workers}"
         )));
     }
     if rules.min > workers {
         return Err(EstimatorError::Config(format!(
-            "min_workers is {} but the cluster has only {workers} chief and worker tasks",
+            "min_workers is {} but the cluster has only {workers} chief and worker tasks: the job starts with the \
+             cluster's tasks",
             rules.min
         )));
     }
@@ -337,13 +349,17 @@ mod tests {
     }
 
     #[test]
-    fn elastic_bounds_default_to_the_cluster_and_stay_within_it() {
-        assert_eq!(elastic_bounds(rules(2, 0), 3).unwrap().max, 3);
-        assert_eq!(elastic_bounds(rules(1, 2), 3).unwrap(), rules(1, 2));
-        let error = elastic_bounds(rules(2, 4), 3).unwrap_err().to_string();
+    fn elastic_bounds_default_to_the_cluster_and_pass_it_only_with_a_token() {
+        assert_eq!(elastic_bounds(rules(2, 0), 3, false).unwrap().max, 3);
+        assert_eq!(elastic_bounds(rules(1, 2), 3, false).unwrap(), rules(1, 2));
+        let error = elastic_bounds(rules(2, 4), 3, false).unwrap_err().to_string();
         assert!(error.contains("max_workers is 4 but the cluster has 3"), "{error}");
-        let error = elastic_bounds(rules(4, 0), 3).unwrap_err().to_string();
+        assert!(error.contains("set ENGINE_CLUSTER_TOKEN"), "{error}");
+        assert_eq!(elastic_bounds(rules(2, 4), 3, true).unwrap(), rules(2, 4));
+        let error = elastic_bounds(rules(4, 0), 3, true).unwrap_err().to_string();
         assert!(error.contains("min_workers must be between 1 and max_workers (3), not 4"), "{error}");
-        assert!(elastic_bounds(rules(0, 0), 3).is_err());
+        let error = elastic_bounds(rules(4, 5), 3, true).unwrap_err().to_string();
+        assert!(error.contains("min_workers is 4 but the cluster has only 3"), "{error}");
+        assert!(elastic_bounds(rules(0, 0), 3, false).is_err());
     }
 }

@@ -132,7 +132,7 @@ pub(super) fn claimed(known: &[Member], request: &JoinRequest, open: bool) -> Re
     if !open {
         return Err(Status::failed_precondition(format!(
             "{} at {} is not a chief or worker of this job's cluster (a task from outside it may join an elastic \
-             job only when the job has a cluster token: set ENGINE_CLUSTER_TOKEN or --cluster-token on every task)",
+             job only when the job has a cluster token: set ENGINE_CLUSTER_TOKEN or --token-file on every task)",
             id.task, id.address
         )));
     }

@@ -62,6 +62,12 @@ impl CollectiveService for Service {
     async fn announce(&self, request: Request<JoinRequest>) -> Result<Response<AnnounceReply>, Status> {
         let caller = members::claimed(&self.members.cluster, request.get_ref(), self.open)?;
         let task = caller.task;
+        if request.get_ref().fingerprint != *self.fingerprint {
+            return Err(Status::failed_precondition(format!(
+                "{task} runs another job (its fingerprint differs: another spec, other --set overrides or \
+                 min_workers/max_workers, or another build)"
+            )));
+        }
         // Two processes cannot be one task: a task from outside the cluster spec that took
         // a member's name is told so, instead of waiting for that member to go.
         if let Some(member) = self.members.members.iter().find(|m| m.task == task && m.address != caller.address) {

@@ -241,6 +241,11 @@ fn a_task_from_outside_the_cluster_joins_with_the_token_and_is_refused_without_i
     twin_spec.worker.remove(1);
     let twin = find_running_job(&elastic(config(&twin_spec, 2), rules)).expect_err("a twin is refused").to_string();
     assert!(twin.contains(&format!("worker:1 is a member of the running group at 127.0.0.1:{}", ports[2])), "{twin}");
+    // Nor is a task of another job (a spec, an override, other bounds).
+    let other = NetworkConfig { fingerprint: "another-job".into(), ..config(&four, 3) };
+    let error = find_running_job(&elastic(other, rules)).expect_err("another job is refused").to_string();
+    assert!(error.contains("worker:2 runs another job"), "{error}");
+    assert!(groups[0].joiners().is_empty());
     let stranger = elastic(config(&four, 3), rules);
     let running = find_running_job(&stranger).expect("announced").expect("a running group without it");
     assert_eq!((running.epoch, running.tasks.clone()), (0, vec![task(0), task(1), task(2)]));
