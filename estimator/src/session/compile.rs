@@ -151,6 +151,18 @@ fn compile_with(
         (Mode::Train, None) => return Err(EstimatorError::Spec { mode, reason: "training needs a train_op".into() }),
         _ => None,
     };
+    // An elastic job's tasks compile for the membership they are in, and the strategy's
+    // passes bake its replica count in (the loss scale): the job's identity, which a task
+    // that joins later must match before it knows that count, is the graph through the same
+    // pipeline without them.
+    let identity = match strategy.elastic_rules() {
+        Some(_) => {
+            let mut bare = graph.clone();
+            run_passes_with(&mut bare, optimizer.clone(), &|_, _| Vec::new())?;
+            Some(bare.fingerprint()?)
+        }
+        None => None,
+    };
     let passes = run_passes(&mut graph, optimizer, strategy)?;
     let mut named: BTreeMap<String, Outlet> = graph.roles.fetches.clone();
     if let Ok(step) = graph.find("global_step") {
@@ -161,8 +173,11 @@ fn compile_with(
     }
     let graph_fingerprint = graph.fingerprint()?;
     let fingerprint = format!("{graph_fingerprint}-{}", engine_graph::derive_seed(0, &strategy.layout()) & 0xffff);
-    let handshake_fingerprint =
-        format!("{graph_fingerprint}-{}", engine_graph::derive_seed(0, &strategy.describe()) & 0xffff);
+    let handshake_fingerprint = format!(
+        "{}-{}",
+        identity.as_deref().unwrap_or(&graph_fingerprint),
+        engine_graph::derive_seed(0, &strategy.describe()) & 0xffff
+    );
     let loss_scaled = passes.iter().any(|(name, changed)| name == "scale-loss" && *changed);
     let replica_losses = ReplicaLosses::of(&graph, loss_scaled, strategy.num_replicas_in_sync())?;
     let plan = Arc::new(Plan::new(graph, passes)?);
@@ -245,6 +260,16 @@ pub(crate) fn run_passes(
     optimizer: Option<OptimizerConfig>,
     strategy: &dyn Strategy,
 ) -> Result<Vec<(String, bool)>> {
+    run_passes_with(graph, optimizer, &|stage, training| strategy.passes(stage, training))
+}
+
+/// The pipeline with `strategy_passes` at each stage a strategy takes part in.
+fn run_passes_with(
+    graph: &mut Graph,
+    optimizer: Option<OptimizerConfig>,
+    strategy_passes: &dyn Fn(Stage, bool) -> Vec<Box<dyn engine_graph::passes::Pass>>,
+) -> Result<Vec<(String, bool)>> {
+    let strategy = strategy_passes;
     let mut passes = PassManager::new();
     let training = optimizer.is_some();
     // Before autodiff, so that the fused normalization's and attention's gradients are
@@ -252,13 +277,13 @@ pub(crate) fn run_passes(
     passes.push(Box::new(FuseNormalization));
     passes.push(Box::new(FuseAttention));
     if let Some(config) = optimizer {
-        strategy.passes(Stage::BeforeGradients, true).into_iter().for_each(|p| passes.push(p));
+        strategy(Stage::BeforeGradients, true).into_iter().for_each(|p| passes.push(p));
         passes.push(Box::new(Autodiff));
-        strategy.passes(Stage::Gradients, true).into_iter().for_each(|p| passes.push(p));
+        strategy(Stage::Gradients, true).into_iter().for_each(|p| passes.push(p));
         passes.push(Box::new(ApplyOptimizer { config }));
         passes.push(Box::new(CheckNumericsPass));
     }
-    strategy.passes(Stage::AfterOptimizer, training).into_iter().for_each(|p| passes.push(p));
+    strategy(Stage::AfterOptimizer, training).into_iter().for_each(|p| passes.push(p));
     for p in optimization_passes() {
         passes.push(p);
     }

@@ -288,11 +288,15 @@ impl Strategy for MultiWorkerStrategy {
         Some(&self.cluster)
     }
     /// The same on every task (no rank), so that fingerprints agree across the cluster.
-    /// An elastic job's names its bounds, not the cluster: a task from outside the spec
-    /// (whose own spec adds it) runs the same job.
+    /// An elastic job's names its bounds and buckets, not the cluster: a task from outside
+    /// the spec (whose own spec adds it) runs the same job, and the job's identity leaves
+    /// the strategy's passes out (see `compile`), so the buckets they would show are here.
     fn describe(&self) -> String {
         match self.elastic {
-            Some(_) => self.layout(),
+            Some(r) => format!(
+                "multi_worker({}; elastic {}..={} replicas; all-reduce buckets of {} bytes)",
+                self.device, r.min, r.max, self.bucket_bytes
+            ),
             None => format!("multi_worker({}; {})", self.device, self.cluster.spec()),
         }
     }
