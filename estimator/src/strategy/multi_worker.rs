@@ -14,6 +14,9 @@
 //! graph connects the new epoch's group. Every task of an elastic job reads the whole
 //! training input (one pipeline, in the one-process order) and takes its share of each
 //! global batch, so the examples of a step do not depend on how many workers there are.
+//! A job with a cluster token may take tasks from outside its cluster spec (up to
+//! `max_workers`); the fingerprint they must match names the job, not the cluster or the
+//! replica count.
 
 use super::{Stage, Strategy, StrategyOptions, mirrored::all_reduce_passes};
 use crate::{EstimatorError, Result, input::InputContext};
