@@ -14,6 +14,11 @@ use tonic::{Request, Response, Status, Streaming};
 /// The metadata key carrying the sender's rank on an `Exchange` call.
 pub(super) const RANK_HEADER: &str = "x-engine-rank";
 
+/// The most tasks waiting to join at once: as many workers as a job may name. The round
+/// refuses those past `max_workers`; this bounds what a caller with the token can make a
+/// member remember before the round.
+const MAX_JOINERS: usize = 1024;
+
 /// Abort reasons from peers are shown in errors; a peer must not be able to flood them.
 const MAX_REASON_CHARS: usize = 2000;
 
@@ -83,6 +88,12 @@ impl CollectiveService for Service {
         let mut state = self.shared.lock();
         let formed = state.formed;
         if accepted && !state.joiners.contains(&task) {
+            if state.joiners.len() >= MAX_JOINERS {
+                return Err(Status::resource_exhausted(format!(
+                    "{task} cannot join: {MAX_JOINERS} tasks already wait to join membership epoch {}",
+                    self.members.epoch
+                )));
+            }
             log::info!(
                 "{task} asks to join membership epoch {}: the group re-forms at the next step",
                 self.members.epoch
