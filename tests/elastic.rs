@@ -5,9 +5,10 @@
 //! step by step. The lost worker may be the chief (the lowest-ranked survivor then takes
 //! over its checkpoints), or die inside an all-reduce (no step is half applied). Started
 //! again (by hand or by `engine launch --restart-on-failure`), the killed worker rejoins at
-//! the job's next step and the job is three again. A worker from outside the cluster spec
-//! joins a job with room for it (`max_workers` past the cluster, a cluster token). Too few
-//! survivors stop with a checkpoint and an error naming who is left.
+//! the job's next step and the job is three again, as it is when a new machine replaces it
+//! at another address. A worker from outside the cluster spec joins a job with room for it
+//! (`max_workers` past the cluster, a cluster token). Too few survivors stop with a
+//! checkpoint and an error naming who is left.
 //!
 //! An elastic job reads its input as one pipeline in the one-process order (every worker
 //! takes its share of each global batch), and keeps the global batch when workers come and
@@ -109,12 +110,17 @@ impl Job {
         self.task(Self::tf_config(&self.ports, index), env)
     }
 
-    /// Starts a worker from outside the job's cluster spec: its own spec is the job's with
-    /// itself added, as an operator writes a new machine's TF_CONFIG.
-    fn stranger(&self) -> Result<Child> {
+    /// Starts worker `index` on a new machine, outside the job's cluster spec: its own spec
+    /// is the job's with its new address (added, or in place of the one it replaces), as an
+    /// operator writes a new machine's TF_CONFIG.
+    fn elsewhere(&self, index: usize) -> Result<Child> {
         let mut ports = self.ports.clone();
-        ports.extend(free_ports(1)?);
-        self.task(Self::tf_config(&ports, WORKERS), &[])
+        let port = free_ports(1)?[0];
+        match ports.get_mut(index) {
+            Some(old) => *old = port,
+            None => ports.push(port),
+        }
+        self.task(Self::tf_config(&ports, index), &[])
     }
 
     fn task(&self, tf_config: String, env: &[(&str, &str)]) -> Result<Child> {
@@ -309,7 +315,7 @@ fn a_worker_from_outside_the_cluster_joins_and_the_job_is_four() -> Result<()> {
     // 6 per worker at full strength is one_device's global batch of 24.
     let job = Job { max_workers: Some(4), per_worker: 6, ..Job::new(tmp.path().join("elastic"), STEPS, 2)? };
     let (children, running_at) = job.start_and_wait()?;
-    let stranger = job.stranger()?;
+    let stranger = job.elsewhere(WORKERS)?;
     let reformed = all_finish(children)?;
     let (ok, log) = finish(stranger, Duration::from_secs(300))?;
     ensure!(ok, "the worker from outside the cluster failed:\n{log}");
@@ -318,6 +324,28 @@ fn a_worker_from_outside_the_cluster_joins_and_the_job_is_four() -> Result<()> {
     ensure!(reformations(&log)? == [(joined_at, 4)], "worker:3 logged {:?}; {}", reformations(&log)?, what());
     ensure!(joined_at < STEPS, "worker:3 joined only at the end; {}", what());
     job.assert_same_examples(&reference, |step, w| w < WORKERS || step >= joined_at).with_context(what)?;
+    assert_same_variables(&checkpoint_variables(&job.dir, STEPS)?, &want, "elastic vs one_device").with_context(what)
+}
+
+/// A killed worker replaced by a new machine: the same task name at a new address, which
+/// waits until the group has re-formed without the old process, then joins; the job is
+/// three again.
+#[test]
+fn a_killed_worker_replaced_at_a_new_address_brings_the_job_back_to_three() -> Result<()> {
+    const STEPS: u64 = 300;
+    let tmp = tempfile::tempdir()?;
+    let (want, reference) = one_device(tmp.path(), STEPS)?;
+    // max_workers as the job's cluster: the replacement's spec must name the same bounds.
+    let job = Job { max_workers: Some(WORKERS), ..Job::new(tmp.path().join("elastic"), STEPS, 2)? };
+    let (children, killed_after) = job.start_and_kill(2)?;
+    let replacement = job.elsewhere(2)?;
+    let reformed = all_finish(children)?;
+    let (ok, log) = finish(replacement, Duration::from_secs(300))?;
+    ensure!(ok, "the replacement failed:\n{log}");
+    let what = || format!("worker:2 killed after step {killed_after}; re-formed {reformed:?}");
+    let [(lost_at, 2), (joined_at, 3)] = reformed[..] else { anyhow::bail!("{}", what()) };
+    ensure!(reformations(&log)? == [(joined_at, 3)], "the replacement logged {:?}; {}", reformations(&log)?, what());
+    job.assert_same_examples(&reference, |step, w| step < lost_at || step >= joined_at || w != 2).with_context(what)?;
     assert_same_variables(&checkpoint_variables(&job.dir, STEPS)?, &want, "elastic vs one_device").with_context(what)
 }
 

@@ -73,11 +73,13 @@ impl CollectiveService for Service {
                  min_workers/max_workers, or another build)"
             )));
         }
-        // Two processes cannot be one task: a task from outside the cluster spec that took
-        // a member's name is told so, instead of waiting for that member to go.
+        // Two processes cannot be one task. A task at a new address under a member's name
+        // is a replacement whose old process the group has not seen go yet (it asks again
+        // until the group re-forms without it), or a twin (its wait times out naming this).
         if let Some(member) = self.members.members.iter().find(|m| m.task == task && m.address != caller.address) {
             return Err(Status::already_exists(format!(
-                "{task} is a member of the running group at {}, not at {}: start the new task with another index",
+                "{task} is a member of the running group at {}, not at {}: if that process is gone, the group \
+                 re-forms without it once it sees it go; if not, start the new task with another index",
                 member.address, caller.address
             )));
         }

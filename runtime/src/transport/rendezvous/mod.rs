@@ -152,15 +152,12 @@ pub fn find_running_job(config: &ElasticConfig) -> Result<Option<Membership>, Co
                 };
                 let running = running_membership(name, &reply)?;
                 if let Some(rank) = running.rank_of(&me) {
-                    if running.address(rank) != Some(caller.address.as_str()) {
-                        return Err(ConnectError::Refused {
-                            task: name.to_string(),
-                            peer: seat.address.clone(),
-                            reason: format!(
-                                "{me} is a member of the running job at {}: start this task with another index",
-                                running.address(rank).unwrap_or_default()
-                            ),
-                        });
+                    let at = running.address(rank).unwrap_or_default();
+                    if at != caller.address {
+                        // A replacement at a new address, before the group saw the old
+                        // process go; or a twin, which the timeout names.
+                        unsettled = Some(format!("{} counts {me} in {running}, at {at}", seat.task));
+                        continue;
                     }
                     if !reply.formed {
                         // The job is starting: connect as usual.
@@ -234,15 +231,16 @@ async fn announce(
     let mut client = CollectiveServiceClient::with_interceptor(channel, AttachToken::new(token));
     match tokio::time::timeout(Duration::from_secs(5), client.announce(request.clone())).await {
         Ok(Ok(reply)) => Ok(Announced::Reply(reply.into_inner())),
-        Ok(Err(status))
-            if matches!(status.code(), Code::FailedPrecondition | Code::Unauthenticated | Code::AlreadyExists) =>
-        {
+        Ok(Err(status)) if matches!(status.code(), Code::FailedPrecondition | Code::Unauthenticated) => {
             Err(ConnectError::Refused {
                 task: request.sender.as_ref().map(|s| s.task.clone()).unwrap_or_default(),
                 peer: address.to_string(),
                 reason: status.message().to_string(),
             })
         }
+        // A member of that name at another address: the old process of a replacement (the
+        // group re-forms without it once it sees it go), or a live twin.
+        Ok(Err(status)) if status.code() == Code::AlreadyExists => Ok(Announced::Busy(status.message().to_string())),
         Ok(Err(status)) => Ok(Announced::Busy(format!("answers {:?}: {}", status.code(), status.message()))),
         Err(_) => Ok(Announced::Busy("does not answer".into())),
     }

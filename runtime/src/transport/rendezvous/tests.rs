@@ -236,11 +236,14 @@ fn a_task_from_outside_the_cluster_joins_with_the_token_and_is_refused_without_i
     let configs: Vec<NetworkConfig> = (0..3).map(|r| config(&three, r)).collect();
     let groups: Vec<Arc<NetworkGroup>> =
         connect_all(configs.clone()).into_iter().map(|g| g.expect("connects")).collect();
-    // A task naming itself worker:1 at another address is not a second worker:1.
+    // A task naming itself worker:1 at another address is not a second worker:1: it waits
+    // for the group to lose the one it has (a replacement would), and is told why.
     let mut twin_spec = four.clone();
     twin_spec.worker.remove(1);
-    let twin = find_running_job(&elastic(config(&twin_spec, 2), rules)).expect_err("a twin is refused").to_string();
+    let short = RoundRules { timeout: Duration::from_secs(1), ..rules };
+    let twin = find_running_job(&elastic(config(&twin_spec, 2), short)).expect_err("a twin times out").to_string();
     assert!(twin.contains(&format!("worker:1 is a member of the running group at 127.0.0.1:{}", ports[2])), "{twin}");
+    assert!(groups[0].joiners().is_empty());
     // Nor is a task of another job (a spec, an override, other bounds).
     let other = NetworkConfig { fingerprint: "another-job".into(), ..config(&four, 3) };
     let error = find_running_job(&elastic(other, rules)).expect_err("another job is refused").to_string();
