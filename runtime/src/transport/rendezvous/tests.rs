@@ -82,21 +82,26 @@ fn survivors_of_a_lost_worker_re_form_and_continue_from_the_most_advanced_state(
         assert_eq!(result.as_ref().unwrap_or_else(|e| panic!("{e}: {formed:?}")), &want);
     }
     let groups = connect_epoch_all(&configs, &want);
-    let sums: Vec<Vec<f32>> = thread::scope(|s| {
+    assert!(groups.iter().all(|g| (g.size(), g.epoch()) == (2, 1)));
+    assert_eq!(summed(&groups, |g| vec![g.rank() as f32 + 1.0; 3]), vec![vec![3.0; 3]; 2]);
+}
+
+/// What each member of `groups` holds after all-reducing (a sum) what `data` gives it.
+fn summed(groups: &[Arc<NetworkGroup>], data: impl Fn(&NetworkGroup) -> Vec<f32> + Sync) -> Vec<Vec<f32>> {
+    thread::scope(|s| {
         let joins: Vec<_> = groups
             .iter()
             .map(|g| {
-                s.spawn(|| {
-                    assert_eq!((g.size(), g.epoch()), (2, 1));
-                    let mut data = vec![g.rank() as f32 + 1.0; 3];
-                    g.all_reduce(&mut data, ReduceOp::Sum).expect("the new group all-reduces");
+                let data = &data;
+                s.spawn(move || {
+                    let mut data = data(g);
+                    g.all_reduce(&mut data, ReduceOp::Sum).expect("the group all-reduces");
                     data
                 })
             })
             .collect();
         joins.into_iter().map(|j| j.join().expect("no panic")).collect()
-    });
-    assert_eq!(sums, vec![vec![3.0; 3]; 2]);
+    })
 }
 
 #[test]
@@ -275,18 +280,5 @@ fn a_task_from_outside_the_cluster_joins_with_the_token_and_is_refused_without_i
     let mut all = configs.clone();
     all.push(stranger.network.clone());
     let groups = connect_epoch_all(&all, &membership);
-    let sums: Vec<Vec<f32>> = thread::scope(|s| {
-        let joins: Vec<_> = groups
-            .iter()
-            .map(|g| {
-                s.spawn(|| {
-                    let mut data = vec![1.0f32; 2];
-                    g.all_reduce(&mut data, ReduceOp::Sum).expect("the four all-reduce");
-                    data
-                })
-            })
-            .collect();
-        joins.into_iter().map(|j| j.join().expect("no panic")).collect()
-    });
-    assert_eq!(sums, vec![vec![4.0; 2]; 4]);
+    assert_eq!(summed(&groups, |_| vec![1.0; 2]), vec![vec![4.0; 2]; 4]);
 }
