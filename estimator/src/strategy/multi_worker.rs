@@ -338,6 +338,12 @@ fn elastic_bounds(rules: RoundRules, workers: usize, open: bool) -> Result<Round
             rules.min
         )));
     }
+    if max < workers {
+        return Err(EstimatorError::Config(format!(
+            "max_workers is {max} but the job starts with the cluster's {workers} chief and worker tasks: set it to \
+             at least {workers}, or list fewer tasks"
+        )));
+    }
     Ok(RoundRules { max, ..rules })
 }
 
@@ -358,7 +364,9 @@ mod tests {
     #[test]
     fn elastic_bounds_default_to_the_cluster_and_pass_it_only_with_a_token() {
         assert_eq!(elastic_bounds(rules(2, 0), 3, false).unwrap().max, 3);
-        assert_eq!(elastic_bounds(rules(1, 2), 3, false).unwrap(), rules(1, 2));
+        assert_eq!(elastic_bounds(rules(1, 3), 3, false).unwrap(), rules(1, 3));
+        let error = elastic_bounds(rules(1, 2), 3, false).unwrap_err().to_string();
+        assert!(error.contains("max_workers is 2 but the job starts with the cluster's 3"), "{error}");
         let error = elastic_bounds(rules(2, 4), 3, false).unwrap_err().to_string();
         assert!(error.contains("max_workers is 4 but the cluster has 3"), "{error}");
         assert!(error.contains("set ENGINE_CLUSTER_TOKEN"), "{error}");

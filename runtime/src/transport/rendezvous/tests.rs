@@ -223,10 +223,11 @@ fn a_worker_that_comes_back_is_taken_in_at_the_next_re_formation() {
 /// running group at its next re-formation and trains in the new epoch at its own address.
 #[test]
 fn a_task_from_outside_the_cluster_joins_with_the_token_and_is_refused_without_it() {
-    let ports = free_ports(4);
-    let (three, four) = (spec(&ports[..3]), spec(&ports));
     let rules = RoundRules { max: 4, ..RULES };
     // Without a cluster token the running group takes no stranger, and says how to allow it.
+    // (Its own ports: a dropped group's server may hold them a moment longer.)
+    let ports = free_ports(4);
+    let (three, four) = (spec(&ports[..3]), spec(&ports));
     let open = |c: NetworkConfig| NetworkConfig { token: None, ..c };
     let groups: Vec<Arc<NetworkGroup>> = connect_all((0..3).map(|r| open(config(&three, r))).collect())
         .into_iter()
@@ -238,6 +239,8 @@ fn a_task_from_outside_the_cluster_joins_with_the_token_and_is_refused_without_i
     assert!(groups[0].joiners().is_empty());
     drop(groups);
 
+    let ports = free_ports(4);
+    let (three, four) = (spec(&ports[..3]), spec(&ports));
     let configs: Vec<NetworkConfig> = (0..3).map(|r| config(&three, r)).collect();
     let groups: Vec<Arc<NetworkGroup>> =
         connect_all(configs.clone()).into_iter().map(|g| g.expect("connects")).collect();
