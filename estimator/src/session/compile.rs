@@ -263,13 +263,12 @@ pub(crate) fn run_passes(
     run_passes_with(graph, optimizer, &|stage, training| strategy.passes(stage, training))
 }
 
-/// The pipeline with `strategy_passes` at each stage a strategy takes part in.
+/// The pipeline, with what `strategy` gives at each stage a strategy takes part in.
 fn run_passes_with(
     graph: &mut Graph,
     optimizer: Option<OptimizerConfig>,
-    strategy_passes: &dyn Fn(Stage, bool) -> Vec<Box<dyn engine_graph::passes::Pass>>,
+    strategy: &dyn Fn(Stage, bool) -> Vec<Box<dyn engine_graph::passes::Pass>>,
 ) -> Result<Vec<(String, bool)>> {
-    let strategy = strategy_passes;
     let mut passes = PassManager::new();
     let training = optimizer.is_some();
     // Before autodiff, so that the fused normalization's and attention's gradients are
