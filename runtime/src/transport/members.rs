@@ -63,9 +63,7 @@ impl Members {
         let me = membership.rank_of(&cluster.task()).ok_or_else(|| ConnectError::NotAMember {
             task: format!("{cluster} (in membership epoch {})", membership.epoch),
         })?;
-        let mut known = cluster_members(cluster.spec());
-        let strangers: Vec<Member> = members.iter().filter(|m| !known.contains(m)).cloned().collect();
-        known.extend(strangers);
+        let known = known(cluster_members(cluster.spec()), membership);
         Ok(Members { members, me, epoch: membership.epoch, cluster: known })
     }
 
@@ -102,6 +100,26 @@ pub(super) fn cluster_members(spec: &ClusterSpec) -> Vec<Member> {
     spec.collective_tasks()
         .filter_map(|task| spec.address(&task).map(|address| Member { task, address: address.to_string() }))
         .collect()
+}
+
+/// Who may join without a token: the cluster's chief and workers (`seats`), then
+/// `membership`'s members from outside them.
+pub(super) fn known(mut seats: Vec<Member>, membership: &Membership) -> Vec<Member> {
+    for (task, address) in membership.tasks.iter().zip(&membership.addresses) {
+        let member = Member { task: *task, address: address.clone() };
+        if !seats.contains(&member) {
+            seats.push(member);
+        }
+    }
+    seats
+}
+
+/// Why a join or an announcement from `task` is refused when its fingerprint differs.
+pub(super) fn another_job(task: TaskId) -> String {
+    format!(
+        "{task} runs another job (its fingerprint differs: another spec, other --set overrides or \
+         min_workers/max_workers, or another build)"
+    )
 }
 
 /// A host name is at most 253 characters, a port 5 and the colon 1 (IPv6 brackets fit).

@@ -68,10 +68,7 @@ impl CollectiveService for Service {
         let caller = members::claimed(&self.members.cluster, request.get_ref(), self.open)?;
         let task = caller.task;
         if request.get_ref().fingerprint != *self.fingerprint {
-            return Err(Status::failed_precondition(format!(
-                "{task} runs another job (its fingerprint differs: another spec, other --set overrides or \
-                 min_workers/max_workers, or another build)"
-            )));
+            return Err(Status::failed_precondition(members::another_job(task)));
         }
         // Two processes cannot be one task. A task at a new address under a member's name
         // is a replacement whose old process the group has not seen go yet (it asks again

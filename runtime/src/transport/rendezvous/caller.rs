@@ -5,7 +5,6 @@ use super::super::ConnectError;
 use super::super::auth::token_value;
 use super::super::handshake::PROTOCOL_VERSION;
 use super::super::members::{Member, cluster_members};
-use super::super::membership::Membership;
 use super::super::proto::{JoinRequest, TaskIdentity};
 use super::ElasticConfig;
 use crate::cluster::TaskId;
@@ -42,19 +41,6 @@ impl Caller {
             .build()
             .map_err(|e| ConnectError::Runtime { task: name.clone(), reason: e.to_string() })?;
         Ok(Caller { me, name, seats, address, token, runtime })
-    }
-
-    /// Who may join a round this task holds after `previous` without a token: the
-    /// cluster's chief and workers, and `previous`'s members from outside the cluster.
-    pub fn known(&self, previous: &Membership) -> Vec<Member> {
-        let mut known = self.seats.clone();
-        for (task, address) in previous.tasks.iter().zip(&previous.addresses) {
-            let member = Member { task: *task, address: address.clone() };
-            if !known.contains(&member) {
-                known.push(member);
-            }
-        }
-        known
     }
 
     /// A join (or announcement) from this task, last in `epoch` (at `rank`), at `step`.

@@ -39,6 +39,7 @@ use super::ConnectError;
 use super::auth::AttachToken;
 use super::config::NetworkConfig;
 use super::link::error_chain;
+use super::members::known;
 use super::membership::Membership;
 use super::proto::collective_service_client::CollectiveServiceClient;
 use super::proto::rendezvous_service_client::RendezvousServiceClient;
@@ -117,7 +118,7 @@ pub fn rendezvous(
             joining: false,
         },
         my_address: &caller.address,
-        known: caller.known(previous),
+        known: known(caller.seats.clone(), previous),
         fingerprint: &config.network.fingerprint,
         token: caller.token.clone(),
         rules: config.rules,

@@ -1,7 +1,7 @@
 //! The coordinator's side of a rendezvous: admits members of this job and cluster into the
 //! round, and answers each when the round closes.
 
-use super::super::members::{Member, claimed};
+use super::super::members::{Member, another_job, claimed};
 use super::super::proto::rendezvous_service_server::RendezvousService;
 use super::super::proto::{JoinReply, JoinRequest, TaskIdentity};
 use super::round::{Candidate, Outcome, Round};
@@ -37,10 +37,7 @@ impl Service {
         let Member { task, address } =
             claimed(&self.known, request, self.open).map_err(|status| status.message().to_string())?;
         if request.fingerprint != *self.fingerprint {
-            return Err(format!(
-                "{task} runs another job (its fingerprint differs: another spec, other --set overrides or \
-                 min_workers/max_workers, or another build)"
-            ));
+            return Err(another_job(task));
         }
         let order = match (request.joining, request.sender.as_ref()) {
             (false, Some(id)) => id.rank as usize,
