@@ -37,12 +37,27 @@ pub(crate) struct StepEnd {
 
 /// Reads the numerics flag of `probes` and the small values of `fetched` in one transfer.
 /// `queued` says whether `fetched` lives on a device worth reading in bulk (not the CPU).
-pub(crate) fn read_back(
-    probes: Vec<T>,
-    mut fetched: Vec<Value>,
-    queued: bool,
+pub(crate) fn read_back(probes: Vec<T>, fetched: Vec<Value>, queued: bool, precision: Precision) -> Result<StepEnd> {
+    prepare(probes, fetched, queued, precision).read()
+}
+
+/// A step's end gathered on the device, not yet read: the flag and the small fetches in
+/// one tensor. A replayed step gathers it once, inside the captured graph, and reads the
+/// same buffers after every replay.
+pub(crate) struct Prepared {
+    /// The probes side by side, kept to name the culprits when the flag is not finite.
+    stacked: Option<T>,
+    /// The flag (when there are probes), then each small fetch flattened.
+    all: Option<T>,
+    /// Which fetches travel in `all`.
+    small: Vec<usize>,
+    fetched: Vec<Value>,
     precision: Precision,
-) -> Result<StepEnd> {
+}
+
+/// Gathers the flag of `probes` and the small values of `fetched` into one device tensor
+/// (device ops only; nothing is read).
+pub(crate) fn prepare(probes: Vec<T>, fetched: Vec<Value>, queued: bool, precision: Precision) -> Prepared {
     let small: Vec<usize> = if queued {
         fetched
             .iter()
@@ -54,7 +69,7 @@ pub(crate) fn read_back(
         Vec::new()
     };
     if probes.is_empty() && small.is_empty() {
-        return Ok(StepEnd { probes: None, fetched });
+        return Prepared { stacked: None, all: None, small, fetched, precision };
     }
     let stacked = (!probes.is_empty()).then(|| B::float_cat(probes, 0));
     let mut parts: Vec<T> = Vec::with_capacity(1 + small.len());
@@ -76,42 +91,57 @@ pub(crate) fn read_back(
         }
     }
     let all = if parts.len() == 1 { parts.pop() } else { Some(B::float_cat(parts, 0)) };
-    let host = match all {
-        Some(t) => Value::Float(t).to_f64_vec()?,
-        None => Vec::new(),
-    };
-    let mut at = 0;
-    let flagged = match &stacked {
-        Some(_) => {
-            at = 1;
-            host.first().is_some_and(|f| !f.is_finite())
-        }
-        None => false,
-    };
-    let cpu = DispatchDevice::Flex(FlexDevice);
-    for &i in &small {
-        let shape = fetched[i].shape();
-        let n = elements(&fetched[i]);
-        let part = |at: usize| host.get(at..at + n).map(<[f64]>::to_vec).unwrap_or_default();
-        fetched[i] = match &fetched[i] {
-            Value::Int(_) => {
-                let (high, low) = (part(at), part(at + n));
-                at += 2 * n;
-                let ints: Vec<i64> = high.iter().zip(&low).map(|(h, l)| *h as i64 * SPLIT + *l as i64).collect();
-                Value::from_host(&HostTensor::new(shape, HostData::I64(ints))?, &cpu, precision)
-            }
-            _ => {
-                let values = part(at);
-                at += n;
-                Value::from_f64(&shape, values, &cpu, precision)
-            }
-        };
+    Prepared { stacked, all, small, fetched, precision }
+}
+
+impl Prepared {
+    /// Whether every fetched value comes back to the host: a replayed step's large fetch
+    /// would stay in a buffer the next replay overwrites.
+    pub(crate) fn reads_every_fetch(&self) -> bool {
+        self.fetched.iter().enumerate().all(|(i, v)| matches!(v, Value::Unit) || self.small.contains(&i))
     }
-    let probes = match (flagged, stacked) {
-        (true, Some(s)) => Some(Value::Float(s).to_f64_vec()?),
-        _ => None,
-    };
-    Ok(StepEnd { probes, fetched })
+
+    /// Reads the gathered tensor back in one transfer (the probes again only when the
+    /// flag is not finite).
+    pub(crate) fn read(&self) -> Result<StepEnd> {
+        let mut fetched = self.fetched.clone();
+        let host = match &self.all {
+            Some(t) => Value::Float(t.clone()).to_f64_vec()?,
+            None => return Ok(StepEnd { probes: None, fetched }),
+        };
+        let mut at = 0;
+        let flagged = match &self.stacked {
+            Some(_) => {
+                at = 1;
+                host.first().is_some_and(|f| !f.is_finite())
+            }
+            None => false,
+        };
+        let cpu = DispatchDevice::Flex(FlexDevice);
+        for &i in &self.small {
+            let shape = fetched[i].shape();
+            let n = elements(&fetched[i]);
+            let part = |at: usize| host.get(at..at + n).map(<[f64]>::to_vec).unwrap_or_default();
+            fetched[i] = match &fetched[i] {
+                Value::Int(_) => {
+                    let (high, low) = (part(at), part(at + n));
+                    at += 2 * n;
+                    let ints: Vec<i64> = high.iter().zip(&low).map(|(h, l)| *h as i64 * SPLIT + *l as i64).collect();
+                    Value::from_host(&HostTensor::new(shape, HostData::I64(ints))?, &cpu, self.precision)
+                }
+                _ => {
+                    let values = part(at);
+                    at += n;
+                    Value::from_f64(&shape, values, &cpu, self.precision)
+                }
+            };
+        }
+        let probes = match (flagged, &self.stacked) {
+            (true, Some(s)) => Some(Value::Float(s.clone()).to_f64_vec()?),
+            _ => None,
+        };
+        Ok(StepEnd { probes, fetched })
+    }
 }
 
 fn elements(v: &Value) -> usize {

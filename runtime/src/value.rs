@@ -64,19 +64,21 @@ impl Value {
 
     /// Uploads a host tensor, computing floats in `precision`.
     pub fn from_host(t: &HostTensor, device: &DispatchDevice, precision: Precision) -> Value {
-        let (shape, scalar) = upload_shape(&t.shape, device);
+        let (data, scalar) = host_data(t, device, precision);
         let value = match &t.data {
-            HostData::F32(v) => {
-                let data = match precision {
-                    Precision::F32 => TensorData::new(v.clone(), shape),
-                    Precision::F64 => TensorData::new(v.iter().map(|&x| x as f64).collect::<Vec<f64>>(), shape),
-                };
-                Value::Float(B::float_from_data(data, device))
-            }
-            HostData::I64(v) => Value::Int(B::int_from_data(TensorData::new(v.clone(), shape), device)),
-            HostData::Bool(v) => Value::Bool(B::bool_from_data(bool_data(v, shape, device), device)),
+            HostData::F32(_) => Value::Float(B::float_from_data(data, device)),
+            HostData::I64(_) => Value::Int(B::int_from_data(data, device)),
+            HostData::Bool(_) => Value::Bool(B::bool_from_data(data, device)),
         };
         if scalar { value.reshaped(&[]) } else { value }
+    }
+
+    /// The device tensor, for every value but `Unit`.
+    pub(crate) fn tensor(&self) -> Option<&T> {
+        match self {
+            Value::Float(t) | Value::Int(t) | Value::Bool(t) => Some(t),
+            Value::Unit => None,
+        }
     }
 
     /// The same elements under another shape (a view where the backend allows).
@@ -146,6 +148,21 @@ impl Value {
             other => Ok(other.to_host()?.to_f64_vec()),
         }
     }
+}
+
+/// A host tensor as `from_host` uploads it to `device`, and whether it is a scalar sent
+/// as one element.
+pub(crate) fn host_data(t: &HostTensor, device: &DispatchDevice, precision: Precision) -> (TensorData, bool) {
+    let (shape, scalar) = upload_shape(&t.shape, device);
+    let data = match &t.data {
+        HostData::F32(v) => match precision {
+            Precision::F32 => TensorData::new(v.clone(), shape),
+            Precision::F64 => TensorData::new(v.iter().map(|&x| x as f64).collect::<Vec<f64>>(), shape),
+        },
+        HostData::I64(v) => TensorData::new(v.clone(), shape),
+        HostData::Bool(v) => bool_data(v, shape, device),
+    };
+    (data, scalar)
 }
 
 /// A clone of `t` that the backend can read back: cubecl 0.11 cannot read a rank-0 buffer

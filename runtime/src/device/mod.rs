@@ -8,6 +8,25 @@ use crate::{Result, RuntimeError};
 use burn::backend::{DispatchDevice, FlexDevice};
 use std::fmt;
 
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+pub(crate) mod cube;
+/// Without a GPU backend no value lives in a cubecl buffer (and no step is replayed).
+#[cfg(not(any(feature = "wgpu", feature = "cuda")))]
+pub(crate) mod cube {
+    use crate::value::T;
+
+    pub(crate) fn same_buffer(_: &T, _: &T) -> bool {
+        false
+    }
+
+    pub(crate) fn write(_: &T, _: burn::tensor::TensorData) -> bool {
+        false
+    }
+
+    pub(crate) fn copy(_: &crate::Value, _: &crate::Value) -> bool {
+        false
+    }
+}
 mod reads;
 pub use engine_graph::{BadDeviceName, DeviceKind, DeviceName, MAX_DEVICE_INDEX};
 pub(crate) use reads::count_read;

@@ -11,7 +11,7 @@ use super::{KernelCtx, dims};
 use crate::{Precision, Result, Value, value::B};
 use burn::backend::DispatchDevice;
 use burn::backend::ops::{BoolTensorOps, FloatTensorOps, IntTensorOps};
-use burn::tensor::{IntDType, Shape as BurnShape, TensorData};
+use burn::tensor::{Shape as BurnShape, TensorData};
 use engine_graph::{derive_seed, ops::Dropout};
 
 const LOW32: u64 = 0xFFFF_FFFF;
@@ -111,7 +111,7 @@ fn device_mask(d: &Dropout, shape: &[usize], ctx: &KernelCtx<'_>) -> Result<crat
 fn keys(n: usize, ctx: &KernelCtx<'_>) -> crate::value::T {
     const ROW: usize = 1 << 12;
     if n <= ROW {
-        return B::int_arange(0..n as i64, ctx.device, IntDType::I64);
+        return ctx.range(n);
     }
     let rows = n.div_ceil(ROW);
     let starts = B::int_mul_scalar(keys(rows, ctx), (ROW as i64).into());

@@ -70,7 +70,7 @@ pub(crate) fn one_hot_of(indices: T, depth: usize, ctx: &KernelCtx<'_>) -> T {
     let idx = B::int_reshape(indices, BurnShape::from(col));
     let mut range_dims = vec![1; dims.len()];
     range_dims.push(depth);
-    let range = B::int_reshape(B::int_arange(0..depth as i64, ctx.device, IntDType::I64), BurnShape::from(range_dims));
+    let range = B::int_reshape(ctx.range(depth), BurnShape::from(range_dims));
     dims.push(depth);
     let shape = BurnShape::from(dims);
     let hit = B::int_equal(B::int_expand(idx, shape.clone()), B::int_expand(range, shape), ctx.bool_dtype());

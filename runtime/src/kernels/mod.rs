@@ -55,6 +55,31 @@ pub(crate) struct KernelCtx<'a> {
     /// The device's largest buffer in bytes (`None`: no limit), which a kernel's own
     /// temporaries must fit as well as the graph's tensors.
     pub max_buffer: Option<u64>,
+    /// The constants kernels make from host values, made once per executor.
+    pub memo: &'a Memo,
+}
+
+/// Device constants that kernels make from host values (an index range, an element
+/// count), uploaded once per executor and reused: a step then uploads only its feeds, and
+/// a recorded step (`executor/replay.rs`), inside whose window nothing may be written,
+/// none at all. Kernels never compute in place on them: the memo holds a reference, so
+/// the backend sees them shared.
+#[derive(Default)]
+pub(crate) struct Memo(std::sync::Mutex<std::collections::HashMap<MemoKey, T>>);
+
+#[derive(PartialEq, Eq, Hash)]
+enum MemoKey {
+    /// `0..n` in 64-bit integers.
+    Range(usize),
+    /// A float scalar, by its bits.
+    Scalar(u64),
+}
+
+impl Memo {
+    fn get(&self, key: MemoKey, make: impl FnOnce() -> T) -> T {
+        let mut memo = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        memo.entry(key).or_insert_with(make).clone()
+    }
 }
 
 impl KernelCtx<'_> {
@@ -103,7 +128,20 @@ impl KernelCtx<'_> {
 
     /// A float scalar in the working precision.
     pub fn scalar(&self, v: f64) -> T {
-        crate::value::float_from_f64(&[], vec![v], self.device, self.precision)
+        self.memo.get(MemoKey::Scalar(v.to_bits()), || {
+            crate::value::float_from_f64(&[], vec![v], self.device, self.precision)
+        })
+    }
+
+    /// `0..n` as 64-bit integers on the device.
+    pub fn range(&self, n: usize) -> T {
+        self.memo.get(MemoKey::Range(n), || {
+            <B as burn::backend::ops::IntTensorOps<B>>::int_arange(
+                0..n as i64,
+                self.device,
+                burn::tensor::IntDType::I64,
+            )
+        })
     }
 }
 

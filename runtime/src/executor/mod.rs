@@ -8,6 +8,8 @@
 //! makes the order of updates irrelevant to the result, and lets a step that produced a
 //! NaN or an infinity (seen by a `CheckNumerics` node) commit nothing at all.
 
+mod replay;
+
 use crate::shapes::{batch_of, resolve};
 use crate::{
     Collective, Device, Exchange, Precision, Result, RuntimeError, Value, VariableStore,
@@ -150,11 +152,14 @@ struct Flight {
     waiting: HashMap<usize, usize>,
     /// Device profiling windows by timing index.
     pending: Vec<(usize, ProfileDuration)>,
+    /// When the step started; the timings count from it.
+    t0: Instant,
 }
 
 impl Flight {
-    fn new(slots: usize) -> Self {
+    fn new(slots: usize, t0: Instant) -> Self {
         Flight {
+            t0,
             slots: vec![None; slots],
             assignments: Vec::new(),
             non_finite: Vec::new(),
@@ -200,6 +205,8 @@ pub struct Executor {
     native_kernels: bool,
     collective: Option<Arc<dyn Collective>>,
     exchange: Option<Arc<Exchange>>,
+    replay: replay::Replay,
+    memo: kernels::Memo,
 }
 
 impl Executor {
@@ -303,6 +310,7 @@ impl Executor {
             steps.push(Step { node: id, inputs, outputs, free, exports });
         }
         let slots = slot_of.len();
+        let replay = replay::Replay::new(&plan, &order, &device, partition.is_some());
         Ok(Executor {
             plan,
             device,
@@ -315,6 +323,8 @@ impl Executor {
             native_kernels: true,
             collective: None,
             exchange: partition.map(|p| p.1),
+            replay,
+            memo: kernels::Memo::default(),
         })
     }
 
@@ -332,6 +342,26 @@ impl Executor {
     /// Whether this executor runs any variable (and so needs a variable store).
     pub fn has_variables(&self) -> bool {
         self.steps.iter().any(|s| matches!(self.plan.graph.node(s.node).op, Op::Variable(_)))
+    }
+
+    /// Whether steps on a device may be replayed as one captured graph (the default; see
+    /// `replay.rs`): tests compare a replayed run with an eager one.
+    pub fn with_step_graph(mut self, on: bool) -> Self {
+        if !on {
+            self.replay = replay::Replay::off();
+        }
+        self
+    }
+
+    /// Why this executor's steps run op by op rather than as a replayed graph, once that
+    /// is settled (`None` while it may still replay them).
+    pub fn step_graph_refused(&self) -> Option<String> {
+        self.replay.refused()
+    }
+
+    /// How many steps this executor has run as a replay of its captured graph.
+    pub fn replayed_steps(&self) -> u64 {
+        self.replay.replayed()
     }
 
     /// Whether the CPU runs the engine's native NHWC kernels (the default) or burn's
@@ -366,6 +396,9 @@ impl Executor {
         fetches: &[Outlet],
         options: RunOptions,
     ) -> Result<StepOutput> {
+        if let Some(out) = self.replay.step(self, vars, feeds, fetches, options)? {
+            return Ok(out);
+        }
         let Some(group) = self.collective.clone().filter(|_| self.has_collective_ops()) else {
             return self.run_steps(vars, feeds, fetches, options, None);
         };
@@ -377,6 +410,7 @@ impl Executor {
             let device = self.device.dispatch().clone();
             let (precision, plan, t0) = (self.precision, self.plan.clone(), Instant::now());
             let max_buffer = self.device.max_buffer_bytes();
+            let memo = &self.memo;
             scope.spawn(move || {
                 for job in rx {
                     let start = t0.elapsed();
@@ -391,6 +425,7 @@ impl Executor {
                         native: true,
                         collective: Some(group.as_ref()),
                         max_buffer,
+                        memo,
                     };
                     let result = match &node.op {
                         Op::AllReduce(a) => kernels::all_reduce(a, job.inputs, &ctx),
@@ -421,15 +456,45 @@ impl Executor {
         options: RunOptions,
         comm: Option<(&mpsc::Sender<CommJob>, Instant)>,
     ) -> Result<StepOutput> {
+        let batch = self.admit(feeds, fetches, options)?;
+        let t0 = comm.map(|c| c.1).unwrap_or_else(Instant::now);
+        let flight = self.walk(vars, feeds, fetches, options, comm, batch, None, t0)?;
+        self.finish(flight, vars, fetches, batch)
+    }
+
+    /// Checks a step's feeds and fetches before anything runs, and returns the batch size
+    /// the feeds imply.
+    fn admit(
+        &self,
+        feeds: &BTreeMap<String, HostTensor>,
+        fetches: &[Outlet],
+        options: RunOptions,
+    ) -> Result<Option<usize>> {
         let batch = self.bind_batch(feeds)?;
         self.check_labels(feeds, options.replica)?;
         self.check_buffer_sizes(batch)?;
         if let Some(missing) = fetches.iter().find(|o| !self.slot_of.contains_key(o)) {
             return Err(RuntimeError::Graph(engine_graph::GraphError::UnknownNode(format!("fetch {missing}"))));
         }
+        Ok(batch)
+    }
+
+    /// One walk of the schedule, up to the step's end. `uploaded` holds the feeds already
+    /// on the device (a recorded step reads them from buffers written before the capture).
+    #[allow(clippy::too_many_arguments)]
+    fn walk(
+        &self,
+        vars: &VariableStore,
+        feeds: &BTreeMap<String, HostTensor>,
+        fetches: &[Outlet],
+        options: RunOptions,
+        comm: Option<(&mpsc::Sender<CommJob>, Instant)>,
+        batch: Option<usize>,
+        uploaded: Option<&BTreeMap<String, Value>>,
+        t0: Instant,
+    ) -> Result<Flight> {
         let keep: HashSet<usize> = fetches.iter().filter_map(|o| self.slot_of.get(o).copied()).collect();
-        let mut flight = Flight::new(self.slots);
-        let t0 = comm.map(|c| c.1).unwrap_or_else(Instant::now);
+        let mut flight = Flight::new(self.slots, t0);
         // A profiled step on a queued device opens a window per op on the device's clock:
         // the host only launches there, so its own timings would show the launch.
         let profile_device = options.profile && self.device.is_queued();
@@ -451,7 +516,7 @@ impl Executor {
                 continue;
             }
             let window = if profile_device { B::profile_start(self.device.dispatch()).ok().flatten() } else { None };
-            let outputs = self.compute(index, inputs, vars, feeds, &options, batch, &mut flight);
+            let outputs = self.compute(index, inputs, vars, feeds, uploaded, &options, batch, &mut flight);
             // Closed even when the op failed: an open window costs the backend until then.
             // Flushed first: under burn's fusion an op's kernels are only queued until a
             // value is needed, so its window would be empty (a profiled step gives up the
@@ -479,7 +544,7 @@ impl Executor {
                 });
             }
         }
-        self.finish(flight, vars, fetches, batch, t0)
+        Ok(flight)
     }
 
     /// A step's inputs from their slots (a collective's outputs landed first) or, across
@@ -531,6 +596,7 @@ impl Executor {
         mut inputs: Vec<Value>,
         vars: &VariableStore,
         feeds: &BTreeMap<String, HostTensor>,
+        uploaded: Option<&BTreeMap<String, Value>>,
         options: &RunOptions,
         batch: Option<usize>,
         flight: &mut Flight,
@@ -539,10 +605,13 @@ impl Executor {
         let step = &self.steps[index];
         let node = g.node(step.node);
         Ok(match &node.op {
-            Op::Placeholder(_) => {
-                let fed = feeds.get(&node.name).ok_or_else(|| RuntimeError::MissingFeed(node.name.clone()))?;
-                vec![Value::from_host(fed, self.device.dispatch(), self.precision)]
-            }
+            Op::Placeholder(_) => match uploaded.and_then(|u| u.get(&node.name)) {
+                Some(v) => vec![v.clone()],
+                None => {
+                    let fed = feeds.get(&node.name).ok_or_else(|| RuntimeError::MissingFeed(node.name.clone()))?;
+                    vec![Value::from_host(fed, self.device.dispatch(), self.precision)]
+                }
+            },
             Op::Variable(_) => vec![vars.get(&node.name).cloned().ok_or_else(|| RuntimeError::Variable {
                 name: node.name.clone(),
                 reason: "not initialized or restored".into(),
@@ -565,6 +634,7 @@ impl Executor {
                     native: self.native_kernels,
                     collective: self.collective.as_deref(),
                     max_buffer: self.device.max_buffer_bytes(),
+                    memo: &self.memo,
                 };
                 match op {
                     Op::CheckNumerics(check) => {
@@ -593,7 +663,6 @@ impl Executor {
         vars: &mut VariableStore,
         fetches: &[Outlet],
         batch: Option<usize>,
-        t0: Instant,
     ) -> Result<StepOutput> {
         // Collectives nobody read in this partition still finish (their values may be
         // fetched or sent to another partition).
@@ -602,30 +671,15 @@ impl Executor {
         for index in rest {
             self.land(index, &mut flight, batch)?;
         }
-        let fetched: Vec<Value> = fetches
-            .iter()
-            .map(|o| self.slot_of.get(o).and_then(|&s| flight.slots[s].clone()).unwrap_or(Value::Unit))
-            .collect();
+        let fetched = self.fetched(&flight, fetches);
         let end = readback::read_back(
             flight.probes.iter().map(|p| p.0.clone()).collect(),
             fetched,
             self.device.is_queued(),
             self.precision,
         )?;
-        device_times(&mut flight.timings, flight.pending, t0);
-        let mut non_finite = flight.non_finite;
-        for ((_, index, value), flag) in flight.probes.iter().zip(end.probes.unwrap_or_default()) {
-            if !flag.is_finite() {
-                let node = self.plan.graph.node(self.steps[*index].node);
-                if let Op::CheckNumerics(check) = &node.op {
-                    // A probe is a sum: finite values whose sum overflowed count (0, 0).
-                    let (nan, infinite) = kernels::count_non_finite(value)?;
-                    if nan + infinite > 0 {
-                        non_finite.push(NonFinite::new(check, node, nan, infinite, value));
-                    }
-                }
-            }
-        }
+        device_times(&mut flight.timings, flight.pending, flight.t0);
+        let non_finite = self.culprits(&flight.probes, end.probes, flight.non_finite)?;
         // The step commits all of its assignments or, when a check saw a value that is not
         // finite, none: a NaN never reaches the variables.
         if non_finite.is_empty() {
@@ -633,8 +687,39 @@ impl Executor {
                 vars.set(&name, value);
             }
         }
-        non_finite.sort_by_key(|n| n.order);
         Ok(StepOutput { fetched: end.fetched, timings: flight.timings, collectives: flight.collectives, non_finite })
+    }
+
+    /// The values of `fetches` as the walk left them (`Unit` for one it did not compute).
+    fn fetched(&self, flight: &Flight, fetches: &[Outlet]) -> Vec<Value> {
+        fetches
+            .iter()
+            .map(|o| self.slot_of.get(o).and_then(|&s| flight.slots[s].clone()).unwrap_or(Value::Unit))
+            .collect()
+    }
+
+    /// Adds to `found` the checks whose probes read back not finite (`flags`, present only
+    /// then), each counted exactly, and orders them as the graph does.
+    fn culprits(
+        &self,
+        probes: &[(crate::value::T, usize, Value)],
+        flags: Option<Vec<f64>>,
+        mut found: Vec<NonFinite>,
+    ) -> Result<Vec<NonFinite>> {
+        for ((_, index, value), flag) in probes.iter().zip(flags.unwrap_or_default()) {
+            if !flag.is_finite() {
+                let node = self.plan.graph.node(self.steps[*index].node);
+                if let Op::CheckNumerics(check) = &node.op {
+                    // A probe is a sum: finite values whose sum overflowed count (0, 0).
+                    let (nan, infinite) = kernels::count_non_finite(value)?;
+                    if nan + infinite > 0 {
+                        found.push(NonFinite::new(check, node, nan, infinite, value));
+                    }
+                }
+            }
+        }
+        found.sort_by_key(|n| n.order);
+        Ok(found)
     }
 
     /// Stores a step's outputs (checked against their facts) and sends what other

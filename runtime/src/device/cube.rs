@@ -1,0 +1,76 @@
+//! What a replayed step needs from a cubecl tensor that burn's tensor ops do not give:
+//! whether two values share one device buffer, bytes written into an existing buffer,
+//! and a copy from one buffer into another.
+//!
+//! A captured graph replays against the raw buffers it was recorded with, so its inputs
+//! are refreshed by writing into those buffers and its results carried over by copying
+//! into them; burn's ops always return a fresh tensor instead.
+
+use crate::{Value, value::T};
+use burn::backend::{BackendTensor, DispatchTensorKind};
+use burn::tensor::{BoolStore, DType, TensorData};
+use cubecl::ir::{ElemType, FloatKind, IntKind, UIntKind};
+
+type Cube = <burn::backend::Cube as burn::backend::BackendTypes>::FloatTensorPrimitive;
+
+fn cube(t: &T) -> Option<&Cube> {
+    match &t.kind {
+        DispatchTensorKind::Cube(BackendTensor::Float(c) | BackendTensor::Int(c) | BackendTensor::Bool(c)) => Some(c),
+        _ => None,
+    }
+}
+
+/// Whether `a` and `b` are views of one device buffer (clones share it).
+pub(crate) fn same_buffer(a: &T, b: &T) -> bool {
+    match (cube(a), cube(b)) {
+        (Some(a), Some(b)) => std::ptr::eq(a.handle.memory.descriptor(), b.handle.memory.descriptor()),
+        _ => false,
+    }
+}
+
+/// Writes `data` into `dst`'s buffer, in place, on the calling thread's stream. `false`
+/// (nothing written) where the bytes would not land element for element: another element
+/// type, a strided or offset buffer (cubecl pads the rows of some allocations), another size.
+pub(crate) fn write(dst: &T, data: TensorData) -> bool {
+    let Some(c) = cube(dst) else { return false };
+    let whole = c.handle.offset_start.is_none_or(|o| o == 0) && c.handle.offset_end.is_none_or(|o| o == 0);
+    let elements: usize = c.meta.shape().iter().product();
+    if data.dtype() != c.dtype || !c.is_contiguous() || !whole || data.as_bytes().len() != elements * c.dtype.size() {
+        return false;
+    }
+    c.client.write(&c.handle, data.into_bytes());
+    true
+}
+
+/// Copies `src` into `dst`'s buffer, element for element (`dst` keeps its buffer). `false`
+/// where the two differ in shape or element type, or the type has no cubecl copy here.
+pub(crate) fn copy(src: &Value, dst: &Value) -> bool {
+    // cubecl's copy indexes by the last axis: a scalar is copied as its one element.
+    let one = |v: &Value| if v.shape().is_empty() { v.clone().reshaped(&[1]) } else { v.clone() };
+    let (src, dst) = (one(src), one(dst));
+    let (Some(s), Some(d)) = (src.tensor().and_then(cube), dst.tensor().and_then(cube)) else { return false };
+    let Some(elem) = elem_type(s.dtype) else { return false };
+    if s.dtype != d.dtype || s.meta.shape() != d.meta.shape() {
+        return false;
+    }
+    // cubecl reports what it cannot launch by panicking; that is a refusal here.
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        cubecl::std::tensor::copy_into(&d.client, s.clone().binding(), d.clone().binding(), elem)
+    }))
+    .is_ok()
+}
+
+/// The element types a step's values take on a device.
+fn elem_type(dtype: DType) -> Option<ElemType> {
+    Some(match dtype {
+        DType::F64 => ElemType::Float(FloatKind::F64),
+        DType::F32 => ElemType::Float(FloatKind::F32),
+        DType::I64 => ElemType::Int(IntKind::I64),
+        DType::I32 => ElemType::Int(IntKind::I32),
+        DType::U32 => ElemType::UInt(UIntKind::U32),
+        DType::U8 => ElemType::UInt(UIntKind::U8),
+        DType::Bool(BoolStore::U8) => ElemType::UInt(UIntKind::U8),
+        DType::Bool(BoolStore::U32) => ElemType::UInt(UIntKind::U32),
+        _ => return None,
+    })
+}

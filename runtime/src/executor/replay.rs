@@ -1,0 +1,422 @@
+//! A steady-state step replayed as one captured device graph (issue 36, item 4).
+//!
+//! On a GPU the engine's step was bound by the host, not the device: about 50 µs of launch
+//! work per graph op (burn's op, cubecl's launch path, its device thread) where the
+//! kernels themselves took less. The plan knows the whole step, and from one step to the
+//! next nothing changes but the feeds' contents and the variables' values, so the step is
+//! recorded once (cubecl's graph capture: a CUDA graph on `cuda`, prebuilt dispatches on
+//! `wgpu`) and replayed as one submission; what PyTorch users get from
+//! `torch.cuda.graphs`, without writing the static buffers themselves.
+//!
+//! A recorded graph reads and writes the buffers it was recorded with, so:
+//! - after `WATCH` alike steps (same fetches, feed shapes, replica and thread), the next
+//!   one runs op by op after `graph_prepare`: the warmup that leaves the memory pools
+//!   holding what the recording will ask for;
+//! - the step after it is recorded: its feeds are uploaded first (nothing may be written
+//!   inside the window), placeholders read those buffers and variables the store's, and
+//!   the step's end (the numerics flag and the small fetches, `readback::prepare`) is
+//!   gathered inside the graph. The recording runs nothing: its first replay is that step;
+//! - every step then writes its feeds into the recorded buffers, replays, reads the end
+//!   in one transfer and, when every check was finite, replays the commit graph: copies
+//!   of the step's new values into the variables' own buffers (recorded after the first
+//!   commit ran for real). The store keeps its buffers, so the next replay reads the new
+//!   values, and a step that saw a NaN commits nothing, as an eager step.
+//!
+//! Anything else (other fetches or shapes, a store whose buffers were replaced by a
+//! restore or an eager step, another thread, whose stream the graph is not ordered on)
+//! drops the graph, and watching starts again. A capture the backend refuses leaves the
+//! executor eager, with a warning that says why. `ENGINE_STEP_GRAPH=off` keeps every step
+//! eager.
+
+use super::{Executor, StepOutput};
+use crate::{Device, Result, RuntimeError, Value, VariableStore, readback, value::B};
+use burn::backend::{Backend, DispatchGraph, TensorMetadata};
+use engine_graph::{DType, HostTensor, NodeId, Op, Outlet, Plan};
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::thread::ThreadId;
+
+/// Alike eager steps before the warmup: the first steps of a run differ (the input
+/// pipeline's first batch, an evaluation right after), and a capture costs one step.
+const WATCH: usize = 2;
+
+/// Turns the replay off (`off`, `0`, `false`): every step runs op by op.
+pub const STEP_GRAPH_ENV: &str = "ENGINE_STEP_GRAPH";
+
+pub(super) struct Replay {
+    /// Why this plan is never replayed; `None` when it may be.
+    never: Option<String>,
+    state: Mutex<State>,
+    replayed: AtomicU64,
+}
+
+enum State {
+    Watching {
+        key: Option<Key>,
+        seen: usize,
+    },
+    /// `graph_prepare` was called and the warmup step ran with this key.
+    Warm(Key),
+    Ready(Box<Captured>),
+    /// The backend refused a capture (why): eager from now on.
+    Off(String),
+}
+
+/// What a step must share with the recorded one to replay it.
+#[derive(Debug, Clone, PartialEq)]
+struct Key {
+    fetches: Vec<Outlet>,
+    feeds: Vec<(String, Vec<usize>, DType)>,
+    replica: u64,
+    thread: ThreadId,
+}
+
+impl Key {
+    fn new(feeds: &BTreeMap<String, HostTensor>, fetches: &[Outlet], replica: u64) -> Self {
+        Key {
+            fetches: fetches.to_vec(),
+            feeds: feeds.iter().map(|(n, t)| (n.clone(), t.shape.clone(), t.dtype())).collect(),
+            replica,
+            thread: std::thread::current().id(),
+        }
+    }
+}
+
+/// Why a capture gave no graph: the backend or the plan refused (the step then runs
+/// eagerly), or the step itself failed before the window opened.
+enum Refusal {
+    Refused(String),
+    Failed(RuntimeError),
+}
+
+impl Replay {
+    /// Whether `plan`'s steps (the nodes `order` runs) may be replayed on `device`.
+    pub(super) fn new(plan: &Plan, order: &[NodeId], device: &Device, partitioned: bool) -> Self {
+        let never = never(plan, order, device, partitioned);
+        Replay { never, state: Mutex::new(State::Watching { key: None, seen: 0 }), replayed: AtomicU64::new(0) }
+    }
+
+    /// Never replays.
+    pub(super) fn off() -> Self {
+        Replay {
+            never: Some("turned off".into()),
+            state: Mutex::new(State::Off("turned off".into())),
+            replayed: AtomicU64::new(0),
+        }
+    }
+
+    /// Why steps are not replayed, once that is settled: the plan's reason or the
+    /// backend's refusal.
+    pub(super) fn refused(&self) -> Option<String> {
+        if let Some(why) = &self.never {
+            return Some(why.clone());
+        }
+        match &*self.state.lock().unwrap_or_else(|p| p.into_inner()) {
+            State::Off(why) => Some(why.clone()),
+            _ => None,
+        }
+    }
+
+    pub(super) fn replayed(&self) -> u64 {
+        self.replayed.load(Ordering::Relaxed)
+    }
+
+    /// Runs the step as a replay when it can be one; `None`: the caller runs it eagerly.
+    pub(super) fn step(
+        &self,
+        exec: &Executor,
+        vars: &mut VariableStore,
+        feeds: &BTreeMap<String, HostTensor>,
+        fetches: &[Outlet],
+        options: super::RunOptions,
+    ) -> Result<Option<StepOutput>> {
+        if self.never.is_some() || options.profile {
+            return Ok(None);
+        }
+        let key = Key::new(feeds, fetches, options.replica);
+        let dev = exec.device.dispatch();
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if let State::Ready(c) = &mut *state
+            && c.key == key
+            && c.holds(vars)
+        {
+            // A feed the eager step would refuse is refused the same way; the graph stays.
+            exec.admit(feeds, fetches, options)?;
+            c.write_feeds(exec, feeds)?;
+            let out = c.run(exec);
+            match &out {
+                Ok(_) => _ = self.replayed.fetch_add(1, Ordering::Relaxed),
+                Err(e) => *state = State::Off(format!("a replay failed: {e}")),
+            }
+            return out.map(Some);
+        }
+        let (next, out) = match std::mem::replace(&mut *state, State::Off("a replay failed".into())) {
+            State::Off(why) => (State::Off(why), None),
+            State::Warm(k) if k == key => match Captured::record(exec, vars, feeds, fetches, options, key) {
+                Ok(mut c) => {
+                    log::info!(
+                        "{}: the step is replayed as one captured graph of {} ops",
+                        exec.device,
+                        exec.steps.len()
+                    );
+                    let out = c.run(exec)?;
+                    self.replayed.fetch_add(1, Ordering::Relaxed);
+                    (State::Ready(c), Some(out))
+                }
+                Err(Refusal::Refused(why)) => {
+                    log::warn!("{}: the step cannot be captured ({why}); every step runs op by op", exec.device);
+                    (State::Off(why), None)
+                }
+                Err(Refusal::Failed(e)) => {
+                    let _ = B::graph_stop_capture(dev);
+                    *state = State::Watching { key: None, seen: 0 };
+                    return Err(e);
+                }
+            },
+            State::Warm(_) => {
+                // Prepared for a capture that will not come: end it, so the stream's
+                // allocations go back to the pools that reclaim memory.
+                let _ = B::graph_stop_capture(dev);
+                (State::Watching { key: Some(key), seen: 1 }, None)
+            }
+            State::Watching { key: Some(k), seen } if k == key => {
+                if seen < WATCH {
+                    (State::Watching { key: Some(key), seen: seen + 1 }, None)
+                } else {
+                    match B::graph_prepare(dev) {
+                        Ok(()) => (State::Warm(key), None),
+                        Err(e) => {
+                            let why = format!("{e:?}");
+                            log::warn!("{}: no step graph ({why}); every step runs op by op", exec.device);
+                            (State::Off(why), None)
+                        }
+                    }
+                }
+            }
+            // Another step, or a graph whose buffers the store no longer holds.
+            _ => (State::Watching { key: Some(key), seen: 1 }, None),
+        };
+        *state = next;
+        Ok(out)
+    }
+}
+
+/// Why a plan is never replayed, if it is not.
+fn never(plan: &Plan, order: &[NodeId], device: &Device, partitioned: bool) -> Option<String> {
+    if !device.is_queued() {
+        return Some("the CPU runs each op as it comes".into());
+    }
+    if std::env::var(STEP_GRAPH_ENV).is_ok_and(|v| matches!(v.to_ascii_lowercase().as_str(), "off" | "0" | "false")) {
+        return Some(format!("{STEP_GRAPH_ENV} is off"));
+    }
+    if partitioned {
+        return Some("a partition exchanges values with others between its ops".into());
+    }
+    order.iter().map(|&id| plan.graph.node(id)).find_map(|node| {
+        let why = match &node.op {
+            op if op.is_collective() => "it waits for other replicas",
+            // The mask's seed changes every step and is a kernel argument.
+            Op::Dropout(_) => "its mask changes with the step",
+            // Indices are checked on the host, which reads them back.
+            Op::Gather(_) | Op::ScatterAddRows(_) | Op::RowsTouched(_) => "it reads indices back to the host",
+            Op::Transfer(_) => "it moves values between devices",
+            _ => return None,
+        };
+        Some(format!("{} ({}): {why}", node.name, node.op.name()))
+    })
+}
+
+/// A recorded step and the buffers it replays against.
+struct Captured {
+    key: Key,
+    graph: DispatchGraph,
+    /// The copies that commit a step, once recorded; `None` before the first commit, or
+    /// where they could not be recorded (then they are launched one by one).
+    commit: Option<DispatchGraph>,
+    commit_recorded: bool,
+    /// The feeds' buffers, by placeholder.
+    feeds: BTreeMap<String, Value>,
+    /// The variables the step reads, as the store holds them: their buffers are the step's
+    /// state, which every commit writes.
+    reads: BTreeMap<String, Value>,
+    /// The values the step assigns, by variable.
+    assignments: Vec<(String, Value)>,
+    probes: Vec<(crate::value::T, usize, Value)>,
+    end: readback::Prepared,
+}
+
+impl Captured {
+    /// Records the step (feeds uploaded before the window) without running it.
+    fn record(
+        exec: &Executor,
+        vars: &VariableStore,
+        feeds: &BTreeMap<String, HostTensor>,
+        fetches: &[Outlet],
+        options: super::RunOptions,
+        key: Key,
+    ) -> std::result::Result<Box<Captured>, Refusal> {
+        let dev = exec.device.dispatch();
+        let batch = exec.admit(feeds, fetches, options).map_err(Refusal::Failed)?;
+        let g = &exec.plan.graph;
+        let mut uploaded = BTreeMap::new();
+        let mut reads = BTreeMap::new();
+        for step in &exec.steps {
+            let node = g.node(step.node);
+            match &node.op {
+                Op::Placeholder(_) => {
+                    let fed = feeds
+                        .get(&node.name)
+                        .ok_or_else(|| Refusal::Failed(RuntimeError::MissingFeed(node.name.clone())))?;
+                    uploaded.insert(node.name.clone(), Value::from_host(fed, dev, exec.precision));
+                }
+                Op::Variable(_) => {
+                    if let Some(v) = vars.get(&node.name) {
+                        reads.insert(node.name.clone(), v.clone());
+                    }
+                }
+                _ => {}
+            }
+        }
+        B::graph_start_capture(dev).map_err(|e| Refusal::Refused(format!("{e:?}")))?;
+        let t0 = std::time::Instant::now();
+        let walked = exec.walk(vars, feeds, fetches, options, None, batch, Some(&uploaded), t0).map(|flight| {
+            let fetched = exec.fetched(&flight, fetches);
+            let probes = flight.probes.iter().map(|p| p.0.clone()).collect();
+            let end = readback::prepare(probes, fetched, true, exec.precision);
+            (flight, end)
+        });
+        // Closed whatever the walk did: a stream left recording records everything after.
+        let graph = B::graph_stop_capture(dev);
+        // An op that failed inside the window (a read the recording refused, or a real
+        // error) runs again eagerly, where a real error is reported as always.
+        let (flight, end) = walked.map_err(|e| Refusal::Refused(format!("the recorded step failed: {e}")))?;
+        let graph = graph.map_err(|e| Refusal::Refused(format!("{e:?}")))?;
+        if !end.reads_every_fetch() {
+            return Err(Refusal::Refused("a fetched value is too large to read back with the step".into()));
+        }
+        if !flight.non_finite.is_empty() || !flight.collectives.is_empty() {
+            return Err(Refusal::Refused("the step counted or exchanged values on the host".into()));
+        }
+        for (name, y) in &flight.assignments {
+            let x = reads.get(name).and_then(Value::tensor);
+            let y = y.tensor();
+            let (Some(x), Some(y)) = (x, y) else {
+                return Err(Refusal::Refused(format!("the step assigns {name} a value it cannot copy")));
+            };
+            if reads.values().filter_map(Value::tensor).any(|r| crate::device::cube::same_buffer(r, y)) {
+                return Err(Refusal::Refused(format!("{name} is assigned a variable's own buffer")));
+            }
+            if x.shape() != y.shape() || x.dtype() != y.dtype() {
+                return Err(Refusal::Refused(format!("{name} is assigned a value of another shape or type")));
+            }
+        }
+        Ok(Box::new(Captured {
+            key,
+            graph,
+            commit: None,
+            commit_recorded: false,
+            feeds: uploaded,
+            reads,
+            assignments: flight.assignments,
+            probes: flight.probes,
+            end,
+        }))
+    }
+
+    /// Whether the store still holds the buffers the graph reads.
+    fn holds(&self, vars: &VariableStore) -> bool {
+        self.reads.iter().all(|(name, x)| match (vars.get(name).and_then(Value::tensor), x.tensor()) {
+            (Some(v), Some(x)) => crate::device::cube::same_buffer(v, x),
+            _ => false,
+        })
+    }
+
+    /// Writes this step's feeds into the recorded buffers, on the replay's stream.
+    fn write_feeds(&self, exec: &Executor, feeds: &BTreeMap<String, HostTensor>) -> Result<()> {
+        let dev = exec.device.dispatch();
+        for (name, fixed) in &self.feeds {
+            let fed = feeds.get(name).ok_or_else(|| RuntimeError::MissingFeed(name.clone()))?;
+            let Some(dst) = fixed.tensor() else { continue };
+            let (data, _) = crate::value::host_data(fed, dev, exec.precision);
+            if crate::device::cube::write(dst, data) {
+                continue;
+            }
+            // A buffer laid out otherwise than the bytes: upload, then copy on the device.
+            let fresh = Value::from_host(fed, dev, exec.precision);
+            if !crate::device::cube::copy(&fresh, fixed) {
+                return Err(RuntimeError::Feed {
+                    name: name.clone(),
+                    reason: "cannot be written into the replayed step's buffer".into(),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Replays the step, reads its end, and commits it when every check was finite.
+    fn run(&mut self, exec: &Executor) -> Result<StepOutput> {
+        let dev = exec.device.dispatch();
+        // SAFETY: every buffer the graph reads or writes stays alive while `self` does:
+        // the feeds, the variables and the values it assigns and gathers are held here,
+        // and the pages of its intermediates are guarded by cubecl for the graph's life.
+        // Feeds are written, and the end read, from this thread's stream, the one the graph
+        // was recorded on (the key holds the thread).
+        unsafe { B::graph_replay(dev, &self.graph) }.map_err(|e| replay_error(exec, e))?;
+        let end = self.end.read()?;
+        let non_finite = exec.culprits(&self.probes, end.probes, Vec::new())?;
+        if non_finite.is_empty() {
+            self.commit(exec)?;
+        }
+        Ok(StepOutput { fetched: end.fetched, timings: Vec::new(), collectives: Vec::new(), non_finite })
+    }
+
+    /// Copies the step's new values into the variables' buffers: the first time for real
+    /// and then once more recorded, after that by replaying the recording.
+    fn commit(&mut self, exec: &Executor) -> Result<()> {
+        let dev = exec.device.dispatch();
+        if let Some(g) = &self.commit {
+            // SAFETY: as for the step's graph; the copies read and write only buffers
+            // held here.
+            return unsafe { B::graph_replay(dev, g) }.map_err(|e| replay_error(exec, e));
+        }
+        if self.commit_recorded {
+            return self.copy(exec);
+        }
+        self.commit_recorded = true;
+        let prepared = B::graph_prepare(dev).is_ok();
+        self.copy(exec)?;
+        if !prepared {
+            return Ok(());
+        }
+        if B::graph_start_capture(dev).is_err() {
+            let _ = B::graph_stop_capture(dev);
+            return Ok(());
+        }
+        let copied = self.copy(exec);
+        let graph = B::graph_stop_capture(dev);
+        copied?;
+        match graph {
+            Ok(g) => self.commit = Some(g),
+            Err(e) => log::warn!("{}: the step's commit is launched copy by copy ({e:?})", exec.device),
+        }
+        Ok(())
+    }
+
+    fn copy(&self, exec: &Executor) -> Result<()> {
+        for (name, y) in &self.assignments {
+            let copied = self.reads.get(name).is_some_and(|x| crate::device::cube::copy(y, x));
+            if !copied {
+                return Err(RuntimeError::Variable {
+                    name: name.clone(),
+                    reason: format!("the replayed step on {} could not copy its new value", exec.device),
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+fn replay_error(exec: &Executor, e: burn::backend::ExecutionError) -> RuntimeError {
+    RuntimeError::Device { spec: exec.device.to_string(), reason: format!("the step's graph did not replay: {e:?}") }
+}
