@@ -17,9 +17,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// A small classifier trained by Adam: `softmax(relu(x · w1 + b1) · w2)` against integer
-/// labels, with the numerics checks, so a step has feeds of two types, several variables
+/// labels (with dropout after the relu, whose mask changes every step, where asked), with the numerics checks, so a step has feeds of two types, several variables
 /// with optimizer slots, an integer counter and a loss to fetch.
-fn training_plan() -> Result<(Plan, Outlet, Outlet)> {
+fn training_plan(dropout: bool) -> Result<(Plan, Outlet, Outlet, Outlet)> {
     let mut g = Graph::new();
     let mut b = GraphBuilder::new(&mut g);
     let x = b.placeholder("x", DType::F32, Shape::batched(&[4]))?;
@@ -29,7 +29,10 @@ fn training_plan() -> Result<(Plan, Outlet, Outlet)> {
     let w2 = b.variable("w2", &[8, 3], Initializer::GlorotUniform, true)?;
     let h = b.matmul(x, w1)?;
     let h = b.add(h, b1)?;
-    let h = b.relu(h)?;
+    let mut h = b.relu(h)?;
+    if dropout {
+        h = b.dropout(h, 0.4, 11)?;
+    }
     let logits = b.matmul(h, w2)?;
     let loss = b.sparse_softmax_cross_entropy(logits, labels)?;
     let loss = b.reduce_mean(loss, &[], false)?;
@@ -45,7 +48,7 @@ fn training_plan() -> Result<(Plan, Outlet, Outlet)> {
     ApplyOptimizer { config }.run(&mut g)?;
     CheckNumericsPass.run(&mut g)?;
     let train_op = g.roles.train_op.ok_or_else(|| anyhow!("no train op"))?;
-    Ok((Plan::new(g, vec![])?, loss, train_op))
+    Ok((Plan::new(g, vec![])?, loss, train_op, logits))
 }
 
 /// Step `step`'s batch of 6: different values every step, so a replay that kept reading
@@ -74,11 +77,23 @@ fn devices() -> Result<Vec<Device>> {
         .collect()
 }
 
-/// Each step's loss, and the variables after the last one. `nan_at`: the step whose input
-/// holds a NaN. `restore_at`: the step before which the variables are exported and
-/// restored, as a checkpoint restore replaces them.
+/// How a run goes besides its steps: `nan_at`, the step whose input holds a NaN;
+/// `restore_at`, the step before which the variables are exported and restored, as a
+/// checkpoint restore replaces them; `log_every`, the steps that also fetch the logits (a
+/// logging step); `profile_at`, a profiled step (run op by op).
+#[derive(Default, Clone, Copy)]
+struct Plot {
+    nan_at: Option<usize>,
+    restore_at: Option<usize>,
+    log_every: Option<usize>,
+    profile_at: Option<usize>,
+    dropout: bool,
+}
+
+/// Each step's loss (and logits where fetched), and the variables after the last one.
 struct Run {
     losses: Vec<Option<f32>>,
+    logits: Vec<Vec<f32>>,
     vars: BTreeMap<String, HostTensor>,
     replayed: u64,
     reads: Vec<u64>,
@@ -86,13 +101,14 @@ struct Run {
     refused: Option<String>,
 }
 
-fn train(device: &Device, graph: bool, steps: usize, nan_at: Option<usize>, restore_at: Option<usize>) -> Result<Run> {
-    let (plan, loss, train_op) = training_plan()?;
+fn train(device: &Device, graph: bool, steps: usize, plot: Plot) -> Result<Run> {
+    let (plan, loss, train_op, logits) = training_plan(plot.dropout)?;
     let exec = Executor::new(Arc::new(plan), device.clone(), Precision::F32)?.with_step_graph(graph);
     let mut vars = VariableStore::new();
     exec.initialize(&mut vars, 7)?;
     let mut run = Run {
         losses: Vec::new(),
+        logits: Vec::new(),
         vars: BTreeMap::new(),
         replayed: 0,
         reads: Vec::new(),
@@ -100,16 +116,24 @@ fn train(device: &Device, graph: bool, steps: usize, nan_at: Option<usize>, rest
         refused: None,
     };
     for step in 0..steps {
-        if restore_at == Some(step) {
+        if plot.restore_at == Some(step) {
             let saved = vars.export()?;
             for (name, value) in &saved {
                 vars.set(name, engine_runtime::Value::from_host(value, device.dispatch(), Precision::F32));
             }
         }
+        let mut fetches = vec![loss, train_op];
+        if plot.log_every.is_some_and(|n| step % n == 0) {
+            fetches.push(logits);
+        }
+        let options = RunOptions { profile: plot.profile_at == Some(step), step: step as i64, ..RunOptions::default() };
         let before = device_reads();
-        let out = exec.run(&mut vars, &feeds(step, nan_at == Some(step))?, &[loss, train_op], RunOptions::default())?;
+        let out = exec.run(&mut vars, &feeds(step, plot.nan_at == Some(step))?, &fetches, options)?;
         run.reads.push(device_reads() - before);
         run.losses.push(out.fetched[0].to_host()?.as_f32().and_then(|v| v.first().copied()));
+        if let Some(l) = out.fetched.get(2) {
+            run.logits.push(l.to_host()?.as_f32().map(<[f32]>::to_vec).unwrap_or_default());
+        }
         run.culprits.extend(out.non_finite.iter().map(|n| (step, n.message.clone())));
     }
     run.vars = vars.export()?;
@@ -148,8 +172,8 @@ fn same(replayed: &Run, eager: &Run, what: &str) -> Result<()> {
 fn a_replayed_step_computes_what_the_eager_step_computes() -> Result<()> {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     for device in devices()? {
-        let replayed = train(&device, true, 12, None, None)?;
-        let eager = train(&device, false, 12, None, None)?;
+        let replayed = train(&device, true, 12, Plot::default())?;
+        let eager = train(&device, false, 12, Plot::default())?;
         same(&replayed, &eager, &format!("{device}"))?;
         // Two steps watched, one warmup, then every step is a replay (the first of them
         // the recorded one).
@@ -169,8 +193,8 @@ fn a_replayed_step_computes_what_the_eager_step_computes() -> Result<()> {
 fn a_nan_in_a_replayed_step_commits_nothing_and_names_the_culprit() -> Result<()> {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     for device in devices()? {
-        let replayed = train(&device, true, 10, Some(6), None)?;
-        let eager = train(&device, false, 10, Some(6), None)?;
+        let replayed = train(&device, true, 10, Plot { nan_at: Some(6), ..Plot::default() })?;
+        let eager = train(&device, false, 10, Plot { nan_at: Some(6), ..Plot::default() })?;
         same(&replayed, &eager, &format!("{device}, a NaN at step 6"))?;
         ensure!(
             replayed.culprits.first().is_some_and(|(step, what)| *step == 6 && what == "gradient of w1"),
@@ -187,12 +211,51 @@ fn a_nan_in_a_replayed_step_commits_nothing_and_names_the_culprit() -> Result<()
 fn variables_replaced_under_the_graph_are_read_by_the_next_step() -> Result<()> {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     for device in devices()? {
-        let replayed = train(&device, true, 14, None, Some(7))?;
-        let eager = train(&device, false, 14, None, Some(7))?;
+        let replayed = train(&device, true, 14, Plot { restore_at: Some(7), ..Plot::default() })?;
+        let eager = train(&device, false, 14, Plot { restore_at: Some(7), ..Plot::default() })?;
         same(&replayed, &eager, &format!("{device}, restored before step 7"))?;
         // Replays at steps 3..=6, then watching again: 7 and 8 watched, 9 the warmup,
         // 10..=13 replays.
         ensure!(replayed.replayed == 8, "{device}: {} steps replayed of 14", replayed.replayed);
+    }
+    Ok(())
+}
+
+#[test]
+fn logging_and_profiled_steps_run_op_by_op_and_keep_the_graph() -> Result<()> {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    for device in devices()? {
+        let plot = Plot { log_every: Some(5), profile_at: Some(8), ..Plot::default() };
+        let replayed = train(&device, true, 16, plot)?;
+        let eager = train(&device, false, 16, plot)?;
+        same(&replayed, &eager, &format!("{device}, logging every 5 steps, profiling step 8"))?;
+        // Steps 1-3 watched and warmed, 4 recorded; the steps that fetch the logits
+        // (0, 5, 10, 15) and the profiled one (8) run op by op and commit into the
+        // variables' buffers, so the graph stays: 4, 6, 7, 9 and 11-14 are replays.
+        ensure!(
+            replayed.replayed == 8,
+            "{device}: {} steps replayed of 16 ({:?})",
+            replayed.replayed,
+            replayed.refused
+        );
+    }
+    Ok(())
+}
+
+#[test]
+fn a_replayed_dropout_draws_each_steps_mask() -> Result<()> {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    for device in devices()? {
+        let plot = Plot { dropout: true, ..Plot::default() };
+        let replayed = train(&device, true, 10, plot)?;
+        let eager = train(&device, false, 10, plot)?;
+        same(&replayed, &eager, &format!("{device}, with dropout"))?;
+        ensure!(
+            replayed.replayed == 7,
+            "{device}: {} steps replayed of 10 ({:?})",
+            replayed.replayed,
+            replayed.refused
+        );
     }
     Ok(())
 }

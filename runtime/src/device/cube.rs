@@ -30,10 +30,11 @@ pub(crate) fn same_buffer(a: &T, b: &T) -> bool {
 
 /// Writes `data` into `dst`'s buffer, in place, on the calling thread's stream. `false`
 /// (nothing written) where the bytes would not land element for element: another element
-/// type, a strided or offset buffer (cubecl pads the rows of some allocations), another size.
+/// type, a strided or offset tensor (cubecl pads the rows of some allocations), another size.
 pub(crate) fn write(dst: &T, data: TensorData) -> bool {
     let Some(c) = cube(dst) else { return false };
-    let whole = c.handle.offset_start.is_none_or(|o| o == 0) && c.handle.offset_end.is_none_or(|o| o == 0);
+    // The tensor starts at its buffer's start (an allocation may run past its end).
+    let whole = c.handle.offset_start.is_none_or(|o| o == 0);
     let elements: usize = c.meta.shape().iter().product();
     if data.dtype() != c.dtype || !c.is_contiguous() || !whole || data.as_bytes().len() != elements * c.dtype.size() {
         return false;

@@ -173,6 +173,14 @@ impl Flight {
     }
 }
 
+/// What a recorded step reads from buffers written before its capture window (nothing
+/// may be written inside it): its feeds by placeholder, and each dropout's seed for the
+/// step by node.
+pub(super) struct Uploaded {
+    feeds: BTreeMap<String, Value>,
+    seeds: BTreeMap<NodeId, crate::value::T>,
+}
+
 /// Where a step's input comes from.
 #[derive(Debug, Clone, Copy)]
 enum Input {
@@ -426,6 +434,7 @@ impl Executor {
                         collective: Some(group.as_ref()),
                         max_buffer,
                         memo,
+                        seed: None,
                     };
                     let result = match &node.op {
                         Op::AllReduce(a) => kernels::all_reduce(a, job.inputs, &ctx),
@@ -479,8 +488,8 @@ impl Executor {
         Ok(batch)
     }
 
-    /// One walk of the schedule, up to the step's end. `uploaded` holds the feeds already
-    /// on the device (a recorded step reads them from buffers written before the capture).
+    /// One walk of the schedule, up to the step's end. `uploaded`: what a recorded step
+    /// reads from buffers written before its capture window.
     #[allow(clippy::too_many_arguments)]
     fn walk(
         &self,
@@ -490,7 +499,7 @@ impl Executor {
         options: RunOptions,
         comm: Option<(&mpsc::Sender<CommJob>, Instant)>,
         batch: Option<usize>,
-        uploaded: Option<&BTreeMap<String, Value>>,
+        uploaded: Option<&Uploaded>,
         t0: Instant,
     ) -> Result<Flight> {
         let keep: HashSet<usize> = fetches.iter().filter_map(|o| self.slot_of.get(o).copied()).collect();
@@ -596,7 +605,7 @@ impl Executor {
         mut inputs: Vec<Value>,
         vars: &VariableStore,
         feeds: &BTreeMap<String, HostTensor>,
-        uploaded: Option<&BTreeMap<String, Value>>,
+        uploaded: Option<&Uploaded>,
         options: &RunOptions,
         batch: Option<usize>,
         flight: &mut Flight,
@@ -605,7 +614,7 @@ impl Executor {
         let step = &self.steps[index];
         let node = g.node(step.node);
         Ok(match &node.op {
-            Op::Placeholder(_) => match uploaded.and_then(|u| u.get(&node.name)) {
+            Op::Placeholder(_) => match uploaded.and_then(|u| u.feeds.get(&node.name)) {
                 Some(v) => vec![v.clone()],
                 None => {
                     let fed = feeds.get(&node.name).ok_or_else(|| RuntimeError::MissingFeed(node.name.clone()))?;
@@ -635,6 +644,7 @@ impl Executor {
                     collective: self.collective.as_deref(),
                     max_buffer: self.device.max_buffer_bytes(),
                     memo: &self.memo,
+                    seed: uploaded.and_then(|u| u.seeds.get(&step.node)),
                 };
                 match op {
                     Op::CheckNumerics(check) => {
@@ -683,8 +693,14 @@ impl Executor {
         // The step commits all of its assignments or, when a check saw a value that is not
         // finite, none: a NaN never reaches the variables.
         if non_finite.is_empty() {
+            // While a replayed graph reads the variables' buffers, a step run op by op (a
+            // profiled one, a logging step's first few) copies its new values into them
+            // rather than replacing them, which would drop the graph.
+            let into_held = self.replay.holds(vars);
             for (name, value) in flight.assignments {
-                vars.set(&name, value);
+                if !(into_held && vars.get(&name).is_some_and(|x| crate::device::cube::copy(&value, x))) {
+                    vars.set(&name, value);
+                }
             }
         }
         Ok(StepOutput { fetched: end.fetched, timings: flight.timings, collectives: flight.collectives, non_finite })

@@ -28,7 +28,7 @@
 //! executor eager, with a warning that says why. `ENGINE_STEP_GRAPH=off` keeps every step
 //! eager.
 
-use super::{Executor, StepOutput};
+use super::{Executor, StepOutput, Uploaded};
 use crate::{Device, Result, RuntimeError, Value, VariableStore, readback, value::B};
 use burn::backend::{Backend, DispatchGraph, TensorMetadata};
 use engine_graph::{DType, HostTensor, NodeId, Op, Outlet, Plan};
@@ -51,17 +51,26 @@ pub(super) struct Replay {
     replayed: AtomicU64,
 }
 
-enum State {
+/// The graphs held, most recently replayed first, and the step being watched.
+struct State {
+    graphs: Vec<Box<Captured>>,
+    watch: Watch,
+    /// The backend refused a capture (why): eager from now on.
+    off: Option<String>,
+}
+
+enum Watch {
     Watching {
         key: Option<Key>,
         seen: usize,
     },
     /// `graph_prepare` was called and the warmup step ran with this key.
     Warm(Key),
-    Ready(Box<Captured>),
-    /// The backend refused a capture (why): eager from now on.
-    Off(String),
 }
+
+/// At most this many graphs are held (a logging step fetches more than the others, and
+/// gets a graph of its own); each holds its own intermediates' memory.
+const MAX_GRAPHS: usize = 4;
 
 /// What a step must share with the recorded one to replay it.
 #[derive(Debug, Clone, PartialEq)]
@@ -94,32 +103,33 @@ impl Replay {
     /// Whether `plan`'s steps (the nodes `order` runs) may be replayed on `device`.
     pub(super) fn new(plan: &Plan, order: &[NodeId], device: &Device, partitioned: bool) -> Self {
         let never = never(plan, order, device, partitioned);
-        Replay { never, state: Mutex::new(State::Watching { key: None, seen: 0 }), replayed: AtomicU64::new(0) }
+        Replay { never, state: Mutex::new(State::new(None)), replayed: AtomicU64::new(0) }
     }
 
     /// Never replays.
     pub(super) fn off() -> Self {
-        Replay {
-            never: Some("turned off".into()),
-            state: Mutex::new(State::Off("turned off".into())),
-            replayed: AtomicU64::new(0),
-        }
+        let why = "turned off".to_string();
+        Replay { never: Some(why.clone()), state: Mutex::new(State::new(Some(why))), replayed: AtomicU64::new(0) }
     }
 
     /// Why steps are not replayed, once that is settled: the plan's reason or the
     /// backend's refusal.
     pub(super) fn refused(&self) -> Option<String> {
-        if let Some(why) = &self.never {
-            return Some(why.clone());
-        }
-        match &*self.state.lock().unwrap_or_else(|p| p.into_inner()) {
-            State::Off(why) => Some(why.clone()),
-            _ => None,
-        }
+        self.never.clone().or_else(|| self.lock().off.clone())
     }
 
     pub(super) fn replayed(&self) -> u64 {
         self.replayed.load(Ordering::Relaxed)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether a step run op by op must commit into the variables' buffers rather than
+    /// replace them: a held graph reads those buffers, and replacing them would drop it.
+    pub(super) fn holds(&self, vars: &VariableStore) -> bool {
+        self.never.is_none() && self.lock().graphs.iter().any(|c| c.holds(vars))
     }
 
     /// Runs the step as a replay when it can be one; `None`: the caller runs it eagerly.
@@ -136,69 +146,105 @@ impl Replay {
         }
         let key = Key::new(feeds, fetches, options.replica);
         let dev = exec.device.dispatch();
-        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        if let State::Ready(c) = &mut *state
-            && c.key == key
-            && c.holds(vars)
-        {
+        let mut state = self.lock();
+        if state.off.is_some() {
+            return Ok(None);
+        }
+        // A restore (or another store) replaced the variables: those graphs read stale
+        // buffers.
+        state.graphs.retain(|c| c.holds(vars));
+        if let Some(at) = state.graphs.iter().position(|c| c.key == key) {
+            state.end_warmup(dev);
             // A feed the eager step would refuse is refused the same way; the graph stays.
             exec.admit(feeds, fetches, options)?;
-            c.write_feeds(exec, feeds)?;
+            let c = &mut state.graphs[at];
+            c.write_inputs(exec, feeds, options.step)?;
             let out = c.run(exec);
             match &out {
-                Ok(_) => _ = self.replayed.fetch_add(1, Ordering::Relaxed),
-                Err(e) => *state = State::Off(format!("a replay failed: {e}")),
+                Ok(_) => {
+                    self.replayed.fetch_add(1, Ordering::Relaxed);
+                    state.graphs[..=at].rotate_right(1);
+                }
+                Err(e) => state.stop(format!("a replay failed: {e}")),
             }
             return out.map(Some);
         }
-        let (next, out) = match std::mem::replace(&mut *state, State::Off("a replay failed".into())) {
-            State::Off(why) => (State::Off(why), None),
-            State::Warm(k) if k == key => match Captured::record(exec, vars, feeds, fetches, options, key) {
-                Ok(mut c) => {
-                    log::info!(
-                        "{}: the step is replayed as one captured graph of {} ops",
-                        exec.device,
-                        exec.steps.len()
-                    );
-                    let out = c.run(exec)?;
-                    self.replayed.fetch_add(1, Ordering::Relaxed);
-                    (State::Ready(c), Some(out))
-                }
-                Err(Refusal::Refused(why)) => {
-                    log::warn!("{}: the step cannot be captured ({why}); every step runs op by op", exec.device);
-                    (State::Off(why), None)
-                }
-                Err(Refusal::Failed(e)) => {
-                    let _ = B::graph_stop_capture(dev);
-                    *state = State::Watching { key: None, seen: 0 };
-                    return Err(e);
-                }
-            },
-            State::Warm(_) => {
+        let watch = std::mem::replace(&mut state.watch, Watch::Watching { key: None, seen: 0 });
+        state.watch = match watch {
+            Watch::Warm(k) if k == key => {
+                return match Captured::record(exec, vars, feeds, fetches, options, key) {
+                    Ok(mut c) => {
+                        log::info!(
+                            "{}: the step is replayed as one captured graph of {} ops",
+                            exec.device,
+                            exec.steps.len()
+                        );
+                        let out = c.run(exec);
+                        match &out {
+                            Ok(_) => {
+                                self.replayed.fetch_add(1, Ordering::Relaxed);
+                                state.graphs.insert(0, c);
+                                state.graphs.truncate(MAX_GRAPHS);
+                            }
+                            Err(e) => state.stop(format!("a replay failed: {e}")),
+                        }
+                        out.map(Some)
+                    }
+                    Err(Refusal::Refused(why)) => {
+                        log::warn!("{}: the step cannot be captured ({why}); every step runs op by op", exec.device);
+                        state.stop(why);
+                        Ok(None)
+                    }
+                    Err(Refusal::Failed(e)) => {
+                        let _ = B::graph_stop_capture(dev);
+                        Err(e)
+                    }
+                };
+            }
+            Watch::Warm(_) => {
                 // Prepared for a capture that will not come: end it, so the stream's
                 // allocations go back to the pools that reclaim memory.
                 let _ = B::graph_stop_capture(dev);
-                (State::Watching { key: Some(key), seen: 1 }, None)
+                Watch::Watching { key: Some(key), seen: 1 }
             }
-            State::Watching { key: Some(k), seen } if k == key => {
+            Watch::Watching { key: Some(k), seen } if k == key => {
                 if seen < WATCH {
-                    (State::Watching { key: Some(key), seen: seen + 1 }, None)
+                    Watch::Watching { key: Some(key), seen: seen + 1 }
                 } else {
                     match B::graph_prepare(dev) {
-                        Ok(()) => (State::Warm(key), None),
+                        Ok(()) => Watch::Warm(key),
                         Err(e) => {
                             let why = format!("{e:?}");
                             log::warn!("{}: no step graph ({why}); every step runs op by op", exec.device);
-                            (State::Off(why), None)
+                            state.stop(why);
+                            Watch::Watching { key: None, seen: 0 }
                         }
                     }
                 }
             }
-            // Another step, or a graph whose buffers the store no longer holds.
-            _ => (State::Watching { key: Some(key), seen: 1 }, None),
+            _ => Watch::Watching { key: Some(key), seen: 1 },
         };
-        *state = next;
-        Ok(out)
+        Ok(None)
+    }
+}
+
+impl State {
+    fn new(off: Option<String>) -> Self {
+        State { graphs: Vec::new(), watch: Watch::Watching { key: None, seen: 0 }, off }
+    }
+
+    /// Ends a warmup whose step did not come next, so the stream leaves its prepared mode.
+    fn end_warmup(&mut self, dev: &burn::backend::DispatchDevice) {
+        if matches!(self.watch, Watch::Warm(_)) {
+            let _ = B::graph_stop_capture(dev);
+            self.watch = Watch::Watching { key: None, seen: 0 };
+        }
+    }
+
+    /// No more replays: the graphs go, and every step runs op by op.
+    fn stop(&mut self, why: String) {
+        self.graphs.clear();
+        self.off = Some(why);
     }
 }
 
@@ -216,8 +262,6 @@ fn never(plan: &Plan, order: &[NodeId], device: &Device, partitioned: bool) -> O
     order.iter().map(|&id| plan.graph.node(id)).find_map(|node| {
         let why = match &node.op {
             op if op.is_collective() => "it waits for other replicas",
-            // The mask's seed changes every step and is a kernel argument.
-            Op::Dropout(_) => "its mask changes with the step",
             // Indices are checked on the host, which reads them back.
             Op::Gather(_) | Op::ScatterAddRows(_) | Op::RowsTouched(_) => "it reads indices back to the host",
             Op::Transfer(_) => "it moves values between devices",
@@ -235,8 +279,10 @@ struct Captured {
     /// where they could not be recorded (then they are launched one by one).
     commit: Option<DispatchGraph>,
     commit_recorded: bool,
-    /// The feeds' buffers, by placeholder.
-    feeds: BTreeMap<String, Value>,
+    /// The feeds' and the dropout seeds' buffers.
+    uploaded: Uploaded,
+    /// The dropouts, whose seeds every replay writes for its step.
+    dropouts: Vec<(NodeId, engine_graph::ops::Dropout)>,
     /// The variables the step reads, as the store holds them: their buffers are the step's
     /// state, which every commit writes.
     reads: BTreeMap<String, Value>,
@@ -259,7 +305,8 @@ impl Captured {
         let dev = exec.device.dispatch();
         let batch = exec.admit(feeds, fetches, options).map_err(Refusal::Failed)?;
         let g = &exec.plan.graph;
-        let mut uploaded = BTreeMap::new();
+        let mut uploaded = Uploaded { feeds: BTreeMap::new(), seeds: BTreeMap::new() };
+        let mut dropouts = Vec::new();
         let mut reads = BTreeMap::new();
         for step in &exec.steps {
             let node = g.node(step.node);
@@ -268,7 +315,11 @@ impl Captured {
                     let fed = feeds
                         .get(&node.name)
                         .ok_or_else(|| Refusal::Failed(RuntimeError::MissingFeed(node.name.clone())))?;
-                    uploaded.insert(node.name.clone(), Value::from_host(fed, dev, exec.precision));
+                    uploaded.feeds.insert(node.name.clone(), Value::from_host(fed, dev, exec.precision));
+                }
+                Op::Dropout(d) => {
+                    uploaded.seeds.insert(step.node, seed_tensor(d, options.step, dev));
+                    dropouts.push((step.node, d.clone()));
                 }
                 Op::Variable(_) => {
                     if let Some(v) = vars.get(&node.name) {
@@ -316,7 +367,8 @@ impl Captured {
             graph,
             commit: None,
             commit_recorded: false,
-            feeds: uploaded,
+            uploaded,
+            dropouts,
             reads,
             assignments: flight.assignments,
             probes: flight.probes,
@@ -332,10 +384,11 @@ impl Captured {
         })
     }
 
-    /// Writes this step's feeds into the recorded buffers, on the replay's stream.
-    fn write_feeds(&self, exec: &Executor, feeds: &BTreeMap<String, HostTensor>) -> Result<()> {
+    /// Writes this step's feeds and dropout seeds into the recorded buffers, on the
+    /// replay's stream.
+    fn write_inputs(&self, exec: &Executor, feeds: &BTreeMap<String, HostTensor>, step: i64) -> Result<()> {
         let dev = exec.device.dispatch();
-        for (name, fixed) in &self.feeds {
+        for (name, fixed) in &self.uploaded.feeds {
             let fed = feeds.get(name).ok_or_else(|| RuntimeError::MissingFeed(name.clone()))?;
             let Some(dst) = fixed.tensor() else { continue };
             let (data, _) = crate::value::host_data(fed, dev, exec.precision);
@@ -343,11 +396,21 @@ impl Captured {
                 continue;
             }
             // A buffer laid out otherwise than the bytes: upload, then copy on the device.
-            let fresh = Value::from_host(fed, dev, exec.precision);
-            if !crate::device::cube::copy(&fresh, fixed) {
+            if !crate::device::cube::copy(&Value::from_host(fed, dev, exec.precision), fixed) {
                 return Err(RuntimeError::Feed {
                     name: name.clone(),
                     reason: "cannot be written into the replayed step's buffer".into(),
+                });
+            }
+        }
+        for (id, d) in &self.dropouts {
+            let written =
+                self.uploaded.seeds.get(id).is_some_and(|t| crate::device::cube::write(t, seed_data(d, step)));
+            if !written {
+                return Err(RuntimeError::Kernel {
+                    node: exec.plan.graph.node(*id).name.clone(),
+                    op: "Dropout",
+                    reason: "its seed cannot be written into the replayed step's buffer".into(),
                 });
             }
         }
@@ -419,4 +482,13 @@ impl Captured {
 
 fn replay_error(exec: &Executor, e: burn::backend::ExecutionError) -> RuntimeError {
     RuntimeError::Device { spec: exec.device.to_string(), reason: format!("the step's graph did not replay: {e:?}") }
+}
+
+/// `d`'s seed at `step` as the mask's kernels take it: one 64-bit integer.
+fn seed_data(d: &engine_graph::ops::Dropout, step: i64) -> burn::tensor::TensorData {
+    burn::tensor::TensorData::new(vec![crate::kernels::dropout_seed(d, step) as i64], [1])
+}
+
+fn seed_tensor(d: &engine_graph::ops::Dropout, step: i64, dev: &burn::backend::DispatchDevice) -> crate::value::T {
+    <B as burn::backend::ops::IntTensorOps<B>>::int_from_data(seed_data(d, step), dev)
 }

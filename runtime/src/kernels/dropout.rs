@@ -9,8 +9,8 @@
 
 use super::{KernelCtx, dims};
 use crate::{Precision, Result, Value, value::B};
-use burn::backend::DispatchDevice;
 use burn::backend::ops::{BoolTensorOps, FloatTensorOps, IntTensorOps};
+use burn::backend::{DispatchDevice, TensorMetadata};
 use burn::tensor::{Shape as BurnShape, TensorData};
 use engine_graph::{derive_seed, ops::Dropout};
 
@@ -18,6 +18,12 @@ const LOW32: u64 = 0xFFFF_FFFF;
 /// Odd multipliers below 2^31: a 32-bit value times one stays below 2^63, so a device
 /// computes the hash in signed 64-bit integers without overflow, bit for bit as here.
 const MUL: [u64; 2] = [0x7feb_352d, 0x2c1b_3c6d];
+
+/// The seed of `d`'s mask at global step `step`, folded to 32 bits.
+pub(crate) fn step_seed(d: &Dropout, step: i64) -> u64 {
+    let seed = derive_seed(d.seed, &format!("dropout/{step}"));
+    (seed ^ (seed >> 32)) & LOW32
+}
 
 /// One step's stream: the seed folded to 32 bits, the replica's first key, and the
 /// threshold a kept unit's hash falls below.
@@ -29,10 +35,9 @@ pub(super) struct Stream {
 
 impl Stream {
     fn new(d: &Dropout, n: usize, ctx: &KernelCtx<'_>) -> Self {
-        let seed = derive_seed(d.seed, &format!("dropout/{}", ctx.step));
         let keep = 1.0 - d.rate as f64;
         Stream {
-            seed: (seed ^ (seed >> 32)) & LOW32,
+            seed: step_seed(d, ctx.step),
             offset: ctx.replica.wrapping_mul(n as u64),
             threshold: (keep * (1u64 << 32) as f64).round().clamp(0.0, (1u64 << 32) as f64) as u64,
         }
@@ -91,7 +96,16 @@ fn device_mask(d: &Dropout, shape: &[usize], ctx: &KernelCtx<'_>) -> Result<crat
     let scale = scale::<f64>(d, ctx)?;
     let low = |t| B::bitwise_and_scalar(t, (LOW32 as i64).into());
     let keys = keys(n, ctx);
-    let mut x = low(B::bitwise_xor_scalar(B::int_add_scalar(keys, (s.offset as i64).into()), (s.seed as i64).into()));
+    let keys = B::int_add_scalar(keys, (s.offset as i64).into());
+    let mut x = match ctx.seed {
+        // A replayed step's seed lives on the device, written before every replay.
+        Some(seed) => {
+            let shape = keys.shape();
+            B::bitwise_xor(keys, B::int_expand(seed.clone(), shape))
+        }
+        None => B::bitwise_xor_scalar(keys, (s.seed as i64).into()),
+    };
+    x = low(x);
     for m in MUL {
         x = B::bitwise_xor(x.clone(), B::bitwise_right_shift_scalar(x, 16i64.into()));
         x = low(B::int_mul_scalar(x, (m as i64).into()));

@@ -14,6 +14,7 @@ pub use cpu::has_avx2;
 #[cfg(target_arch = "x86_64")]
 pub(crate) use cpu::has_avx512;
 pub(crate) use cpu::large_f32_kernel;
+pub(crate) use dropout::step_seed as dropout_seed;
 pub(crate) use row_sparse::all_gather_rows;
 mod conv;
 mod conv_gemm;
@@ -57,6 +58,9 @@ pub(crate) struct KernelCtx<'a> {
     pub max_buffer: Option<u64>,
     /// The constants kernels make from host values, made once per executor.
     pub memo: &'a Memo,
+    /// A dropout's seed for the step as a one-element device tensor, in a recorded step
+    /// (whose replays write each step's seed there); `None`: the seed is a kernel argument.
+    pub seed: Option<&'a T>,
 }
 
 /// Device constants that kernels make from host values (an index range, an element
