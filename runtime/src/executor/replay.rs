@@ -53,7 +53,7 @@ pub(super) struct Replay {
 
 /// The graphs held, most recently replayed first, and the step being watched.
 struct State {
-    graphs: Vec<Box<Captured>>,
+    graphs: Vec<Captured>,
     watch: Watch,
     /// The backend refused a capture (why): eager from now on.
     off: Option<String>,
@@ -301,7 +301,7 @@ impl Captured {
         fetches: &[Outlet],
         options: super::RunOptions,
         key: Key,
-    ) -> std::result::Result<Box<Captured>, Refusal> {
+    ) -> std::result::Result<Captured, Refusal> {
         let dev = exec.device.dispatch();
         let batch = exec.admit(feeds, fetches, options).map_err(Refusal::Failed)?;
         let g = &exec.plan.graph;
@@ -362,7 +362,7 @@ impl Captured {
                 return Err(Refusal::Refused(format!("{name} is assigned a value of another shape or type")));
             }
         }
-        Ok(Box::new(Captured {
+        Ok(Captured {
             key,
             graph,
             commit: None,
@@ -373,7 +373,7 @@ impl Captured {
             assignments: flight.assignments,
             probes: flight.probes,
             end,
-        }))
+        })
     }
 
     /// Whether the store still holds the buffers the graph reads.
