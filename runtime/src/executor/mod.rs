@@ -435,6 +435,7 @@ impl Executor {
                         max_buffer,
                         memo,
                         seed: None,
+                        recording: false,
                     };
                     let result = match &node.op {
                         Op::AllReduce(a) => kernels::all_reduce(a, job.inputs, &ctx),
@@ -645,6 +646,7 @@ impl Executor {
                     max_buffer: self.device.max_buffer_bytes(),
                     memo: &self.memo,
                     seed: uploaded.and_then(|u| u.seeds.get(&step.node)),
+                    recording: uploaded.is_some(),
                 };
                 match op {
                     Op::CheckNumerics(check) => {

@@ -317,16 +317,17 @@ impl Captured {
                         .ok_or_else(|| Refusal::Failed(RuntimeError::MissingFeed(node.name.clone())))?;
                     uploaded.feeds.insert(node.name.clone(), Value::from_host(fed, dev, exec.precision));
                 }
-                Op::Dropout(d) => {
-                    uploaded.seeds.insert(step.node, seed_tensor(d, options.step, dev));
-                    dropouts.push((step.node, d.clone()));
-                }
                 Op::Variable(_) => {
                     if let Some(v) = vars.get(&node.name) {
                         reads.insert(node.name.clone(), v.clone());
                     }
                 }
-                _ => {}
+                op => {
+                    if let Some(d) = dropout_of(op) {
+                        uploaded.seeds.insert(step.node, seed_tensor(d, options.step, dev));
+                        dropouts.push((step.node, d.clone()));
+                    }
+                }
             }
         }
         B::graph_start_capture(dev).map_err(|e| Refusal::Refused(format!("{e:?}")))?;
@@ -482,6 +483,17 @@ impl Captured {
 
 fn replay_error(exec: &Executor, e: burn::backend::ExecutionError) -> RuntimeError {
     RuntimeError::Device { spec: exec.device.to_string(), reason: format!("the step's graph did not replay: {e:?}") }
+}
+
+/// The dropout whose mask `op` draws every step: its kernels read the seed from the
+/// device in a recorded step (one that draws a mask without it refuses the recording).
+fn dropout_of(op: &Op) -> Option<&engine_graph::ops::Dropout> {
+    match op {
+        Op::Dropout(d) => Some(d),
+        Op::FusedAttention(a) => a.dropout.as_ref(),
+        Op::FusedAttentionGrad(a) => a.dropout.as_ref(),
+        _ => None,
+    }
 }
 
 /// `d`'s seed at `step` as the mask's kernels take it: one 64-bit integer.

@@ -103,6 +103,8 @@ fn device_mask(d: &Dropout, shape: &[usize], ctx: &KernelCtx<'_>) -> Result<crat
             let shape = keys.shape();
             B::bitwise_xor(keys, B::int_expand(seed.clone(), shape))
         }
+        // Baked into a recording, the mask would repeat the recorded step's every step.
+        None if ctx.recording => return Err(ctx.err("its mask's seed is not on the device in a recorded step")),
         None => B::bitwise_xor_scalar(keys, (s.seed as i64).into()),
     };
     x = low(x);

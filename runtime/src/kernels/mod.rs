@@ -61,6 +61,10 @@ pub(crate) struct KernelCtx<'a> {
     /// A dropout's seed for the step as a one-element device tensor, in a recorded step
     /// (whose replays write each step's seed there); `None`: the seed is a kernel argument.
     pub seed: Option<&'a T>,
+    /// Whether this step is being recorded for replays (`executor/replay.rs`): a value
+    /// that changes from step to step must then come from the device, never be baked into
+    /// a kernel's arguments.
+    pub recording: bool,
 }
 
 /// Device constants that kernels make from host values (an index range, an element

@@ -66,7 +66,7 @@ fn stage(t: &T, axis: usize) -> Option<usize> {
     let outputs = dims.iter().product::<usize>() / n.max(1);
     if outputs < FEW_OUTPUTS && n > PARALLEL {
         // A length that divides the axis needs no padding (a copy of the whole tensor).
-        Some((PARALLEL / 4..=PARALLEL).rev().find(|l| n % l == 0).unwrap_or(PARALLEL))
+        Some((PARALLEL / 4..=PARALLEL).rev().find(|&l| n.is_multiple_of(l)).unwrap_or(PARALLEL))
     } else {
         (n > STAGE).then_some(STAGE)
     }
