@@ -4,7 +4,10 @@
 # under a time limit, its results written under $OUT as they come (a call cut at its
 # limit still returns them: res.tar.xz and summary.txt).
 #
-#   bench/gpu_session.sh [--budget SECONDS]        (default 480)
+#   bench/gpu_session.sh [--budget SECONDS] [--skip conv,wgpu,profile]   (default 480)
+#
+# --skip leaves parts out where the session's minutes are better spent on the table:
+# `conv` the convolution forms of step 1, `wgpu` step 2, `profile` steps 3 and 5.
 #
 # It expects bench/.build/gpu/ (git-ignored; carry it) to hold what BENCHMARKS.md's
 # "Running on a GPU machine" builds here: engine.xz (wgpu,cuda), and any other
@@ -25,13 +28,15 @@
 # 5. Where time is left, the per-op profiles of the residual model and VGG.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-budget=480
+budget=480 skip=
 while [ $# -gt 0 ]; do
   case "$1" in
     --budget) budget=$2; shift 2 ;;
-    *) echo "usage: $0 [--budget SECONDS]" >&2; exit 2 ;;
+    --skip) skip=",$2,"; shift 2 ;;
+    *) echo "usage: $0 [--budget SECONDS] [--skip conv,wgpu,profile]" >&2; exit 2 ;;
   esac
 done
+skips() { [[ "$skip" == *",$1,"* ]]; }
 G=bench/.build/gpu
 OUT=${OUT:-/tmp/gpu_session}
 R=/tmp/gpu_session_results
@@ -89,7 +94,9 @@ engine_row() {
   env "$@" timeout -k 5 "$limit" python3 bench/engine_cnn.py --engine "$G/$name" --device cuda:0 --model "$model" \
     --batch-size "$batch" --warmup "$warmup" --steps "$steps" --no-cpu-check --log "$R/$label.log" \
     --set run_config.save_checkpoints_steps=1000000 >"$R/$label.json" 2>>"$R/$label.log"
-  say "$(report "$name cuda:0, $model $batch${*:+ ($*)}" "$R/$label.json") [$(grep -o 'device reads: [^,)]*' "$R/$label.log" | tail -1)]"
+  say "$(report "$name cuda:0, $model $batch${*:+ ($*)}" "$R/$label.json") [$(grep -o 'device reads: [^,)]*' "$R/$label.log" | tail -1)] $(grep -o -m1 'replayed as one captured graph of [0-9]* ops\|cannot be captured ([^)]*\|no step graph ([^)]*' "$R/$label.log")"
+  # The loss at the last logged step, to set the builds' trajectories side by side.
+  say "  $(grep -o 'loss = [^,]*, step = [0-9]*' "$R/$label.log" | tail -1)"
 }
 best=${builds[0]} best_rate=0
 for name in "${builds[@]}"; do
@@ -103,6 +110,7 @@ say "fastest build on cnn 64: $best"
 # leaves passes with 2^18 outputs or more to burn's direct kernels, on the rows that have
 # such passes; the faster form measures the table.
 gemm_wins=0
+skips conv ||
 for row in residual:256 vgg:128 resnet:128 cnn:512; do
   m=${row%:*} b=${row#*:}
   [ -f "$R/$best-$m$b.json" ] || engine_row "$best" "$best-$m$b" "$m" "$b"
@@ -111,14 +119,17 @@ for row in residual:256 vgg:128 resnet:128 cnn:512; do
 done
 conv_env=()
 [ "$gemm_wins" -ge 3 ] && conv_env=(ENGINE_CONV_KERNELS=gemm)
-say "every convolution as a GEMM was faster on $gemm_wins of 4 rows; the table runs with: ${conv_env[*]:-the default}"
+skips conv || say "every convolution as a GEMM was faster on $gemm_wins of 4 rows; the table runs with: ${conv_env[*]:-the default}"
 
 # 2. wgpu:0 once, with the loader's complaints; where it starts, the CNN at 64 with the
 #    default submission size and with a whole step per submission.
-VK_LOADER_DEBUG=error,warn timeout -k 5 60 "$G/${builds[0]}" run specs/fashion_mnist_cnn.ron --device wgpu:0 \
-  --max-steps 3 --model-dir /tmp/gpu_session_wgpu --set eval_input=None >"$R/wgpu.log" 2>&1
-wgpu_rc=$?
-say "wgpu:0 exit $wgpu_rc: $(grep -m1 -E '^error|wgpu:0 is' "$R/wgpu.log")"
+wgpu_rc=1
+if ! skips wgpu; then
+  VK_LOADER_DEBUG=error,warn timeout -k 5 60 "$G/${builds[0]}" run specs/fashion_mnist_cnn.ron --device wgpu:0 \
+    --max-steps 3 --model-dir /tmp/gpu_session_wgpu --set eval_input=None >"$R/wgpu.log" 2>&1
+  wgpu_rc=$?
+  say "wgpu:0 exit $wgpu_rc: $(grep -m1 -E '^error|wgpu:0 is' "$R/wgpu.log")"
+fi
 if [ $wgpu_rc -eq 0 ]; then
   for tasks in 32 4096; do
     [ "$(left)" -gt 120 ] || break
@@ -141,8 +152,8 @@ prof() {  # build label spec batch
   cp "$d/timeline-21.json" "$R/timeline-$2.json" 2>/dev/null
 }
 # The launch-bound row first: how much of its step the device is busy.
-[ "$(left)" -gt 150 ] && prof "${builds[0]}" cnn64 cnn 64
-[ "$(left)" -gt 150 ] && prof "${builds[0]}" cnn512 cnn 512
+skips profile || { [ "$(left)" -gt 150 ] && prof "${builds[0]}" cnn64 cnn 64; }
+skips profile || { [ "$(left)" -gt 150 ] && prof "${builds[0]}" cnn512 cnn 512; }
 
 # 4. The table in what is left: the fastest build and eager on every row, then
 #    torch.compile (and wgpu:0, where it started) on the launch-bound row.
@@ -156,6 +167,6 @@ if [ "$(left)" -gt 60 ]; then
 fi
 
 # 5. Where time is left, the per-op profiles of the larger models.
-[ "$(left)" -gt 70 ] && prof "${builds[0]}" res256 residual 256
-[ "$(left)" -gt 70 ] && prof "${builds[0]}" vgg128 vgg 128
+skips profile || { [ "$(left)" -gt 70 ] && prof "${builds[0]}" res256 residual 256; }
+skips profile || { [ "$(left)" -gt 70 ] && prof "${builds[0]}" vgg128 vgg 128; }
 cat "$R/summary.txt"
