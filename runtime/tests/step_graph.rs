@@ -168,94 +168,67 @@ fn same(replayed: &Run, eager: &Run, what: &str) -> Result<()> {
     Ok(())
 }
 
-#[test]
-fn a_replayed_step_computes_what_the_eager_step_computes() -> Result<()> {
+/// Trains `steps` steps on every listed device with and without step graphs, checks the
+/// two runs alike and that `replays` steps were replays, and returns the replayed runs.
+fn alike(steps: usize, plot: Plot, replays: u64, what: &str) -> Result<Vec<(Device, Run)>> {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let mut runs = Vec::new();
     for device in devices()? {
-        let replayed = train(&device, true, 12, Plot::default())?;
-        let eager = train(&device, false, 12, Plot::default())?;
-        same(&replayed, &eager, &format!("{device}"))?;
-        // Two steps watched, one warmup, then every step is a replay (the first of them
-        // the recorded one).
+        let replayed = train(&device, true, steps, plot)?;
+        let eager = train(&device, false, steps, plot)?;
+        same(&replayed, &eager, &format!("{device}, {what}"))?;
+        ensure!(eager.replayed == 0);
         ensure!(
-            replayed.replayed == 9,
-            "{device}: {} steps replayed of 12 ({:?})",
+            replayed.replayed == replays,
+            "{device}, {what}: {} steps replayed of {steps} ({:?})",
             replayed.replayed,
             replayed.refused
         );
-        ensure!(eager.replayed == 0);
-        ensure!(replayed.reads[3..].iter().all(|&r| r <= 1), "{device}: device reads per step {:?}", replayed.reads);
+        runs.push((device, replayed));
+    }
+    Ok(runs)
+}
+
+#[test]
+fn a_replayed_step_computes_what_the_eager_step_computes() -> Result<()> {
+    // Two steps watched, one warmup, then every step is a replay (the first of them the
+    // recorded one), each reading the device once.
+    for (device, run) in alike(12, Plot::default(), 9, "12 steps")? {
+        ensure!(run.reads[3..].iter().all(|&r| r <= 1), "{device}: device reads per step {:?}", run.reads);
     }
     Ok(())
 }
 
 #[test]
 fn a_nan_in_a_replayed_step_commits_nothing_and_names_the_culprit() -> Result<()> {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    for device in devices()? {
-        let replayed = train(&device, true, 10, Plot { nan_at: Some(6), ..Plot::default() })?;
-        let eager = train(&device, false, 10, Plot { nan_at: Some(6), ..Plot::default() })?;
-        same(&replayed, &eager, &format!("{device}, a NaN at step 6"))?;
+    // The step after the NaN still replays (the graph is kept, and nothing committed).
+    for (device, run) in alike(10, Plot { nan_at: Some(6), ..Plot::default() }, 7, "a NaN at step 6")? {
         ensure!(
-            replayed.culprits.first().is_some_and(|(step, what)| *step == 6 && what == "gradient of w1"),
+            run.culprits.first().is_some_and(|(step, what)| *step == 6 && what == "gradient of w1"),
             "{device}: {:?}",
-            replayed.culprits
+            run.culprits
         );
-        // The step after the NaN still replays (the graph is kept, and nothing committed).
-        ensure!(replayed.replayed == 7, "{device}: {} steps replayed of 10", replayed.replayed);
     }
     Ok(())
 }
 
 #[test]
 fn variables_replaced_under_the_graph_are_read_by_the_next_step() -> Result<()> {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    for device in devices()? {
-        let replayed = train(&device, true, 14, Plot { restore_at: Some(7), ..Plot::default() })?;
-        let eager = train(&device, false, 14, Plot { restore_at: Some(7), ..Plot::default() })?;
-        same(&replayed, &eager, &format!("{device}, restored before step 7"))?;
-        // Replays at steps 3..=6, then watching again: 7 and 8 watched, 9 the warmup,
-        // 10..=13 replays.
-        ensure!(replayed.replayed == 8, "{device}: {} steps replayed of 14", replayed.replayed);
-    }
-    Ok(())
+    // Replays at steps 3..=6, then watching again: 7 and 8 watched, 9 the warmup,
+    // 10..=13 replays.
+    alike(14, Plot { restore_at: Some(7), ..Plot::default() }, 8, "restored before step 7").map(drop)
 }
 
 #[test]
 fn logging_and_profiled_steps_run_op_by_op_and_keep_the_graph() -> Result<()> {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    for device in devices()? {
-        let plot = Plot { log_every: Some(5), profile_at: Some(8), ..Plot::default() };
-        let replayed = train(&device, true, 16, plot)?;
-        let eager = train(&device, false, 16, plot)?;
-        same(&replayed, &eager, &format!("{device}, logging every 5 steps, profiling step 8"))?;
-        // Steps 1-3 watched and warmed, 4 recorded; the steps that fetch the logits
-        // (0, 5, 10, 15) and the profiled one (8) run op by op and commit into the
-        // variables' buffers, so the graph stays: 4, 6, 7, 9 and 11-14 are replays.
-        ensure!(
-            replayed.replayed == 8,
-            "{device}: {} steps replayed of 16 ({:?})",
-            replayed.replayed,
-            replayed.refused
-        );
-    }
-    Ok(())
+    // Steps 1-3 watched and warmed, 4 recorded; the steps that fetch the logits (0, 5, 10,
+    // 15) and the profiled one (8) run op by op and commit into the variables' buffers, so
+    // the graph stays: 4, 6, 7, 9 and 11-14 are replays.
+    let plot = Plot { log_every: Some(5), profile_at: Some(8), ..Plot::default() };
+    alike(16, plot, 8, "logging every 5 steps, profiling step 8").map(drop)
 }
 
 #[test]
 fn a_replayed_dropout_draws_each_steps_mask() -> Result<()> {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    for device in devices()? {
-        let plot = Plot { dropout: true, ..Plot::default() };
-        let replayed = train(&device, true, 10, plot)?;
-        let eager = train(&device, false, 10, plot)?;
-        same(&replayed, &eager, &format!("{device}, with dropout"))?;
-        ensure!(
-            replayed.replayed == 7,
-            "{device}: {} steps replayed of 10 ({:?})",
-            replayed.replayed,
-            replayed.refused
-        );
-    }
-    Ok(())
+    alike(10, Plot { dropout: true, ..Plot::default() }, 7, "with dropout").map(drop)
 }
