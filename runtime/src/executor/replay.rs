@@ -22,9 +22,11 @@
 //!   commit ran for real). The store keeps its buffers, so the next replay reads the new
 //!   values, and a step that saw a NaN commits nothing, as an eager step.
 //!
-//! Anything else (other fetches or shapes, a store whose buffers were replaced by a
-//! restore or an eager step, another thread, whose stream the graph is not ordered on)
-//! drops the graph, and watching starts again. A capture the backend refuses leaves the
+//! Up to four graphs are held, one per key. A step run op by op while one is held (a
+//! profiled step, a logging step with a key of its own) copies its new values into the
+//! held buffers. A store whose buffers were replaced (a restore) drops the graphs that
+//! read the old ones, and another thread's step (whose stream a graph is not ordered on)
+//! is watched as a key of its own. A capture the backend refuses leaves the
 //! executor eager, with a warning that says why. `ENGINE_STEP_GRAPH=off` keeps every step
 //! eager.
 
