@@ -53,15 +53,15 @@ fn training_plan(dropout: bool) -> Result<(Plan, Outlet, Outlet, Outlet)> {
 
 /// Step `step`'s batch of 6: different values every step, so a replay that kept reading
 /// the recorded step's feeds would show.
-fn feeds(step: usize, nan: bool) -> Result<BTreeMap<String, HostTensor>> {
-    let mut x: Vec<f32> = (0..24).map(|i| (((i * 7 + step * 13) % 17) as f32 - 8.0) / 5.0).collect();
+fn feeds(step: usize, nan: bool, batch: usize) -> Result<BTreeMap<String, HostTensor>> {
+    let mut x: Vec<f32> = (0..4 * batch).map(|i| (((i * 7 + step * 13) % 17) as f32 - 8.0) / 5.0).collect();
     if nan {
         x[5] = f32::NAN;
     }
-    let labels = (0..6).map(|i| ((i + step) % 3) as i64).collect();
+    let labels = (0..batch).map(|i| ((i + step) % 3) as i64).collect();
     Ok(BTreeMap::from([
-        ("x".to_string(), HostTensor::f32(vec![6, 4], x)?),
-        ("labels".to_string(), HostTensor::new(vec![6], engine_graph::HostData::I64(labels))?),
+        ("x".to_string(), HostTensor::f32(vec![batch, 4], x)?),
+        ("labels".to_string(), HostTensor::new(vec![batch], engine_graph::HostData::I64(labels))?),
     ]))
 }
 
@@ -88,6 +88,9 @@ struct Plot {
     log_every: Option<usize>,
     profile_at: Option<usize>,
     dropout: bool,
+    /// The steps before this one fetch the logits of a batch of 1,400: too large to come
+    /// back with the step's read, so their recording is refused.
+    big_until: Option<usize>,
 }
 
 /// Each step's loss (and logits where fetched), and the variables after the last one.
@@ -123,12 +126,13 @@ fn train(device: &Device, graph: bool, steps: usize, plot: Plot) -> Result<Run> 
             }
         }
         let mut fetches = vec![loss, train_op];
-        if plot.log_every.is_some_and(|n| step % n == 0) {
+        if plot.log_every.is_some_and(|n| step % n == 0) || plot.big_until.is_some_and(|n| step < n) {
             fetches.push(logits);
         }
         let options = RunOptions { profile: plot.profile_at == Some(step), step: step as i64, ..RunOptions::default() };
         let before = device_reads();
-        let out = exec.run(&mut vars, &feeds(step, plot.nan_at == Some(step))?, &fetches, options)?;
+        let batch = if plot.big_until.is_some() { 1400 } else { 6 };
+        let out = exec.run(&mut vars, &feeds(step, plot.nan_at == Some(step), batch)?, &fetches, options)?;
         run.reads.push(device_reads() - before);
         run.losses.push(out.fetched[0].to_host()?.as_f32().and_then(|v| v.first().copied()));
         if let Some(l) = out.fetched.get(2) {
@@ -231,4 +235,16 @@ fn logging_and_profiled_steps_run_op_by_op_and_keep_the_graph() -> Result<()> {
 #[test]
 fn a_replayed_dropout_draws_each_steps_mask() -> Result<()> {
     alike(10, Plot { dropout: true, ..Plot::default() }, 7, "with dropout").map(drop)
+}
+
+#[test]
+fn a_step_whose_recording_is_refused_runs_op_by_op_and_the_others_still_replay() -> Result<()> {
+    // Steps 0-4 fetch 4,200 logits: watched, warmed, refused at 3 (4 runs op by op without
+    // trying again); from 5 the steps fetch the loss only: 5 and 6 watched, 7 warmed, 8-11
+    // replays.
+    let plot = Plot { big_until: Some(5), ..Plot::default() };
+    for (device, run) in alike(12, plot, 4, "logits too large to read with the step until step 5")? {
+        ensure!(run.refused.as_deref().is_some_and(|r| r.contains("too large")), "{device}: {:?}", run.refused);
+    }
+    Ok(())
 }

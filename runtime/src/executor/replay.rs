@@ -57,8 +57,11 @@ pub(super) struct Replay {
 struct State {
     graphs: Vec<Captured>,
     watch: Watch,
-    /// The backend refused a capture (why): eager from now on.
+    /// The backend failed (why): eager from now on.
     off: Option<String>,
+    /// Steps whose recording was refused (a fetch too large to read back with the step, an
+    /// op that reads the host), and why: they run op by op, the other keys still replay.
+    refused: Vec<(Key, String)>,
 }
 
 enum Watch {
@@ -117,7 +120,8 @@ impl Replay {
     /// Why steps are not replayed, once that is settled: the plan's reason or the
     /// backend's refusal.
     pub(super) fn refused(&self) -> Option<String> {
-        self.never.clone().or_else(|| self.lock().off.clone())
+        let state = self.lock();
+        self.never.clone().or_else(|| state.off.clone()).or_else(|| state.refused.last().map(|r| r.1.clone()))
     }
 
     pub(super) fn replayed(&self) -> u64 {
@@ -149,7 +153,7 @@ impl Replay {
         let key = Key::new(feeds, fetches, options.replica);
         let dev = exec.device.dispatch();
         let mut state = self.lock();
-        if state.off.is_some() {
+        if state.off.is_some() || state.refused.iter().any(|(k, _)| *k == key) {
             return Ok(None);
         }
         // A restore (or another store) replaced the variables: those graphs read stale
@@ -174,7 +178,7 @@ impl Replay {
         let watch = std::mem::replace(&mut state.watch, Watch::Watching { key: None, seen: 0 });
         state.watch = match watch {
             Watch::Warm(k) if k == key => {
-                return match Captured::record(exec, vars, feeds, fetches, options, key) {
+                return match Captured::record(exec, vars, feeds, fetches, options, key.clone()) {
                     Ok(mut c) => {
                         log::info!(
                             "{}: the step is replayed as one captured graph of {} ops",
@@ -193,8 +197,12 @@ impl Replay {
                         out.map(Some)
                     }
                     Err(Refusal::Refused(why)) => {
-                        log::warn!("{}: the step cannot be captured ({why}); every step runs op by op", exec.device);
-                        state.stop(why);
+                        log::warn!("{}: this step cannot be captured ({why}); it runs op by op", exec.device);
+                        // A refusal before the window opened leaves the stream prepared.
+                        let _ = B::graph_stop_capture(dev);
+                        if state.refused.len() < 4 * MAX_GRAPHS {
+                            state.refused.push((key, why));
+                        }
                         Ok(None)
                     }
                     Err(Refusal::Failed(e)) => {
@@ -232,7 +240,7 @@ impl Replay {
 
 impl State {
     fn new(off: Option<String>) -> Self {
-        State { graphs: Vec::new(), watch: Watch::Watching { key: None, seen: 0 }, off }
+        State { graphs: Vec::new(), watch: Watch::Watching { key: None, seen: 0 }, off, refused: Vec::new() }
     }
 
     /// Ends a warmup whose step did not come next, so the stream leaves its prepared mode.
