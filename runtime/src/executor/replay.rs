@@ -163,38 +163,24 @@ impl Replay {
             state.end_warmup(dev);
             // A feed the eager step would refuse is refused the same way; the graph stays.
             exec.admit(feeds, fetches, options)?;
-            let c = &mut state.graphs[at];
-            c.write_inputs(exec, feeds, options.step)?;
-            let out = c.run(exec);
-            match &out {
-                Ok(_) => {
-                    self.replayed.fetch_add(1, Ordering::Relaxed);
-                    state.graphs[..=at].rotate_right(1);
-                }
-                Err(e) => state.stop(format!("a replay failed: {e}")),
-            }
-            return out.map(Some);
+            state.graphs[at].write_inputs(exec, feeds, options.step)?;
+            return self.replay(&mut state, at, exec).map(Some);
         }
         let watch = std::mem::replace(&mut state.watch, Watch::Watching { key: None, seen: 0 });
         state.watch = match watch {
             Watch::Warm(k) if k == key => {
                 return match Captured::record(exec, vars, feeds, fetches, options, key.clone()) {
-                    Ok(mut c) => {
+                    Ok(c) => {
                         log::info!(
                             "{}: the step is replayed as one captured graph of {} ops",
                             exec.device,
                             exec.steps.len()
                         );
-                        let out = c.run(exec);
-                        match &out {
-                            Ok(_) => {
-                                self.replayed.fetch_add(1, Ordering::Relaxed);
-                                state.graphs.insert(0, c);
-                                state.graphs.truncate(MAX_GRAPHS);
-                            }
-                            Err(e) => state.stop(format!("a replay failed: {e}")),
-                        }
-                        out.map(Some)
+                        // The recording ran nothing, and its feeds are in place: its first
+                        // replay is this step.
+                        state.graphs.insert(0, c);
+                        state.graphs.truncate(MAX_GRAPHS);
+                        self.replay(&mut state, 0, exec).map(Some)
                     }
                     Err(Refusal::Refused(why)) => {
                         log::warn!("{}: this step cannot be captured ({why}); it runs op by op", exec.device);
@@ -235,6 +221,22 @@ impl Replay {
             _ => Watch::Watching { key: Some(key), seen: 1 },
         };
         Ok(None)
+    }
+}
+
+impl Replay {
+    /// Replays held graph `at` (its inputs written) as this step; the most recently
+    /// replayed graph comes first. A failed replay ends replays for the executor.
+    fn replay(&self, state: &mut State, at: usize, exec: &Executor) -> Result<StepOutput> {
+        let out = state.graphs[at].run(exec);
+        match &out {
+            Ok(_) => {
+                self.replayed.fetch_add(1, Ordering::Relaxed);
+                state.graphs[..=at].rotate_right(1);
+            }
+            Err(e) => state.stop(format!("a replay failed: {e}")),
+        }
+        out
     }
 }
 
@@ -281,14 +283,20 @@ fn never(plan: &Plan, order: &[NodeId], device: &Device, partitioned: bool) -> O
     })
 }
 
+/// How a replayed step commits its new values.
+enum Commit {
+    /// Not yet: the first commit runs the copies, then records them.
+    Unrecorded,
+    Graph(DispatchGraph),
+    /// The copies could not be recorded: they are launched one by one.
+    Copies,
+}
+
 /// A recorded step and the buffers it replays against.
 struct Captured {
     key: Key,
     graph: DispatchGraph,
-    /// The copies that commit a step, once recorded; `None` before the first commit, or
-    /// where they could not be recorded (then they are launched one by one).
-    commit: Option<DispatchGraph>,
-    commit_recorded: bool,
+    commit: Commit,
     /// The feeds' and the dropout seeds' buffers.
     uploaded: Uploaded,
     /// The dropouts, whose seeds every replay writes for its step.
@@ -376,8 +384,7 @@ impl Captured {
         Ok(Captured {
             key,
             graph,
-            commit: None,
-            commit_recorded: false,
+            commit: Commit::Unrecorded,
             uploaded,
             dropouts,
             reads,
@@ -449,15 +456,14 @@ impl Captured {
     /// and then once more recorded, after that by replaying the recording.
     fn commit(&mut self, exec: &Executor) -> Result<()> {
         let dev = exec.device.dispatch();
-        if let Some(g) = &self.commit {
+        match &self.commit {
             // SAFETY: as for the step's graph; the copies read and write only buffers
             // held here.
-            return unsafe { B::graph_replay(dev, g) }.map_err(|e| replay_error(exec, e));
+            Commit::Graph(g) => return unsafe { B::graph_replay(dev, g) }.map_err(|e| replay_error(exec, e)),
+            Commit::Copies => return self.copy(exec),
+            Commit::Unrecorded => {}
         }
-        if self.commit_recorded {
-            return self.copy(exec);
-        }
-        self.commit_recorded = true;
+        self.commit = Commit::Copies;
         let prepared = B::graph_prepare(dev).is_ok();
         self.copy(exec)?;
         if !prepared {
@@ -471,7 +477,7 @@ impl Captured {
         let graph = B::graph_stop_capture(dev);
         copied?;
         match graph {
-            Ok(g) => self.commit = Some(g),
+            Ok(g) => self.commit = Commit::Graph(g),
             Err(e) => log::warn!("{}: the step's commit is launched copy by copy ({e:?})", exec.device),
         }
         Ok(())
