@@ -105,12 +105,37 @@ pub(super) const MOST_PATCH_BYTES: u64 = 1 << 30;
 /// One convolution's geometry, for the cases a GEMM covers here (groups 1, no dilation).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Geometry {
-    kernel: [usize; 2],
-    strides: [usize; 2],
+    pub(super) kernel: [usize; 2],
+    pub(super) strides: [usize; 2],
     /// Zeros before and after the input: top, bottom, left, right.
-    pads: [usize; 4],
-    in_hw: [usize; 2],
-    out_hw: [usize; 2],
+    pub(super) pads: [usize; 4],
+    pub(super) in_hw: [usize; 2],
+    pub(super) out_hw: [usize; 2],
+}
+
+/// How a patch matrix's rows map onto its source.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Patches {
+    /// The forward pass's (and the filter gradient's): row `(n, oy, ox)`, tap `(i, j)`
+    /// reads `x[n, oy·sh + i − pt, ox·sw + j − pl]`, zero in the padding.
+    Forward,
+    /// The input gradient's, the transposed convolution as a gather: row `(n, y, x)`, tap
+    /// `(i, j)` reads `gy[n, (y + pt − i) / sh, (x + pl − j) / sw]` where both divide
+    /// exactly and land inside `gy` (zero elsewhere), so that these patches times the
+    /// filter as `[kh · kw · o, c]` give the input's gradient with no spread, pad or crop.
+    Transposed,
+}
+
+/// The patch matrix `[rows, kh · kw · channels]` from one cubecl kernel, where `src` is in
+/// a cubecl buffer (`None` elsewhere: the caller builds it from burn's ops).
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+fn kernel_patches(src: &T, g: &Geometry, how: Patches) -> Option<T> {
+    super::patch_kernel::patches(src, g, how)
+}
+
+#[cfg(not(any(feature = "wgpu", feature = "cuda")))]
+fn kernel_patches(_: &T, _: &Geometry, _: Patches) -> Option<T> {
+    None
 }
 
 impl Geometry {
@@ -206,8 +231,13 @@ fn filter_grad_all(x: T, gy: T, g: &Geometry) -> T {
 /// with the filter turned half a turn and its channels swapped, cropped to the unpadded
 /// input.
 fn input_grad_all(w: T, gy: T, g: &Geometry) -> T {
-    let [kh, kw, _, _] = dims4(&w);
+    let [kh, kw, c, o] = dims4(&w);
     let n = gy.shape()[0];
+    if let Some(cols) = kernel_patches(&gy, g, Patches::Transposed) {
+        let [h, wd] = g.in_hw;
+        let turned = reshape(B::float_swap_dims(w, 2, 3), &[kh * kw * o, c]);
+        return reshape(B::float_matmul(cols, turned), &[n, h, wd, c]);
+    }
     let [oh, ow] = g.out_hw;
     let [pt, _, pl, _] = g.pads;
     let [hp, wp] = g.padded_hw();
@@ -257,6 +287,9 @@ fn cat_batches(mut parts: Vec<T>) -> T {
 /// HWIO's order (row, column, channel), so that the filter reshaped to `[kh · kw · c, o]`
 /// multiplies it.
 fn patches(x: T, g: &Geometry) -> T {
+    if let Some(cols) = kernel_patches(&x, g, Patches::Forward) {
+        return cols;
+    }
     let [n, _, _, c] = dims4(&x);
     let [pt, pb, pl, pr] = g.pads;
     let x = zero_pad(x, &[(0, 0), (pt, pb), (pl, pr), (0, 0)]);
@@ -407,6 +440,24 @@ mod tests {
                     );
                 }
             }
+        }
+    }
+
+    /// On a cubecl device both patch matrices come from the one kernel (the test above
+    /// then checks its values), and a tensor on flex is left to burn's ops.
+    #[test]
+    fn devices_build_their_patches_in_one_kernel() {
+        let c = Conv2d::plain([2, 2], Padding::Same);
+        let g = Geometry::new(&c, [3, 3], [9, 8]).unwrap().unwrap();
+        let x = tensor(&[2, 9, 8, 3], 1, &cpu(), Precision::F32);
+        assert!(kernel_patches(&x, &g, Patches::Forward).is_none(), "flex");
+        for (name, device, precision, _) in devices().into_iter().skip(1) {
+            let x = tensor(&[2, 9, 8, 3], 1, &device, precision);
+            let gy = tensor(&[2, g.out_hw[0], g.out_hw[1], 4], 3, &device, precision);
+            let cols = kernel_patches(&x, &g, Patches::Forward).unwrap_or_else(|| panic!("{name}: forward"));
+            assert_eq!(cols.shape().to_vec(), vec![2 * g.out_hw[0] * g.out_hw[1], 27], "{name}");
+            let cols = kernel_patches(&gy, &g, Patches::Transposed).unwrap_or_else(|| panic!("{name}: transposed"));
+            assert_eq!(cols.shape().to_vec(), vec![2 * 9 * 8, 36], "{name}");
         }
     }
 

@@ -25,6 +25,8 @@ mod logic;
 mod loss;
 mod math;
 mod normalization;
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+mod patch_kernel;
 mod pool;
 mod reduce;
 mod row_sparse;
