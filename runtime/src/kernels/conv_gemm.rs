@@ -128,8 +128,14 @@ pub(super) enum Patches {
 
 /// The patch matrix `[rows, kh · kw · channels]` from one cubecl kernel, where `src` is in
 /// a cubecl buffer (`None` elsewhere: the caller builds it from burn's ops).
+/// `ENGINE_CONV_PATCHES=ops` builds them from burn's ops on devices too: a benchmark's
+/// lever, to set the two against each other with one binary on a GPU.
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 fn kernel_patches(src: &T, g: &Geometry, how: Patches) -> Option<T> {
+    static FROM_OPS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    if *FROM_OPS.get_or_init(|| std::env::var("ENGINE_CONV_PATCHES").is_ok_and(|v| v == "ops")) {
+        return None;
+    }
     super::patch_kernel::patches(src, g, how)
 }
 

@@ -16,6 +16,7 @@ use crate::value::T;
 use burn::backend::{BackendTensor, DispatchAutodiffContext, DispatchTensor, DispatchTensorKind};
 use burn::tensor::{DType, Shape as BurnShape};
 use cubecl::prelude::*;
+use cubecl::std::FastDivmod;
 use cubecl::{calculate_cube_count_elemwise, ir::AddressType};
 
 type Cube = <burn::backend::Cube as burn::backend::BackendTypes>::FloatTensorPrimitive;
@@ -48,13 +49,20 @@ pub(super) fn patches(src: &T, g: &Geometry, how: Patches) -> Option<T> {
         handle,
         s.dtype,
     );
-    let cube_dim = CubeDim::new(&client, total);
-    let cube_count = calculate_cube_count_elemwise(&client, total, cube_dim);
+    // Each thread writes up to four neighbouring channels of one tap, so the index
+    // arithmetic is shared by them.
+    let per_thread = [4, 2, 1].into_iter().find(|v| channels.is_multiple_of(*v)).unwrap_or(1);
+    let threads = total / per_thread;
+    let cube_dim = CubeDim::new(&client, threads);
+    let cube_count = calculate_cube_count_elemwise(&client, threads, cube_dim);
     let address = AddressType::from_len(total.max(s.handle.size() as usize / s.dtype.size()));
-    let geometry = [rows_h, rows_w, src_h, src_w, channels, kw, sh, sw, pt, pl];
-    let mut args = SequenceArg::new();
-    for v in geometry {
-        args.push(v);
+    let mut divisors = SequenceArg::new();
+    for v in [width, channels, kw, rows_h * rows_w, rows_w, sh, sw] {
+        divisors.push(v);
+    }
+    let mut bounds = SequenceArg::new();
+    for v in [src_h, src_w, sh, sw, pt, pl] {
+        bounds.push(v);
     }
     // cubecl reports what it cannot launch by panicking: the caller then builds the patches
     // from burn's ops.
@@ -66,9 +74,10 @@ pub(super) fn patches(src: &T, g: &Geometry, how: Patches) -> Option<T> {
             address,
             s.clone().into_tensor_arg(),
             out.clone().into_tensor_arg(),
-            args,
-            total,
-            width,
+            divisors,
+            bounds,
+            threads,
+            per_thread,
             how == Patches::Transposed,
             elem,
         )
@@ -77,45 +86,36 @@ pub(super) fn patches(src: &T, g: &Geometry, how: Patches) -> Option<T> {
     Some(DispatchTensor { kind: DispatchTensorKind::Cube(BackendTensor::Float(out)), autodiff: DispatchAutodiffContext::Disabled })
 }
 
-/// One patch value per thread. `geometry` is `[rows_h, rows_w, src_h, src_w, channels, kw,
-/// sh, sw, pt, pl]`; unsigned arithmetic, so a window position before the source is
+/// `per_thread` neighbouring patch values (channels of one tap) per thread. `divisors` is
+/// `[width, channels, kw, rows per example, rows_w, sh, sw]`, `bounds` `[src_h, src_w, sh,
+/// sw, pt, pl]`; the arithmetic is unsigned, so a window position before the source is
 /// tested before it is subtracted.
 #[cube(launch_unchecked, address_type = "dynamic")]
 fn patch_kernel<E: Numeric>(
     src: &Tensor<E>,
     cols: &mut Tensor<E>,
-    geometry: Sequence<usize>,
-    total: usize,
-    width: usize,
+    divisors: Sequence<FastDivmod<usize>>,
+    bounds: Sequence<usize>,
+    threads: usize,
+    #[comptime] per_thread: usize,
     #[comptime] transposed: bool,
     #[define(E)] _elem: ElemType,
 ) {
-    let pos = ABSOLUTE_POS;
-    if pos >= total {
+    if ABSOLUTE_POS >= threads {
         terminate!();
     }
-    let rows_h = *geometry.index(0);
-    let rows_w = *geometry.index(1);
-    let src_h = *geometry.index(2);
-    let src_w = *geometry.index(3);
-    let channels = *geometry.index(4);
-    let kw = *geometry.index(5);
-    let sh = *geometry.index(6);
-    let sw = *geometry.index(7);
-    let pt = *geometry.index(8);
-    let pl = *geometry.index(9);
-
-    let row = pos / width;
-    let col = pos % width;
-    let tap = col / channels;
-    let ch = col % channels;
-    let i = tap / kw;
-    let j = tap % kw;
-    let per_example = rows_h * rows_w;
-    let n = row / per_example;
-    let at = row % per_example;
-    let a = at / rows_w;
-    let b = at % rows_w;
+    let pos = ABSOLUTE_POS * per_thread;
+    let (row, col) = divisors.index(0).div_mod(pos);
+    let (tap, ch) = divisors.index(1).div_mod(col);
+    let (i, j) = divisors.index(2).div_mod(tap);
+    let (n, at) = divisors.index(3).div_mod(row);
+    let (a, b) = divisors.index(4).div_mod(at);
+    let src_h = *bounds.index(0);
+    let src_w = *bounds.index(1);
+    let sh = *bounds.index(2);
+    let sw = *bounds.index(3);
+    let pt = *bounds.index(4);
+    let pl = *bounds.index(5);
 
     let mut inside = false;
     let mut y = 0;
@@ -124,11 +124,11 @@ fn patch_kernel<E: Numeric>(
         let ny = a + pt;
         let nx = b + pl;
         if ny >= i && nx >= j {
-            let dy = ny - i;
-            let dx = nx - j;
-            y = dy / sh;
-            x = dx / sw;
-            inside = y * sh == dy && x * sw == dx && y < src_h && x < src_w;
+            let (qy, ry) = divisors.index(5).div_mod(ny - i);
+            let (qx, rx) = divisors.index(6).div_mod(nx - j);
+            y = qy;
+            x = qx;
+            inside = ry == 0 && rx == 0 && y < src_h && x < src_w;
         }
     } else {
         let ny = a * sh + i;
@@ -139,9 +139,14 @@ fn patch_kernel<E: Numeric>(
             inside = y < src_h && x < src_w;
         }
     }
-    let mut value = E::from_int(0);
-    if inside {
-        value = src[n * src.stride(0) + y * src.stride(1) + x * src.stride(2) + ch * src.stride(3)];
+    let step = src.stride(3);
+    let base = n * src.stride(0) + y * src.stride(1) + x * src.stride(2) + ch * step;
+    #[unroll]
+    for k in 0..per_thread {
+        let mut value = E::from_int(0);
+        if inside {
+            value = src[base + k * step];
+        }
+        cols[pos + k] = value;
     }
-    cols[pos] = value;
 }
