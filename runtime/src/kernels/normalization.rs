@@ -64,6 +64,12 @@ pub(super) fn forward(op: &FusedNormalization, inputs: Vec<Value>, ctx: &KernelC
 /// With `xhat = (x - mean) * rstd` and `h = dy * gamma`, along the statistics' axis:
 /// `dx = rstd * (h - mean(h) - xhat * mean(h * xhat))`; `dgamma = Σ dy xhat` and
 /// `dbeta = Σ dy` over the rows.
+///
+/// For batch normalization `gamma` is constant along the rows, so `mean(h)` and
+/// `mean(h * xhat)` are `gamma · dbeta / rows` and `gamma · dgamma / rows`: two reductions
+/// over the whole input instead of four, and `dx = (dy − (dbeta + xhat · dgamma) / rows) ·
+/// rstd · gamma` with the per-feature factors formed on `[1, c]`. Reductions were a quarter
+/// of a ResNet step's kernel time on an H200, batch normalization's gradient the largest.
 pub(super) fn backward(op: &FusedNormalizationGrad, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Result<Vec<Value>> {
     let mut it = inputs.into_iter().map(|v| ctx.float(v));
     let (Some(dy), Some(x)) = (it.next(), it.next()) else { return Err(ctx.err("missing input")) };
@@ -78,13 +84,25 @@ pub(super) fn backward(op: &FusedNormalizationGrad, inputs: Vec<Value>, ctx: &Ke
     let xhat = B::float_mul(B::float_sub(x.clone(), mean), r.clone());
     let dgamma = staged_reduce::sum_dim(B::float_mul(dy.clone(), xhat.clone()), 0);
     let dbeta = staged_reduce::sum_dim(dy.clone(), 0);
-    let h = match gamma {
-        Some(g) => B::float_mul(dy, matrix(g, c)),
-        None => dy,
+    let dx = if a == 0 {
+        let rows = (dims(&x)[0] as f64).max(1.0);
+        let scale = match gamma {
+            Some(g) => B::float_mul(r, matrix(g, c)),
+            None => r,
+        };
+        let m1 = B::float_div_scalar(dbeta.clone(), rows.into());
+        let m2 = B::float_div_scalar(dgamma.clone(), rows.into());
+        let inner = B::float_sub(B::float_sub(dy, m1), B::float_mul(xhat, m2));
+        B::float_mul(inner, scale)
+    } else {
+        let h = match gamma {
+            Some(g) => B::float_mul(dy, matrix(g, c)),
+            None => dy,
+        };
+        let mh = staged_reduce::mean_dim(h.clone(), a);
+        let mhx = staged_reduce::mean_dim(B::float_mul(h.clone(), xhat.clone()), a);
+        let inner = B::float_sub(B::float_sub(h, mh), B::float_mul(xhat, mhx));
+        B::float_mul(inner, r)
     };
-    let mh = staged_reduce::mean_dim(h.clone(), a);
-    let mhx = staged_reduce::mean_dim(B::float_mul(h.clone(), xhat.clone()), a);
-    let inner = B::float_sub(B::float_sub(h, mh), B::float_mul(xhat, mhx));
-    let dx = B::float_mul(inner, r);
     Ok([shaped(dx, &shape), shaped(dgamma, &[c]), shaped(dbeta, &[c])].into_iter().map(Value::Float).collect())
 }
