@@ -4,10 +4,11 @@
 # under a time limit, its results written under $OUT as they come (a call cut at its
 # limit still returns them: res.tar.xz and summary.txt).
 #
-#   bench/gpu_session.sh [--budget SECONDS] [--skip conv,wgpu,profile]   (default 480)
+#   bench/gpu_session.sh [--budget SECONDS] [--skip conv,patches,wgpu,profile]   (default 480)
 #
 # --skip leaves parts out where the session's minutes are better spent on the table:
-# `conv` the convolution forms of step 1, `wgpu` step 2, `profile` steps 3 and 5.
+# `conv` the convolution forms of step 1, `patches` the patch-matrix builders of step 1,
+# `wgpu` step 2, `profile` steps 3 and 5.
 #
 # It expects bench/.build/gpu/ (git-ignored; carry it) to hold what BENCHMARKS.md's
 # "Running on a GPU machine" builds here: engine.xz (wgpu,cuda), and any other
@@ -19,7 +20,9 @@
 # 1. The builds side by side on the launch-bound row (the tutorial CNN at 64 on cuda:0),
 #    with PyTorch eager, and on the residual model at 256: steady rate, time to first step
 #    and device reads of each; then the fastest build with ENGINE_CONV_KERNELS=gemm (every
-#    convolution pass a GEMM) against its default on the rows with large convolutions.
+#    convolution pass a GEMM) against its default on the rows with large convolutions,
+#    and ENGINE_CONV_PATCHES=ops (the patch matrices from burn's slices and copies, as
+#    before 32b8c78) against the default's one patch kernel.
 # 2. wgpu:0 started once with the Vulkan loader's errors shown (it found no adapter on
 #    the H200 of 2026-11-27); where it starts, the CNN at 64 at two submission sizes.
 # 3. One step's per-op device profile (the CNN at 512 and at 64, the default build).
@@ -33,7 +36,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --budget) budget=$2; shift 2 ;;
     --skip) skip=",$2,"; shift 2 ;;
-    *) echo "usage: $0 [--budget SECONDS] [--skip conv,wgpu,profile]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--budget SECONDS] [--skip conv,patches,wgpu,profile]" >&2; exit 2 ;;
   esac
 done
 skips() { [[ "$skip" == *",$1,"* ]]; }
@@ -120,6 +123,15 @@ done
 conv_env=()
 [ "$gemm_wins" -ge 3 ] && conv_env=(ENGINE_CONV_KERNELS=gemm)
 skips conv || say "every convolution as a GEMM was faster on $gemm_wins of 4 rows; the table runs with: ${conv_env[*]:-the default}"
+
+# The convolutions' patch matrices built from burn's ops (ENGINE_CONV_PATCHES=ops) against
+# the one kernel the default runs, on the rows whose steps are mostly convolutions.
+skips patches ||
+for row in resnet:128 vgg:128 residual:256; do
+  m=${row%:*} b=${row#*:}
+  [ -f "$R/$best-$m$b.json" ] || engine_row "$best" "$best-$m$b" "$m" "$b" "${conv_env[@]}"
+  engine_row "$best" "ops-$m$b" "$m" "$b" ENGINE_CONV_PATCHES=ops "${conv_env[@]}"
+done
 
 # 2. wgpu:0 once, with the loader's complaints; where it starts, the CNN at 64 with the
 #    default submission size and with a whole step per submission.
