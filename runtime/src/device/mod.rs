@@ -8,10 +8,12 @@ use crate::{Result, RuntimeError};
 use burn::backend::{DispatchDevice, FlexDevice};
 use std::fmt;
 
-#[cfg(any(feature = "wgpu", feature = "cuda"))]
+#[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
 pub(crate) mod cube;
-/// Without a GPU backend no value lives in a cubecl buffer (and no step is replayed).
-#[cfg(not(any(feature = "wgpu", feature = "cuda")))]
+/// Without a GPU backend no value lives in a cubecl buffer (and no step is replayed). Under
+/// burn's `fusion` a device tensor is a handle into fusion's queue, not a buffer, so these
+/// refuse too: a step is not recorded (fusion batches the launches itself).
+#[cfg(not(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion"))))]
 pub(crate) mod cube {
     use crate::value::T;
 

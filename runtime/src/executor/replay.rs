@@ -265,6 +265,9 @@ fn never(plan: &Plan, order: &[NodeId], device: &Device, partitioned: bool) -> O
     if !device.is_queued() {
         return Some("the CPU runs each op as it comes".into());
     }
+    if cfg!(feature = "fusion") {
+        return Some("burn's fusion queues the launches itself (a build with `fusion`)".into());
+    }
     if std::env::var(STEP_GRAPH_ENV).is_ok_and(|v| matches!(v.to_ascii_lowercase().as_str(), "off" | "0" | "false")) {
         return Some(format!("{STEP_GRAPH_ENV} is off"));
     }

@@ -129,8 +129,9 @@ pub(super) enum Patches {
 /// The patch matrix `[rows, kh · kw · channels]` from one cubecl kernel, where `src` is in
 /// a cubecl buffer (`None` elsewhere: the caller builds it from burn's ops).
 /// `ENGINE_CONV_PATCHES=ops` builds them from burn's ops on devices too: a benchmark's
-/// lever, to set the two against each other with one binary on a GPU.
-#[cfg(any(feature = "wgpu", feature = "cuda"))]
+/// lever, to set the two against each other with one binary on a GPU. Under burn's
+/// `fusion` a device tensor is no cubecl buffer, and the ops build them.
+#[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
 fn kernel_patches(src: &T, g: &Geometry, how: Patches) -> Option<T> {
     static FROM_OPS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     if *FROM_OPS.get_or_init(|| std::env::var("ENGINE_CONV_PATCHES").is_ok_and(|v| v == "ops")) {
@@ -139,7 +140,7 @@ fn kernel_patches(src: &T, g: &Geometry, how: Patches) -> Option<T> {
     super::patch_kernel::patches(src, g, how)
 }
 
-#[cfg(not(any(feature = "wgpu", feature = "cuda")))]
+#[cfg(not(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion"))))]
 fn kernel_patches(_: &T, _: &Geometry, _: Patches) -> Option<T> {
     None
 }
@@ -450,9 +451,13 @@ mod tests {
     }
 
     /// On a cubecl device both patch matrices come from the one kernel (the test above
-    /// then checks its values), and a tensor on flex is left to burn's ops.
+    /// then checks its values), and a tensor on flex is left to burn's ops. Under burn's
+    /// `fusion` no device tensor is a cubecl buffer, and the ops build them everywhere.
     #[test]
     fn devices_build_their_patches_in_one_kernel() {
+        if cfg!(feature = "fusion") {
+            return;
+        }
         let c = Conv2d::plain([2, 2], Padding::Same);
         let g = Geometry::new(&c, [3, 3], [9, 8]).unwrap().unwrap();
         let x = tensor(&[2, 9, 8, 3], 1, &cpu(), Precision::F32);

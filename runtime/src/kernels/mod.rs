@@ -25,7 +25,7 @@ mod logic;
 mod loss;
 mod math;
 mod normalization;
-#[cfg(any(feature = "wgpu", feature = "cuda"))]
+#[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
 mod patch_kernel;
 mod pool;
 mod reduce;

@@ -83,7 +83,10 @@ pub(super) fn patches(src: &T, g: &Geometry, how: Patches) -> Option<T> {
         )
     }));
     launched.ok()?;
-    Some(DispatchTensor { kind: DispatchTensorKind::Cube(BackendTensor::Float(out)), autodiff: DispatchAutodiffContext::Disabled })
+    Some(DispatchTensor {
+        kind: DispatchTensorKind::Cube(BackendTensor::Float(out)),
+        autodiff: DispatchAutodiffContext::Disabled,
+    })
 }
 
 /// `per_thread` neighbouring patch values (channels of one tap) per thread. `divisors` is
