@@ -51,13 +51,36 @@ pub(super) fn binary(op: &Op, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Result
     }
 }
 
-/// `_FusedElementwise` on any backend: the program's instructions one kernel at a time.
+/// `_FusedElementwise` on a cubecl device: the program as one generated kernel, where it
+/// applies (`ENGINE_ELEMENTWISE=ops` runs the instructions one by one instead, a
+/// benchmark's lever).
+#[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
+fn generated(f: &engine_graph::ops::FusedElementwise, inputs: &[Value], ctx: &KernelCtx<'_>) -> Result<Option<T>> {
+    static BY_OPS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    if *BY_OPS.get_or_init(|| std::env::var("ENGINE_ELEMENTWISE").is_ok_and(|v| v == "ops")) {
+        return Ok(None);
+    }
+    Ok(super::elementwise_kernel::fused(f, inputs, &ctx.out_shape(0)?))
+}
+
+/// Without a cubecl device (or under burn's `fusion`, which generates its own kernels) the
+/// instructions run one by one.
+#[cfg(not(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion"))))]
+fn generated(_: &engine_graph::ops::FusedElementwise, _: &[Value], _: &KernelCtx<'_>) -> Result<Option<T>> {
+    Ok(None)
+}
+
+/// `_FusedElementwise` on any backend: one generated kernel on a cubecl device, else the
+/// program's instructions one kernel at a time.
 pub(super) fn fused_elementwise(
     f: &engine_graph::ops::FusedElementwise,
     inputs: Vec<Value>,
     ctx: &KernelCtx<'_>,
 ) -> Result<Value> {
     use engine_graph::ops::{self, ElementOp, Operand};
+    if let Some(t) = generated(f, &inputs, ctx)? {
+        return Ok(Value::Float(t));
+    }
     let mut temps: Vec<Value> = Vec::with_capacity(f.program.len());
     for ins in &f.program {
         let arg = |o: Operand| {

@@ -20,6 +20,8 @@ mod conv;
 mod conv_gemm;
 mod cpu;
 mod dropout;
+#[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
+mod elementwise_kernel;
 mod gather;
 mod logic;
 mod loss;
