@@ -21,8 +21,9 @@
 #    with PyTorch eager, and on the residual model at 256: steady rate, time to first step
 #    and device reads of each; then the fastest build with ENGINE_CONV_KERNELS=gemm (every
 #    convolution pass a GEMM) against its default on the rows with large convolutions,
-#    and ENGINE_CONV_PATCHES=ops (the patch matrices from burn's slices and copies, as
-#    before 32b8c78) against the default's one patch kernel.
+#    ENGINE_CONV_PATCHES=ops (the patch matrices from burn's slices and copies, as
+#    before 32b8c78) against the default's one patch kernel, and ENGINE_ELEMENTWISE=kernel
+#    (each fused elementwise program one generated kernel) against the default.
 # 2. wgpu:0 started once with the Vulkan loader's errors shown (it found no adapter on
 #    the H200 of 2026-11-27); where it starts, the CNN at 64 at two submission sizes.
 # 3. One step's per-op device profile (the CNN at 512 and at 64, the default build).
@@ -131,6 +132,14 @@ for row in resnet:128 vgg:128 residual:256; do
   m=${row%:*} b=${row#*:}
   [ -f "$R/$best-$m$b.json" ] || engine_row "$best" "$best-$m$b" "$m" "$b" "${conv_env[@]}"
   engine_row "$best" "ops-$m$b" "$m" "$b" ENGINE_CONV_PATCHES=ops "${conv_env[@]}"
+done
+# The fused elementwise programs (optimizer updates, skip adds) as one generated kernel
+# each (ENGINE_ELEMENTWISE=kernel, off by default until measured here) against op by op.
+skips patches ||
+for row in resnet:128 cnn:512; do
+  m=${row%:*} b=${row#*:}
+  [ -f "$R/$best-$m$b.json" ] || engine_row "$best" "$best-$m$b" "$m" "$b" "${conv_env[@]}"
+  engine_row "$best" "ew-$m$b" "$m" "$b" ENGINE_ELEMENTWISE=kernel "${conv_env[@]}"
 done
 
 # 2. wgpu:0 once, with the loader's complaints; where it starts, the CNN at 64 with the

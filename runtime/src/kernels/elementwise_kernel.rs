@@ -218,11 +218,11 @@ fn elementwise_kernel<E: Float>(
 
 #[cube]
 fn load<E: Float>(t: &Tensor<E>, pos: usize, #[comptime] scalar: bool) -> E {
-    let mut v = t[0];
-    if !scalar {
-        v = t[pos];
+    let mut at = pos;
+    if scalar {
+        at = 0;
     }
-    v
+    t[at]
 }
 
 #[cfg(test)]
