@@ -7,17 +7,47 @@
 //! into them; burn's ops always return a fresh tensor instead.
 
 use crate::{Value, value::T};
-use burn::backend::{BackendTensor, DispatchTensorKind};
-use burn::tensor::{BoolStore, DType, TensorData};
+use burn::backend::{BackendTensor, DispatchAutodiffContext, DispatchTensor, DispatchTensorKind};
+use burn::tensor::{BoolStore, DType, Shape as BurnShape, TensorData};
 use cubecl::ir::{ElemType, FloatKind, IntKind, UIntKind};
 
-type Cube = <burn::backend::Cube as burn::backend::BackendTypes>::FloatTensorPrimitive;
+pub(crate) type Cube = <burn::backend::Cube as burn::backend::BackendTypes>::FloatTensorPrimitive;
 
 fn cube(t: &T) -> Option<&Cube> {
     match &t.kind {
         DispatchTensorKind::Cube(BackendTensor::Float(c) | BackendTensor::Int(c) | BackendTensor::Bool(c)) => Some(c),
         _ => None,
     }
+}
+
+/// A float tensor's cubecl buffer and its element type, where it is in one of a type our
+/// own kernels are built for (f32, f64).
+pub(crate) fn float_buffer(t: &T) -> Option<(&Cube, ElemType)> {
+    let DispatchTensorKind::Cube(BackendTensor::Float(c)) = &t.kind else { return None };
+    elem_type(c.dtype).filter(|e| matches!(e, ElemType::Float(_))).map(|e| (c, e))
+}
+
+/// A fresh contiguous buffer of `shape`, on `like`'s device and of its element type: our
+/// kernels write their outputs by linear index, which burn's allocator does not promise
+/// (it pads the rows of some allocations).
+pub(crate) fn empty_contiguous(like: &Cube, shape: Vec<usize>) -> Cube {
+    let elements: usize = shape.iter().product();
+    let handle = like.client.empty(elements * like.dtype.size());
+    Cube::new_contiguous(like.client.clone(), like.device.clone(), BurnShape::from(shape), handle, like.dtype)
+}
+
+/// A buffer as the executor's float tensor.
+pub(crate) fn float_tensor(c: Cube) -> T {
+    DispatchTensor {
+        kind: DispatchTensorKind::Cube(BackendTensor::Float(c)),
+        autodiff: DispatchAutodiffContext::Disabled,
+    }
+}
+
+/// Runs a cubecl launch; `false` where it was refused. cubecl reports a launch it cannot
+/// do by panicking, which is a refusal here: the caller falls back to burn's ops.
+pub(crate) fn launched(launch: impl FnOnce()) -> bool {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(launch)).is_ok()
 }
 
 /// Whether `a` and `b` are views of one device buffer (clones share it).
@@ -54,11 +84,7 @@ pub(crate) fn copy(src: &Value, dst: &Value) -> bool {
     if s.dtype != d.dtype || s.meta.shape() != d.meta.shape() {
         return false;
     }
-    // cubecl reports what it cannot launch by panicking; that is a refusal here.
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        cubecl::std::tensor::copy_into(&d.client, s.clone().binding(), d.clone().binding(), elem)
-    }))
-    .is_ok()
+    launched(|| cubecl::std::tensor::copy_into(&d.client, s.clone().binding(), d.clone().binding(), elem))
 }
 
 /// The element types a step's values take on a device.

@@ -234,9 +234,10 @@ fn filter_grad_all(x: T, gy: T, g: &Geometry) -> T {
     reshape(sum, &[kh, kw, c, o])
 }
 
-/// The convolution of `gy` (spread by the strides, padded by the filter's size less one)
-/// with the filter turned half a turn and its channels swapped, cropped to the unpadded
-/// input.
+/// On a cubecl device, the transposed convolution's patches of `gy` (the patch kernel's
+/// gather) times the filter with its channel axes swapped. Elsewhere, the convolution of
+/// `gy` (spread by the strides, padded by the filter's size less one) with the filter
+/// turned half a turn and its channels swapped, cropped to the unpadded input.
 fn input_grad_all(w: T, gy: T, g: &Geometry) -> T {
     let [kh, kw, c, o] = dims4(&w);
     let n = gy.shape()[0];

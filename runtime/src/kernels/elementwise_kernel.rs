@@ -9,22 +9,19 @@
 //! XLA and inductor generate such loops per fusion for the same reason.
 
 use crate::Value;
+use crate::device::cube::{empty_contiguous, float_buffer, float_tensor, launched};
 use crate::value::T;
-use burn::backend::{BackendTensor, DispatchAutodiffContext, DispatchTensor, DispatchTensorKind};
-use burn::tensor::{DType, Shape as BurnShape};
 use cubecl::prelude::*;
 use cubecl::{calculate_cube_count_elemwise, ir::AddressType};
 use engine_graph::ops::{ElementOp, FusedElementwise, Operand};
 
-type Cube = <burn::backend::Cube as burn::backend::BackendTypes>::FloatTensorPrimitive;
-
-/// The most inputs the kernel takes (Adam's update has seven).
+/// The input slots the kernel has; a program with more inputs runs op by op.
 const MOST_INPUTS: usize = 6;
 
 /// The program's result of `out_shape`, or `None` where the kernel does not apply (a
-/// value not in a cubecl float buffer, an input neither of the output's size and
-/// contiguous nor a single element, more than [`MOST_INPUTS`] inputs): the caller then
-/// runs the instructions one by one.
+/// value not in a cubecl float buffer, inputs of different types, an input neither of the
+/// output's size and contiguous nor a single element, more than [`MOST_INPUTS`] inputs, a
+/// refused launch): the caller then runs the instructions one by one.
 pub(super) fn fused(f: &FusedElementwise, inputs: &[Value], out_shape: &[usize]) -> Option<T> {
     let total: usize = out_shape.iter().product();
     if inputs.is_empty() || inputs.len() > MOST_INPUTS || total == 0 {
@@ -34,7 +31,7 @@ pub(super) fn fused(f: &FusedElementwise, inputs: &[Value], out_shape: &[usize])
     let mut scalar = Vec::with_capacity(inputs.len());
     for v in inputs {
         let Value::Float(t) = v else { return None };
-        let DispatchTensorKind::Cube(BackendTensor::Float(c)) = &t.kind else { return None };
+        let (c, elem) = float_buffer(t)?;
         let elements: usize = c.meta.shape().iter().product();
         if elements == 1 {
             scalar.push(true);
@@ -43,33 +40,21 @@ pub(super) fn fused(f: &FusedElementwise, inputs: &[Value], out_shape: &[usize])
         } else {
             return None;
         }
-        cubes.push(c);
+        cubes.push((c, elem));
     }
-    let first = cubes[0];
-    if cubes.iter().any(|c| c.dtype != first.dtype) {
+    let (first, elem) = cubes[0];
+    if cubes.iter().any(|(c, _)| c.dtype != first.dtype) {
         return None;
     }
-    let elem = match first.dtype {
-        DType::F32 => cubecl::ir::ElemType::Float(cubecl::ir::FloatKind::F32),
-        DType::F64 => cubecl::ir::ElemType::Float(cubecl::ir::FloatKind::F64),
-        _ => return None,
-    };
     let code = compile(f)?;
     let client = first.client.clone();
-    let out = Cube::new_contiguous(
-        client.clone(),
-        first.device.clone(),
-        BurnShape::from(out_shape.to_vec()),
-        client.empty(total * first.dtype.size()),
-        first.dtype,
-    );
-    let slot = |k: usize| cubes.get(k).copied().unwrap_or(first).clone().into_tensor_arg();
+    let out = empty_contiguous(first, out_shape.to_vec());
+    let slot = |k: usize| cubes.get(k).map_or(first, |c| c.0).clone().into_tensor_arg();
     let cube_dim = CubeDim::new(&client, total);
     let cube_count = calculate_cube_count_elemwise(&client, total, cube_dim);
-    let most = cubes.iter().map(|c| c.handle.size() as usize / c.dtype.size()).max().unwrap_or(0);
+    let most = cubes.iter().map(|(c, _)| c.handle.size() as usize / c.dtype.size()).max().unwrap_or(0);
     let address = AddressType::from_len(total.max(most));
-    // cubecl reports what it cannot launch by panicking: the caller then runs the ops.
-    let launched = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| unsafe {
+    let ok = launched(|| unsafe {
         elementwise_kernel::launch_unchecked(
             &client,
             cube_count,
@@ -87,12 +72,8 @@ pub(super) fn fused(f: &FusedElementwise, inputs: &[Value], out_shape: &[usize])
             code,
             elem,
         )
-    }));
-    launched.ok()?;
-    Some(DispatchTensor {
-        kind: DispatchTensorKind::Cube(BackendTensor::Float(out)),
-        autodiff: DispatchAutodiffContext::Disabled,
-    })
+    });
+    ok.then(|| float_tensor(out))
 }
 
 /// Three numbers per instruction: the op's code and its two operands as registers, the

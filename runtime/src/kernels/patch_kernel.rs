@@ -12,27 +12,19 @@
 //! else.
 
 use super::conv_gemm::{Geometry, Patches};
+use crate::device::cube::{empty_contiguous, float_buffer, float_tensor, launched};
 use crate::value::T;
-use burn::backend::{BackendTensor, DispatchAutodiffContext, DispatchTensor, DispatchTensorKind};
-use burn::tensor::{DType, Shape as BurnShape};
 use cubecl::prelude::*;
 use cubecl::std::FastDivmod;
 use cubecl::{calculate_cube_count_elemwise, ir::AddressType};
 
-type Cube = <burn::backend::Cube as burn::backend::BackendTypes>::FloatTensorPrimitive;
-
 /// `[rows, kh · kw · channels]`, rows `(n, row_y, row_x)` in order and each row's taps in
-/// HWIO's order (row, column, channel); `None` where `src` is not a float tensor in a
-/// cubecl buffer of a type the kernel is built for (the caller builds it from burn's ops).
+/// HWIO's order (row, column, channel); `None` where `src` is not a rank-4 float tensor in
+/// a cubecl buffer of a type the kernel is built for, or the launch is refused (the caller
+/// builds it from burn's ops).
 pub(super) fn patches(src: &T, g: &Geometry, how: Patches) -> Option<T> {
-    let DispatchTensorKind::Cube(BackendTensor::Float(s)) = &src.kind else { return None };
-    let elem = match s.dtype {
-        DType::F32 => cubecl::ir::ElemType::Float(cubecl::ir::FloatKind::F32),
-        DType::F64 => cubecl::ir::ElemType::Float(cubecl::ir::FloatKind::F64),
-        _ => return None,
-    };
-    let d = s.meta.shape().to_vec();
-    let [n, src_h, src_w, channels] = [d[0], d[1], d[2], d[3]];
+    let (s, elem) = float_buffer(src)?;
+    let &[n, src_h, src_w, channels] = &s.meta.shape().to_vec()[..] else { return None };
     let ([kh, kw], [sh, sw], [pt, _, pl, _]) = (g.kernel, g.strides, g.pads);
     let [rows_h, rows_w] = match how {
         Patches::Forward => g.out_hw,
@@ -41,14 +33,7 @@ pub(super) fn patches(src: &T, g: &Geometry, how: Patches) -> Option<T> {
     let width = kh * kw * channels;
     let total = n * rows_h * rows_w * width;
     let client = s.client.clone();
-    let handle = client.empty(total * s.dtype.size());
-    let out = Cube::new_contiguous(
-        client.clone(),
-        s.device.clone(),
-        BurnShape::from(vec![n * rows_h * rows_w, width]),
-        handle,
-        s.dtype,
-    );
+    let out = empty_contiguous(s, vec![n * rows_h * rows_w, width]);
     // Each thread writes up to four neighbouring channels of one tap, so the index
     // arithmetic is shared by them.
     let per_thread = [4, 2, 1].into_iter().find(|v| channels.is_multiple_of(*v)).unwrap_or(1);
@@ -64,9 +49,7 @@ pub(super) fn patches(src: &T, g: &Geometry, how: Patches) -> Option<T> {
     for v in [src_h, src_w, sh, sw, pt, pl] {
         bounds.push(v);
     }
-    // cubecl reports what it cannot launch by panicking: the caller then builds the patches
-    // from burn's ops.
-    let launched = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| unsafe {
+    let ok = launched(|| unsafe {
         patch_kernel::launch_unchecked(
             &client,
             cube_count,
@@ -81,12 +64,8 @@ pub(super) fn patches(src: &T, g: &Geometry, how: Patches) -> Option<T> {
             how == Patches::Transposed,
             elem,
         )
-    }));
-    launched.ok()?;
-    Some(DispatchTensor {
-        kind: DispatchTensorKind::Cube(BackendTensor::Float(out)),
-        autodiff: DispatchAutodiffContext::Disabled,
-    })
+    });
+    ok.then(|| float_tensor(out))
 }
 
 /// `per_thread` neighbouring patch values (channels of one tap) per thread. `divisors` is
