@@ -43,7 +43,8 @@ pub struct RunConfig {
     /// What strategies are built from: devices, the cluster, collective settings.
     pub strategy: StrategyOptions,
     /// The precision floats are computed in: f32 for training; f64 runs the same graphs
-    /// with rounding out of the way (strategy equivalence tests).
+    /// with rounding out of the way (strategy equivalence tests); `Bf16Mixed` multiplies
+    /// in bfloat16 and keeps everything else f32 (see [`Precision`]).
     pub precision: Precision,
     /// Object-store credentials when `model_dir` is an `s3://` URL and the environment
     /// does not provide them.

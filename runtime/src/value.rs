@@ -11,28 +11,51 @@ pub(crate) type T = DispatchTensor;
 
 /// The precision floats are computed in. The graph says `F32`; gradient checks run the same
 /// graph in `F64` to separate rule errors from rounding. A spec's `run_config.precision`
-/// is this type.
+/// is this type. On `cuda`, `F32` products and convolutions run on TF32 tensor cores:
+/// cubek stages every accelerated f32 matmul as TF32, and burn has no switch for it.
+///
+/// `Bf16Mixed` is mixed precision as `torch.autocast(dtype=torch.bfloat16)` and Keras's
+/// `mixed_bfloat16` have it for the ops that carry a step's arithmetic: matrix products,
+/// convolutions (forward and both gradients) and attention's products take bfloat16
+/// operands, accumulate in f32 inside the kernel, and round their result to bfloat16.
+/// Everything else stays f32: variables (the master weights), optimizer slots, the loss,
+/// normalization statistics, softmax and the numerics checks. bfloat16 keeps f32's
+/// exponent range, so no loss scaling is needed. On `cuda` the products run on bf16 tensor
+/// cores; a device without bf16 arithmetic refuses the precision when the step is built.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
 pub enum Precision {
     #[default]
     F32,
     F64,
+    Bf16Mixed,
 }
 
 impl Precision {
+    /// The dtype values are stored and computed in between contractions.
     pub(crate) fn dtype(self) -> FloatDType {
         match self {
-            Precision::F32 => FloatDType::F32,
+            Precision::F32 | Precision::Bf16Mixed => FloatDType::F32,
             Precision::F64 => FloatDType::F64,
         }
     }
 
+    /// The dtype contractions (products, convolutions) take their operands in, where it
+    /// differs from [`Self::dtype`].
+    pub(crate) fn contraction_dtype(self) -> Option<FloatDType> {
+        match self {
+            Precision::Bf16Mixed => Some(FloatDType::BF16),
+            Precision::F32 | Precision::F64 => None,
+        }
+    }
+
+    /// Whether values are f64 (gradient checks) rather than f32.
+    pub(crate) fn is_f64(self) -> bool {
+        self == Precision::F64
+    }
+
     /// Bytes per float value.
     pub(crate) fn float_bytes(self) -> u64 {
-        match self {
-            Precision::F32 => 4,
-            Precision::F64 => 8,
-        }
+        if self.is_f64() { 8 } else { 4 }
     }
 }
 
@@ -156,7 +179,7 @@ pub(crate) fn host_data(t: &HostTensor, device: &DispatchDevice, precision: Prec
     let (shape, scalar) = upload_shape(&t.shape, device);
     let data = match &t.data {
         HostData::F32(v) => match precision {
-            Precision::F32 => TensorData::new(v.clone(), shape),
+            Precision::F32 | Precision::Bf16Mixed => TensorData::new(v.clone(), shape),
             Precision::F64 => TensorData::new(v.iter().map(|&x| x as f64).collect::<Vec<f64>>(), shape),
         },
         HostData::I64(v) => TensorData::new(v.clone(), shape),
@@ -196,7 +219,9 @@ fn bool_data(v: &[bool], shape: BurnShape, device: &DispatchDevice) -> TensorDat
 pub(crate) fn float_from_f64(dims: &[usize], data: Vec<f64>, device: &DispatchDevice, precision: Precision) -> T {
     let (upload, scalar) = upload_shape(dims, device);
     let data = match precision {
-        Precision::F32 => TensorData::new(data.iter().map(|&x| x as f32).collect::<Vec<f32>>(), upload),
+        Precision::F32 | Precision::Bf16Mixed => {
+            TensorData::new(data.iter().map(|&x| x as f32).collect::<Vec<f32>>(), upload)
+        }
         Precision::F64 => TensorData::new(data, upload),
     };
     let t = B::float_from_data(data, device);

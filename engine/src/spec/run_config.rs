@@ -36,8 +36,9 @@ pub struct RunConfig {
     pub train_distribute: Option<StrategyKind>,
     #[serde(default)]
     pub eval_distribute: Option<StrategyKind>,
-    /// `F32` (the default) or `F64`: the same graphs with rounding out of the way, for
-    /// checking that a strategy trains exactly like one device.
+    /// `F32` (the default); `F64`: the same graphs with rounding out of the way, for
+    /// checking that a strategy trains exactly like one device; `Bf16Mixed`: products and
+    /// convolutions in bfloat16, everything else in f32.
     #[serde(default)]
     pub precision: Precision,
     /// `multi_worker`'s all-reduce path: `Auto` (shared memory when every task is on one

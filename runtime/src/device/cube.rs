@@ -20,8 +20,8 @@ fn cube(t: &T) -> Option<&Cube> {
     }
 }
 
-/// A float tensor's cubecl buffer and its element type, where it is in one of a type our
-/// own kernels are built for (f32, f64).
+/// A float tensor's cubecl buffer and its element type, where it is of a type our own
+/// kernels are built for (f32, f64, and bfloat16: mixed precision's convolution operands).
 pub(crate) fn float_buffer(t: &T) -> Option<(&Cube, ElemType)> {
     let DispatchTensorKind::Cube(BackendTensor::Float(c)) = &t.kind else { return None };
     elem_type(c.dtype).filter(|e| matches!(e, ElemType::Float(_))).map(|e| (c, e))
@@ -92,6 +92,7 @@ fn elem_type(dtype: DType) -> Option<ElemType> {
     Some(match dtype {
         DType::F64 => ElemType::Float(FloatKind::F64),
         DType::F32 => ElemType::Float(FloatKind::F32),
+        DType::BF16 => ElemType::Float(FloatKind::BF16),
         DType::I64 => ElemType::Int(IntKind::I64),
         DType::I32 => ElemType::Int(IntKind::I32),
         DType::U32 => ElemType::UInt(UIntKind::U32),

@@ -4,7 +4,7 @@
 //! backend at run time, so one build can train on the CPU or on a GPU by flag. GPU
 //! backends are compiled in only with the cargo features `wgpu` and `cuda`.
 
-use crate::{Result, RuntimeError};
+use crate::{Precision, Result, RuntimeError};
 use burn::backend::{DispatchDevice, FlexDevice};
 use std::fmt;
 
@@ -101,6 +101,36 @@ impl Device {
     /// or lavapipe): the CPU computes in place, and nothing of it is read back.
     pub fn is_queued(&self) -> bool {
         !matches!(self.inner, DispatchDevice::Flex(_))
+    }
+
+    /// Refuses a precision the device cannot compute in, when a step is built rather than
+    /// at its first product. `Bf16Mixed` needs bfloat16 arithmetic: every CPU has it
+    /// (flex converts through f32), `cuda` from Ampere on, `wgpu` only where the Vulkan
+    /// driver offers `VK_KHR_shader_bfloat16` (WGSL has no bfloat16).
+    pub fn check_precision(&self, precision: Precision) -> Result<()> {
+        use burn::backend::Backend;
+        let Some(dtype) = precision.contraction_dtype() else { return Ok(()) };
+        if burn::backend::Dispatch::supports_dtype(&self.inner, dtype.into()) {
+            if !self.is_queued() {
+                static ONCE: std::sync::Once = std::sync::Once::new();
+                ONCE.call_once(|| {
+                    log::warn!(
+                        "run_config.precision {precision:?} on the CPU: no CPU kernel of ours multiplies \
+                         bfloat16, so products and convolutions convert through f32 (several times \
+                         slower than F32); it is here to check a GPU run's numerics"
+                    )
+                });
+            }
+            return Ok(());
+        }
+        Err(RuntimeError::Device {
+            spec: self.name.to_string(),
+            reason: format!(
+                "run_config.precision {precision:?} multiplies in bfloat16, which {} cannot \
+                 compute in; use F32 on this device",
+                self.hardware().unwrap_or("this device")
+            ),
+        })
     }
 }
 

@@ -244,6 +244,7 @@ impl Executor {
     ) -> Result<Self> {
         crate::retain_freed_memory();
         crate::use_compute_threads();
+        device.check_precision(precision)?;
         let g = &plan.graph;
         let label = partition.as_ref().map(|p| p.0);
         let mine = |id: NodeId| label.is_none_or(|l| g.node(id).placement == Some(l));

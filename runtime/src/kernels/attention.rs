@@ -3,7 +3,7 @@
 //! mask from `dropout::mask_tensor` (the same units as the `Dropout` op drops). The CPU's
 //! native kernel (`cpu/attention.rs`) keeps each head in cache instead.
 
-use super::{KernelCtx, dims, dropout::mask_tensor};
+use super::{KernelCtx, autocast::matmul, dims, dropout::mask_tensor};
 use crate::{
     Result, Value,
     value::{B, T},
@@ -71,10 +71,10 @@ pub(super) fn forward(op: &FusedAttention, inputs: Vec<Value>, ctx: &KernelCtx<'
     let [q, k, v] = ctx.floats(inputs)?;
     sizes(op.heads, &dims(&q), &dims(&k), &dims(&v), ctx)?;
     let q = B::float_mul_scalar(split(q, op.heads), f64::from(op.scale).into());
-    let scores = B::float_matmul(q, transposed(split(k, op.heads)));
+    let scores = matmul(q, transposed(split(k, op.heads)), ctx);
     let p = B::softmax(scores, 2);
     let (w, _) = dropped(op.dropout.as_ref(), p.clone(), ctx)?;
-    let out = merge(B::float_matmul(w, split(v, op.heads)), op.heads);
+    let out = merge(matmul(w, split(v, op.heads), ctx), op.heads);
     Ok(vec![Value::Float(out), Value::Float(p)])
 }
 
@@ -85,14 +85,14 @@ pub(super) fn backward(op: &FusedAttentionGrad, inputs: Vec<Value>, ctx: &Kernel
     let scale = f64::from(op.scale);
     let (dy, q, k, v) = (split(dy, h), split(q, h), split(k, h), split(v, h));
     let (w, mask) = dropped(op.dropout.as_ref(), p.clone(), ctx)?;
-    let dv = B::float_matmul(transposed(w), dy.clone());
-    let mut dp = B::float_matmul(dy, transposed(v));
+    let dv = matmul(transposed(w), dy.clone(), ctx);
+    let mut dp = matmul(dy, transposed(v), ctx);
     if let Some(m) = mask {
         dp = B::float_mul(dp, m);
     }
     let dot = super::staged_reduce::sum_dim(B::float_mul(dp.clone(), p.clone()), 2);
     let ds = B::float_mul(p, B::float_sub(dp, dot));
-    let dq = B::float_mul_scalar(B::float_matmul(ds.clone(), k), scale.into());
-    let dk = B::float_matmul(transposed(ds), B::float_mul_scalar(q, scale.into()));
+    let dq = B::float_mul_scalar(matmul(ds.clone(), k, ctx), scale.into());
+    let dk = matmul(transposed(ds), B::float_mul_scalar(q, scale.into()), ctx);
     Ok([dq, dk, dv].into_iter().map(|t| Value::Float(merge(t, h))).collect())
 }

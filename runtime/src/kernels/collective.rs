@@ -52,7 +52,7 @@ pub(crate) fn all_reduce(a: &AllReduce, inputs: Vec<Value>, ctx: &KernelCtx<'_>)
             group.all_reduce_f64(&mut packed, a.reduce)?;
             Ok(unpack(&shapes, &packed, |shape, part| Value::from_f64(shape, part.to_vec(), ctx.device, ctx.precision)))
         }
-        Precision::F32 => {
+        Precision::F32 | Precision::Bf16Mixed => {
             let mut packed: Vec<f32> = Vec::with_capacity(total);
             for v in &inputs {
                 packed.extend(v.to_f32_vec()?);
@@ -79,7 +79,7 @@ fn packed_on_device(
         .collect::<Result<Vec<_>>>()?;
     let packed = Value::Float(B::float_cat(flat, 0));
     let reduced = match ctx.precision {
-        Precision::F32 => {
+        Precision::F32 | Precision::Bf16Mixed => {
             let mut host = packed.to_f32_vec()?;
             drop(packed);
             group.all_reduce(&mut host, a.reduce)?;

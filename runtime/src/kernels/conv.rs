@@ -1,7 +1,7 @@
 //! Convolutions: as GEMMs in the graph's NHWC/HWIO layout (`conv_gemm`) where they
 //! apply, else (grouped or dilated) the layout mapped to burn's NCHW/OIHW kernels.
 
-use super::{KernelCtx, conv_gemm, dims};
+use super::{KernelCtx, autocast, conv_gemm, dims};
 use crate::{
     Result, Value,
     value::{B, T},
@@ -44,6 +44,11 @@ fn gemm(
 
 pub(super) fn forward(c: &Conv2d, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Result<T> {
     let [x, w] = ctx.floats(inputs)?;
+    let (x, w) = (autocast::operand(x, ctx), autocast::operand(w, ctx));
+    Ok(autocast::result(forward_in(c, x, w, ctx)?, ctx))
+}
+
+fn forward_in(c: &Conv2d, x: T, w: T, ctx: &KernelCtx<'_>) -> Result<T> {
     let (xd, wd) = (dims(&x), dims(&w));
     if let Some((g, chunk)) = gemm(
         c,
@@ -63,6 +68,11 @@ pub(super) fn forward(c: &Conv2d, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Re
 
 pub(super) fn backprop_input(c: &Conv2dBackpropInput, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Result<T> {
     let [w, gy] = ctx.floats(inputs)?;
+    let (w, gy) = (autocast::operand(w, ctx), autocast::operand(gy, ctx));
+    Ok(autocast::result(backprop_input_in(c, w, gy, ctx)?, ctx))
+}
+
+fn backprop_input_in(c: &Conv2dBackpropInput, w: T, gy: T, ctx: &KernelCtx<'_>) -> Result<T> {
     let (wd, gd) = (dims(&w), dims(&gy));
     if let Some((g, chunk)) = gemm(
         &c.conv(),
@@ -77,7 +87,7 @@ pub(super) fn backprop_input(c: &Conv2dBackpropInput, inputs: Vec<Value>, ctx: &
     let opts = options(&c.conv(), [wd[0], wd[1]], c.input_hw, ctx)?;
     // burn reads only the shape of `x` here.
     let x_shape = BurnShape::from(vec![gd[0], wd[2] * c.groups, c.input_hw[0], c.input_hw[1]]);
-    let x = B::float_zeros(x_shape, ctx.device, ctx.precision.dtype());
+    let x = B::float_zeros(x_shape, ctx.device, autocast::dtype(ctx));
     let w = B::float_permute(w, &HWIO_TO_OIHW);
     let gy = B::float_permute(gy, &NHWC_TO_NCHW);
     Ok(B::float_permute(B::conv2d_x_backward(x, w, gy, opts), &NCHW_TO_NHWC))
@@ -85,6 +95,11 @@ pub(super) fn backprop_input(c: &Conv2dBackpropInput, inputs: Vec<Value>, ctx: &
 
 pub(super) fn backprop_filter(c: &Conv2dBackpropFilter, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Result<T> {
     let [x, gy] = ctx.floats(inputs)?;
+    let (x, gy) = (autocast::operand(x, ctx), autocast::operand(gy, ctx));
+    Ok(autocast::result(backprop_filter_in(c, x, gy, ctx)?, ctx))
+}
+
+fn backprop_filter_in(c: &Conv2dBackpropFilter, x: T, gy: T, ctx: &KernelCtx<'_>) -> Result<T> {
     let (xd, gd) = (dims(&x), dims(&gy));
     if let Some((g, chunk)) = gemm(
         &c.conv(),
@@ -99,7 +114,7 @@ pub(super) fn backprop_filter(c: &Conv2dBackpropFilter, inputs: Vec<Value>, ctx:
     let opts = options(&c.conv(), c.filter_hw, [xd[1], xd[2]], ctx)?;
     // burn reads only the shape of the weight here.
     let w_shape = BurnShape::from(vec![gd[3], xd[3] / c.groups.max(1), c.filter_hw[0], c.filter_hw[1]]);
-    let w = B::float_zeros(w_shape, ctx.device, ctx.precision.dtype());
+    let w = B::float_zeros(w_shape, ctx.device, autocast::dtype(ctx));
     let x = B::float_permute(x, &NHWC_TO_NCHW);
     let gy = B::float_permute(gy, &NHWC_TO_NCHW);
     Ok(B::float_permute(B::conv2d_weight_backward(x, w, gy, opts), &OIHW_TO_HWIO))

@@ -152,7 +152,9 @@ pub(super) fn mask_tensor(d: &Dropout, shape: &[usize], ctx: &KernelCtx<'_>) -> 
     if matches!(ctx.device, DispatchDevice::Flex(_)) {
         let n = shape.iter().product();
         let data = match ctx.precision {
-            Precision::F32 => TensorData::new(mask::<f32>(d, n, ctx)?, BurnShape::from(shape.to_vec())),
+            Precision::F32 | Precision::Bf16Mixed => {
+                TensorData::new(mask::<f32>(d, n, ctx)?, BurnShape::from(shape.to_vec()))
+            }
             Precision::F64 => TensorData::new(mask::<f64>(d, n, ctx)?, BurnShape::from(shape.to_vec())),
         };
         Ok(B::float_from_data(data, ctx.device))

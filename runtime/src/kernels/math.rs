@@ -14,7 +14,7 @@ pub(super) fn matmul(m: &MatMul, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Res
     let (ra, rb) = (a.shape().num_dims(), b.shape().num_dims());
     let a = if m.transpose_a { B::float_swap_dims(a, ra - 2, ra - 1) } else { a };
     let b = if m.transpose_b { B::float_swap_dims(b, rb - 2, rb - 1) } else { b };
-    Ok(B::float_matmul(a, b))
+    Ok(super::autocast::matmul(a, b, ctx))
 }
 
 pub(super) fn binary(op: &Op, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Result<Value> {

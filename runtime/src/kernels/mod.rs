@@ -6,6 +6,7 @@
 
 mod activation;
 mod attention;
+pub(crate) mod autocast;
 mod collective;
 pub use collective::FAULT_IN_ALL_REDUCE_ENV;
 pub(crate) use collective::all_reduce;

@@ -5,7 +5,7 @@
 //! table), and the rows of one batch are few next to the table.
 
 use super::{KernelCtx, gather::host_indices};
-use crate::{Collective, Precision, Result, Value};
+use crate::{Collective, Result, Value};
 use engine_graph::{HostData, HostTensor, ops::AllGatherRows, ops::ReduceOp};
 
 fn mask(rows: usize, touched: &[usize], ctx: &KernelCtx<'_>) -> Result<Value> {
@@ -64,7 +64,7 @@ fn exchange(
     row: usize,
     ctx: &KernelCtx<'_>,
 ) -> Result<(Vec<usize>, Vec<f64>)> {
-    let wide = ctx.precision == Precision::F64;
+    let wide = ctx.precision.is_f64();
     let stride = 2 + row * if wide { 2 } else { 1 };
     let mut words: Vec<u32> = Vec::with_capacity(ids.len() * stride);
     for (k, &i) in ids.iter().enumerate() {

@@ -31,10 +31,7 @@ fn flex(t: &T) -> Option<&FlexTensor> {
 pub(super) fn is_native(v: &Value, precision: Precision) -> bool {
     match v {
         Value::Float(t) => {
-            let want = match precision {
-                Precision::F32 => DType::F32,
-                Precision::F64 => DType::F64,
-            };
+            let want = if precision.is_f64() { DType::F64 } else { DType::F32 };
             flex(t).is_some_and(|f| f.dtype() == want)
         }
         Value::Int(t) | Value::Bool(t) => matches!(t.kind, DispatchTensorKind::Flex(_)),

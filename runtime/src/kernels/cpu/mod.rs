@@ -58,6 +58,9 @@ pub(super) fn try_run(op: &Op, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Outco
     }
     match ctx.precision {
         Precision::F32 => dispatch::<f32>(op, inputs, ctx),
+        // The contractions run burn's kernels in bfloat16 (`super::autocast`).
+        Precision::Bf16Mixed if super::autocast::contracts(op) => Err(inputs),
+        Precision::Bf16Mixed => dispatch::<f32>(op, inputs, ctx),
         Precision::F64 => dispatch::<f64>(op, inputs, ctx),
     }
 }
@@ -69,7 +72,7 @@ pub(super) fn non_finite(v: &Value, ctx: &KernelCtx<'_>) -> Option<(usize, usize
         return None;
     }
     Some(match ctx.precision {
-        Precision::F32 => numerics::non_finite::<f32>(t),
+        Precision::F32 | Precision::Bf16Mixed => numerics::non_finite::<f32>(t),
         Precision::F64 => numerics::non_finite::<f64>(t),
     })
 }
