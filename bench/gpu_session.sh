@@ -4,10 +4,11 @@
 # under a time limit, its results written under $OUT as they come (a call cut at its
 # limit still returns them: res.tar.xz and summary.txt).
 #
-#   bench/gpu_session.sh [--budget SECONDS] [--skip conv,patches,wgpu,profile]   (default 480)
+#   bench/gpu_session.sh [--budget SECONDS] [--skip conv,patches,precision,wgpu,profile]   (default 480)
 #
 # --skip leaves parts out where the session's minutes are better spent on the table:
 # `conv` the convolution forms of step 1, `patches` the patch-matrix builders of step 1,
+# `precision` mixed precision's rows and accuracy run of step 1,
 # `wgpu` step 2, `profile` steps 3 and 5.
 #
 # It expects bench/.build/gpu/ (git-ignored; carry it) to hold what BENCHMARKS.md's
@@ -23,7 +24,9 @@
 #    convolution pass a GEMM) against its default on the rows with large convolutions,
 #    ENGINE_CONV_PATCHES=ops (the patch matrices from burn's slices and copies, as
 #    before 32b8c78) against the default's one patch kernel, and ENGINE_ELEMENTWISE=kernel
-#    (each fused elementwise program one generated kernel) against the default.
+#    (each fused elementwise program one generated kernel) against the default;
+#    run_config.precision: Bf16Mixed against f32, and the tutorial CNN's 2814 steps in
+#    Bf16Mixed (issue 36 wants 0.86 accuracy in every precision).
 # 2. wgpu:0 started once with the Vulkan loader's errors shown (it found no adapter on
 #    the H200 of 2026-11-27); where it starts, the CNN at 64 at two submission sizes.
 # 3. One step's per-op device profile (the CNN at 512 and at 64, the default build).
@@ -37,7 +40,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --budget) budget=$2; shift 2 ;;
     --skip) skip=",$2,"; shift 2 ;;
-    *) echo "usage: $0 [--budget SECONDS] [--skip conv,patches,wgpu,profile]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--budget SECONDS] [--skip conv,patches,precision,wgpu,profile]" >&2; exit 2 ;;
   esac
 done
 skips() { [[ "$skip" == *",$1,"* ]]; }
@@ -88,16 +91,22 @@ print(f"{sys.argv[1]}: {r['examples_per_s']:,.0f} examples/s, first step {r['pro
 PY
 }
 say "$(report "PyTorch eager, cnn 64" "$R/eager.json")"
-# One engine run: build label model batch [ENV=VALUE ...]; the JSON and log land in $R.
+# One engine run: build label model batch [ENV=VALUE | spec.path=VALUE ...] (an upper-case
+# name is an environment variable, a lower-case one a spec override); the JSON and log
+# land in $R.
 engine_row() {
   local name=$1 label=$2 model=$3 batch=$4; shift 4
+  local envs=() sets=() a
+  for a in "$@"; do
+    if [[ "$a" == [a-z]* ]]; then sets+=(--set "$a"); else envs+=("$a"); fi
+  done
   local steps=300 warmup=50; [ "$model:$batch" = cnn:64 ] && { steps=1000; warmup=100; }
   [ "$model" = vgg ] && { steps=100; warmup=20; }
   local limit=$(( $(left) / 3 )); [ "$limit" -gt 90 ] && limit=90
   [ "$limit" -lt 25 ] && { say "$label: skipped, $(left) s left"; return; }
-  env "$@" timeout -k 5 "$limit" python3 bench/engine_cnn.py --engine "$G/$name" --device cuda:0 --model "$model" \
+  env "${envs[@]}" timeout -k 5 "$limit" python3 bench/engine_cnn.py --engine "$G/$name" --device cuda:0 --model "$model" \
     --batch-size "$batch" --warmup "$warmup" --steps "$steps" --no-cpu-check --log "$R/$label.log" \
-    --set run_config.save_checkpoints_steps=1000000 >"$R/$label.json" 2>>"$R/$label.log"
+    --set run_config.save_checkpoints_steps=1000000 "${sets[@]}" >"$R/$label.json" 2>>"$R/$label.log"
   say "$(report "$name cuda:0, $model $batch${*:+ ($*)}" "$R/$label.json") [$(grep -o 'device reads: [^,)]*' "$R/$label.log" | tail -1)] $(grep -o -m1 'replayed as one captured graph of [0-9]* ops\|cannot be captured ([^)]*\|no step graph ([^)]*' "$R/$label.log")"
   # The loss at the last logged step, to set the builds' trajectories side by side.
   say "  $(grep -o 'loss = [^,]*, step = [0-9]*' "$R/$label.log" | tail -1)"
@@ -141,6 +150,19 @@ for row in resnet:128 cnn:512; do
   [ -f "$R/$best-$m$b.json" ] || engine_row "$best" "$best-$m$b" "$m" "$b" "${conv_env[@]}"
   engine_row "$best" "ew-$m$b" "$m" "$b" ENGINE_ELEMENTWISE=kernel "${conv_env[@]}"
 done
+# Mixed precision (bfloat16 products and convolutions, f32 everything else) against f32 on
+# the rows with the most arithmetic, then the tutorial CNN's full run in it: its accuracy.
+skips precision ||
+for row in resnet:128 vgg:128 cnn:512; do
+  m=${row%:*} b=${row#*:}
+  [ -f "$R/$best-$m$b.json" ] || engine_row "$best" "$best-$m$b" "$m" "$b" "${conv_env[@]}"
+  engine_row "$best" "bf16-$m$b" "$m" "$b" run_config.precision=Bf16Mixed "${conv_env[@]}"
+done
+if ! skips precision && [ "$(left)" -gt 120 ]; then
+  env "${conv_env[@]}" timeout -k 5 90 "$G/$best" run specs/fashion_mnist_cnn.ron --device cuda:0 \
+    --model-dir /tmp/gpu_session_bf16 --set run_config.precision=Bf16Mixed >"$R/bf16-accuracy.log" 2>&1
+  say "$best cuda:0, tutorial CNN in Bf16Mixed, full run (exit $?): $(grep -o 'accuracy = [0-9.]*.*global_step = [0-9]*' "$R/bf16-accuracy.log" | tail -1)"
+fi
 
 # 2. wgpu:0 once, with the loader's complaints; where it starts, the CNN at 64 with the
 #    default submission size and with a whole step per submission.
