@@ -25,6 +25,20 @@ fn plan_prints_the_cnn_schedule_shapes_variables_and_memory() -> Result<()> {
         ensure!(out.stdout.contains(expected), "missing `{expected}` in:\n{}", out.stdout);
     }
     ensure!(!out.stdout.contains("Conv2DBackpropInput"));
+    ensure!(!out.stdout.contains("precision:"), "f32 needs no precision line:\n{}", out.stdout);
+    Ok(())
+}
+
+/// Mixed precision names the ops it narrows: the CNN's convolution (fused with its pool),
+/// both dense layers' products and their gradients.
+#[test]
+fn plan_names_the_ops_mixed_precision_computes_in_bfloat16() -> Result<()> {
+    let out = engine(&["plan", &spec_path("fashion_mnist_cnn.ron"), "--set", "run_config.precision=Bf16Mixed"])?;
+    ensure!(out.code == Some(0), "{}", out.stderr);
+    let line = out.stdout.lines().find(|l| l.starts_with("precision: Bf16Mixed: ")).unwrap_or_default();
+    for expected in ["_FusedConv2DMaxPool", "_FusedMaxPoolConv2DBackpropFilter", "MatMul", "ops multiply in bfloat16"] {
+        ensure!(line.contains(expected), "missing `{expected}` in the precision line of:\n{}", out.stdout);
+    }
     Ok(())
 }
 

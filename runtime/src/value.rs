@@ -48,6 +48,12 @@ impl Precision {
         }
     }
 
+    /// Whether this precision computes `op` with narrowed operands (`Bf16Mixed`'s
+    /// contractions), for `engine plan` to say which ops do.
+    pub fn narrows(self, op: &engine_graph::Op) -> bool {
+        self.contraction_dtype().is_some() && crate::kernels::autocast::contracts(op)
+    }
+
     /// Whether values are f64 (gradient checks) rather than f32.
     pub(crate) fn is_f64(self) -> bool {
         self == Precision::F64

@@ -62,6 +62,9 @@ pub fn plan(args: &PlanArgs) -> Result<(), CliError> {
     // The digest checkpoints record (before their `-`): which plan trained a checkpoint.
     let fingerprint = plan.graph.fingerprint().map_err(|e| CliError::Usage(e.to_string()))?;
     let _ = writeln!(out, "graph fingerprint: {fingerprint}");
+    if let Some(line) = precision_line(&plan, config.precision) {
+        let _ = writeln!(out, "{line}");
+    }
     if local.iter().any(|d| d.kind() == engine_runtime::DeviceKind::Cpu) {
         let _ = writeln!(out, "cpu: {}", engine_runtime::HostCpu::get());
         let threads = engine_runtime::ComputeThreads::get();
@@ -81,6 +84,24 @@ pub fn plan(args: &PlanArgs) -> Result<(), CliError> {
     }
     super::output(&out);
     Ok(())
+}
+
+/// Which ops a mixed precision computes in bfloat16: `None` where every op computes in the
+/// precision's one dtype.
+fn precision_line(plan: &Plan, precision: engine_runtime::Precision) -> Option<String> {
+    let narrowed: Vec<&Op> =
+        plan.schedule.iter().map(|&id| &plan.graph.node(id).op).filter(|op| precision.narrows(op)).collect();
+    if narrowed.is_empty() {
+        return None;
+    }
+    let kinds: std::collections::BTreeSet<&str> = narrowed.iter().map(|op| op.name()).collect();
+    Some(format!(
+        "precision: {precision:?}: {} of {} ops multiply in bfloat16 ({}); variables, optimizer slots, the loss and \
+         every other op in f32",
+        narrowed.len(),
+        plan.schedule.len(),
+        kinds.into_iter().collect::<Vec<_>>().join(", ")
+    ))
 }
 
 /// Which devices the plan's partition labels stand for (`@host`, `@replica`, `@worker`):
