@@ -56,11 +56,12 @@ pub(super) fn try_run(op: &Op, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Outco
     if !matches!(ctx.device, DispatchDevice::Flex(_)) || !inputs.iter().all(|v| buffer::is_native(v, ctx.precision)) {
         return Err(inputs);
     }
+    // Mixed precision's contractions run burn's kernels in bfloat16 (`super::autocast`).
+    if ctx.precision.narrows(op) {
+        return Err(inputs);
+    }
     match ctx.precision {
-        Precision::F32 => dispatch::<f32>(op, inputs, ctx),
-        // The contractions run burn's kernels in bfloat16 (`super::autocast`).
-        Precision::Bf16Mixed if super::autocast::contracts(op) => Err(inputs),
-        Precision::Bf16Mixed => dispatch::<f32>(op, inputs, ctx),
+        Precision::F32 | Precision::Bf16Mixed => dispatch::<f32>(op, inputs, ctx),
         Precision::F64 => dispatch::<f64>(op, inputs, ctx),
     }
 }
