@@ -95,6 +95,12 @@ pub(crate) fn prepare(probes: Vec<T>, fetched: Vec<Value>, queued: bool, precisi
 }
 
 impl Prepared {
+    /// The step's numerics flag where the device computes it (the gathered tensor's first
+    /// element, finite when every probe was); `None` for a step without probes.
+    pub(crate) fn flag(&self) -> Option<&T> {
+        self.stacked.as_ref().and(self.all.as_ref())
+    }
+
     /// Whether every fetched value comes back to the host: a replayed step's large fetch
     /// would stay in a buffer the next replay overwrites.
     pub(crate) fn reads_every_fetch(&self) -> bool {

@@ -99,6 +99,7 @@ struct Run {
     logits: Vec<Vec<f32>>,
     vars: BTreeMap<String, HostTensor>,
     replayed: u64,
+    queued: u64,
     reads: Vec<u64>,
     culprits: Vec<(usize, String)>,
     refused: Option<String>,
@@ -114,6 +115,7 @@ fn train(device: &Device, graph: bool, steps: usize, plot: Plot) -> Result<Run> 
         logits: Vec::new(),
         vars: BTreeMap::new(),
         replayed: 0,
+        queued: 0,
         reads: Vec::new(),
         culprits: Vec::new(),
         refused: None,
@@ -142,6 +144,7 @@ fn train(device: &Device, graph: bool, steps: usize, plot: Plot) -> Result<Run> 
     }
     run.vars = vars.export()?;
     run.replayed = exec.replayed_steps();
+    run.queued = exec.queued_commits();
     run.refused = exec.step_graph_refused();
     Ok(run)
 }
@@ -199,6 +202,9 @@ fn a_replayed_step_computes_what_the_eager_step_computes() -> Result<()> {
     // recorded one), each reading the device once.
     for (device, run) in alike(12, Plot::default(), 9, "12 steps")? {
         ensure!(run.reads[3..].iter().all(|&r| r <= 1), "{device}: device reads per step {:?}", run.reads);
+        // The first replay commits from the host and records the guarded copies; every
+        // later one queues them behind the step.
+        ensure!(run.queued == 8, "{device}: {} of 9 replays queued their commit", run.queued);
     }
     Ok(())
 }
@@ -207,6 +213,8 @@ fn a_replayed_step_computes_what_the_eager_step_computes() -> Result<()> {
 fn a_nan_in_a_replayed_step_commits_nothing_and_names_the_culprit() -> Result<()> {
     // The step after the NaN still replays (the graph is kept, and nothing committed).
     for (device, run) in alike(10, Plot { nan_at: Some(6), ..Plot::default() }, 7, "a NaN at step 6")? {
+        // Step 6's commit was queued before its flag was read: the device skipped it.
+        ensure!(run.queued == 6, "{device}: {} of 7 replays queued their commit", run.queued);
         ensure!(
             run.culprits.first().is_some_and(|(step, what)| *step == 6 && what == "gradient of w1"),
             "{device}: {:?}",
@@ -245,6 +253,66 @@ fn a_step_whose_recording_is_refused_runs_op_by_op_and_the_others_still_replay()
     let plot = Plot { big_until: Some(5), ..Plot::default() };
     for (device, run) in alike(12, plot, 4, "logits too large to read with the step until step 5")? {
         ensure!(run.refused.as_deref().is_some_and(|r| r.contains("too large")), "{device}: {:?}", run.refused);
+    }
+    Ok(())
+}
+
+/// `v · x` summed, trained by plain SGD, with the numerics checks: `x`'s values are the
+/// gradient of `v`, so a feed decides what the step's probes sum to.
+fn dot_plan() -> Result<(Plan, Outlet, Outlet)> {
+    let mut g = Graph::new();
+    let mut b = GraphBuilder::new(&mut g);
+    let x = b.placeholder("x", DType::F32, Shape::batched(&[4]))?;
+    let v = b.variable("v", &[4], Initializer::Zeros, true)?;
+    let p = b.mul(x, v)?;
+    let loss = b.reduce_sum(p, &[], false)?;
+    g.roles.loss = Some(loss);
+    g.roles.inputs.insert("x".into(), x);
+    Autodiff.run(&mut g)?;
+    let config = OptimizerConfig {
+        optimizer: Optimizer::Sgd { momentum: 0.0, nesterov: false },
+        learning_rate: LearningRate::Constant(0.01),
+        clip_global_norm: None,
+    };
+    ApplyOptimizer { config }.run(&mut g)?;
+    CheckNumericsPass.run(&mut g)?;
+    let train_op = g.roles.train_op.ok_or_else(|| anyhow!("no train op"))?;
+    Ok((Plan::new(g, vec![])?, loss, train_op))
+}
+
+#[test]
+fn finite_values_whose_flag_overflows_are_committed() -> Result<()> {
+    // Step 5's gradient of v is [3e38, 3e38, 0, 0]: every value finite, their sum (the
+    // step's flag) not. The device's guarded copies then copy nothing, and the host, having
+    // counted no non-finite value, must commit the step itself, as an eager step does.
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    for device in devices()? {
+        let mut finals = Vec::new();
+        for graph in [true, false] {
+            let (plan, loss, train_op) = dot_plan()?;
+            let exec = Executor::new(Arc::new(plan), device.clone(), Precision::F32)?.with_step_graph(graph);
+            let mut vars = VariableStore::new();
+            exec.initialize(&mut vars, 7)?;
+            for step in 0..9 {
+                let x = match step {
+                    5 => vec![3e38, 3e38, 0.0, 0.0],
+                    s if s < 5 => vec![1.0; 4],
+                    _ => vec![0.0; 4],
+                };
+                let feeds = BTreeMap::from([("x".to_string(), HostTensor::f32(vec![1, 4], x)?)]);
+                let options = RunOptions { step, ..RunOptions::default() };
+                let out = exec.run(&mut vars, &feeds, &[loss, train_op], options)?;
+                ensure!(out.non_finite.is_empty(), "{device}: step {step}: {:?}", out.non_finite.len());
+            }
+            let v = vars.export()?.remove("v").context("no v")?.to_f64_vec();
+            finals.push((v, exec.replayed_steps(), exec.queued_commits()));
+        }
+        let (replayed, eager) = (&finals[0], &finals[1]);
+        ensure!(replayed.1 == 6 && replayed.2 == 5, "{device}: {} replays, {} queued commits", replayed.1, replayed.2);
+        let want = -0.05 - 0.01 * 3e38_f64;
+        for v in [&replayed.0, &eager.0] {
+            ensure!((v[0] - want).abs() <= 1e-5 * want.abs() && (v[2] + 0.05).abs() < 1e-6, "{device}: v {v:?}");
+        }
     }
     Ok(())
 }

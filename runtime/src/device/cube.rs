@@ -13,7 +13,7 @@ use cubecl::ir::{ElemType, FloatKind, IntKind, UIntKind};
 
 pub(crate) type Cube = <burn::backend::Cube as burn::backend::BackendTypes>::FloatTensorPrimitive;
 
-fn cube(t: &T) -> Option<&Cube> {
+pub(crate) fn cube(t: &T) -> Option<&Cube> {
     match &t.kind {
         DispatchTensorKind::Cube(BackendTensor::Float(c) | BackendTensor::Int(c) | BackendTensor::Bool(c)) => Some(c),
         _ => None,
@@ -88,7 +88,7 @@ pub(crate) fn copy(src: &Value, dst: &Value) -> bool {
 }
 
 /// The element types a step's values take on a device.
-fn elem_type(dtype: DType) -> Option<ElemType> {
+pub(crate) fn elem_type(dtype: DType) -> Option<ElemType> {
     Some(match dtype {
         DType::F64 => ElemType::Float(FloatKind::F64),
         DType::F32 => ElemType::Float(FloatKind::F32),

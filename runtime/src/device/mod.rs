@@ -10,6 +10,8 @@ use std::fmt;
 
 #[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
 pub(crate) mod cube;
+#[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
+pub(crate) mod guarded;
 /// Without a GPU backend no value lives in a cubecl buffer (and no step is replayed). Under
 /// burn's `fusion` a device tensor is a handle into fusion's queue, not a buffer, so these
 /// refuse too: a step is not recorded (fusion batches the launches itself).
@@ -26,6 +28,16 @@ pub(crate) mod cube {
     }
 
     pub(crate) fn copy(_: &crate::Value, _: &crate::Value) -> bool {
+        false
+    }
+}
+#[cfg(not(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion"))))]
+pub(crate) mod guarded {
+    pub(crate) fn guardable(_: &crate::Value, _: &crate::Value, _: &crate::value::T) -> bool {
+        false
+    }
+
+    pub(crate) fn copy_if_finite(_: &crate::Value, _: &crate::Value, _: &crate::value::T) -> bool {
         false
     }
 }

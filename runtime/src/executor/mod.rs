@@ -373,6 +373,12 @@ impl Executor {
         self.replay.replayed()
     }
 
+    /// How many replayed steps queued their commit right behind the step, its copies
+    /// reading the numerics flag on the device (the rest committed after the host read it).
+    pub fn queued_commits(&self) -> u64 {
+        self.replay.queued_commits()
+    }
+
     /// Whether the CPU runs the engine's native NHWC kernels (the default) or burn's
     /// generic ones, which every other device uses; tests compare the two.
     pub fn with_native_kernels(mut self, native: bool) -> Self {

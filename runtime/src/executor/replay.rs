@@ -16,11 +16,15 @@
 //!   inside the window), placeholders read those buffers and variables the store's, and
 //!   the step's end (the numerics flag and the small fetches, `readback::prepare`) is
 //!   gathered inside the graph. The recording runs nothing: its first replay is that step;
-//! - every step then writes its feeds into the recorded buffers, replays, reads the end
-//!   in one transfer and, when every check was finite, replays the commit graph: copies
-//!   of the step's new values into the variables' own buffers (recorded after the first
-//!   commit ran for real). The store keeps its buffers, so the next replay reads the new
-//!   values, and a step that saw a NaN commits nothing, as an eager step.
+//! - every step then writes its feeds into the recorded buffers, replays, replays the
+//!   commit graph right behind it, and reads the end in one transfer. The commit graph
+//!   (recorded after the first commit ran for real) copies the step's new values into the
+//!   variables' own buffers, each copy reading the step's numerics flag on the device and
+//!   copying nothing unless it is finite (`device/guarded.rs`), so the host never stands
+//!   between the step and its commit. The store keeps its buffers, so the next replay
+//!   reads the new values, and a step that saw a NaN commits nothing, as an eager step.
+//!   A step whose copies cannot be guarded (no numerics checks, a value the kernel does
+//!   not take) commits from the host after the read, as before.
 //!
 //! Up to four graphs are held, one per key. A step run op by op while one is held (a
 //! profiled step, a logging step with a key of its own) copies its new values into the
@@ -51,6 +55,8 @@ pub(super) struct Replay {
     never: Option<String>,
     state: Mutex<State>,
     replayed: AtomicU64,
+    /// Replayed steps whose commit was queued behind them, guarded on the device.
+    queued: AtomicU64,
 }
 
 /// The graphs held, most recently replayed first, and the step being watched.
@@ -108,13 +114,18 @@ impl Replay {
     /// Whether `plan`'s steps (the nodes `order` runs) may be replayed on `device`.
     pub(super) fn new(plan: &Plan, order: &[NodeId], device: &Device, partitioned: bool) -> Self {
         let never = never(plan, order, device, partitioned);
-        Replay { never, state: Mutex::new(State::new(None)), replayed: AtomicU64::new(0) }
+        Replay { never, state: Mutex::new(State::new(None)), replayed: AtomicU64::new(0), queued: AtomicU64::new(0) }
     }
 
     /// Never replays.
     pub(super) fn off() -> Self {
         let why = "turned off".to_string();
-        Replay { never: Some(why.clone()), state: Mutex::new(State::new(Some(why))), replayed: AtomicU64::new(0) }
+        Replay {
+            never: Some(why.clone()),
+            state: Mutex::new(State::new(Some(why))),
+            replayed: AtomicU64::new(0),
+            queued: AtomicU64::new(0),
+        }
     }
 
     /// Why steps are not replayed, once that is settled: the plan's reason or the
@@ -126,6 +137,10 @@ impl Replay {
 
     pub(super) fn replayed(&self) -> u64 {
         self.replayed.load(Ordering::Relaxed)
+    }
+
+    pub(super) fn queued_commits(&self) -> u64 {
+        self.queued.load(Ordering::Relaxed)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -230,13 +245,14 @@ impl Replay {
     fn replay(&self, state: &mut State, at: usize, exec: &Executor) -> Result<StepOutput> {
         let out = state.graphs[at].run(exec);
         match &out {
-            Ok(_) => {
+            Ok((_, queued)) => {
                 self.replayed.fetch_add(1, Ordering::Relaxed);
+                self.queued.fetch_add(u64::from(*queued), Ordering::Relaxed);
                 state.graphs[..=at].rotate_right(1);
             }
             Err(e) => state.stop(format!("a replay failed: {e}")),
         }
-        out
+        out.map(|(step, _)| step)
     }
 }
 
@@ -311,6 +327,9 @@ struct Captured {
     assignments: Vec<(String, Value)>,
     probes: Vec<(crate::value::T, usize, Value)>,
     end: readback::Prepared,
+    /// Whether the commit's copies read the step's numerics flag on the device, so that
+    /// they are queued behind the step instead of waiting for the host to read the flag.
+    guarded: bool,
 }
 
 impl Captured {
@@ -384,6 +403,12 @@ impl Captured {
                 return Err(Refusal::Refused(format!("{name} is assigned a value of another shape or type")));
             }
         }
+        let guarded = end.flag().is_some_and(|flag| {
+            flight
+                .assignments
+                .iter()
+                .all(|(name, y)| reads.get(name).is_some_and(|x| crate::device::guarded::guardable(y, x, flag)))
+        });
         Ok(Captured {
             key,
             graph,
@@ -394,6 +419,7 @@ impl Captured {
             assignments: flight.assignments,
             probes: flight.probes,
             end,
+            guarded,
         })
     }
 
@@ -438,8 +464,11 @@ impl Captured {
         Ok(())
     }
 
-    /// Replays the step, reads its end, and commits it when every check was finite.
-    fn run(&mut self, exec: &Executor) -> Result<StepOutput> {
+    /// Replays the step, reads its end, and commits it when every check was finite. A
+    /// guarded commit, once recorded, is queued right behind the step: the device skips
+    /// its copies under a non-finite flag, so the step's read is its only wait. Also says
+    /// whether the commit was queued so.
+    fn run(&mut self, exec: &Executor) -> Result<(StepOutput, bool)> {
         let dev = exec.device.dispatch();
         // SAFETY: every buffer the graph reads or writes stays alive while `self` does:
         // the feeds, the variables and the values it assigns and gathers are held here,
@@ -447,28 +476,40 @@ impl Captured {
         // Feeds are written, and the end read, from this thread's stream, the one the graph
         // was recorded on (the key holds the thread).
         unsafe { B::graph_replay(dev, &self.graph) }.map_err(|e| replay_error(exec, e))?;
-        let end = self.end.read()?;
-        let non_finite = exec.culprits(&self.probes, end.probes, Vec::new())?;
-        if non_finite.is_empty() {
+        let queued = self.guarded && !matches!(self.commit, Commit::Unrecorded);
+        if queued {
             self.commit(exec)?;
         }
-        Ok(StepOutput { fetched: end.fetched, timings: Vec::new(), collectives: Vec::new(), non_finite })
+        let end = self.end.read()?;
+        let flagged = end.probes.is_some();
+        let non_finite = exec.culprits(&self.probes, end.probes, Vec::new())?;
+        if non_finite.is_empty() {
+            if !queued {
+                self.commit(exec)?;
+            } else if flagged {
+                // Finite values whose sum overflowed the flag: the device kept the old
+                // values, and the host, having counted every probe, commits the new ones.
+                self.copy(exec, None)?;
+            }
+        }
+        Ok((StepOutput { fetched: end.fetched, timings: Vec::new(), collectives: Vec::new(), non_finite }, queued))
     }
 
     /// Copies the step's new values into the variables' buffers: the first time for real
-    /// and then once more recorded, after that by replaying the recording.
+    /// (the host has read the flag) and then once more recorded, guarded by the device's
+    /// flag where it can be; after that by replaying the recording.
     fn commit(&mut self, exec: &Executor) -> Result<()> {
         let dev = exec.device.dispatch();
         match &self.commit {
             // SAFETY: as for the step's graph; the copies read and write only buffers
             // held here.
             Commit::Graph(g) => return unsafe { B::graph_replay(dev, g) }.map_err(|e| replay_error(exec, e)),
-            Commit::Copies => return self.copy(exec),
+            Commit::Copies => return self.copy(exec, self.guard()),
             Commit::Unrecorded => {}
         }
         self.commit = Commit::Copies;
         let prepared = B::graph_prepare(dev).is_ok();
-        self.copy(exec)?;
+        self.copy(exec, None)?;
         if !prepared {
             return Ok(());
         }
@@ -476,7 +517,7 @@ impl Captured {
             let _ = B::graph_stop_capture(dev);
             return Ok(());
         }
-        let copied = self.copy(exec);
+        let copied = self.copy(exec, self.guard());
         let graph = B::graph_stop_capture(dev);
         copied?;
         match graph {
@@ -486,9 +527,19 @@ impl Captured {
         Ok(())
     }
 
-    fn copy(&self, exec: &Executor) -> Result<()> {
+    /// The flag a queued commit's copies read on the device.
+    fn guard(&self) -> Option<&crate::value::T> {
+        if self.guarded { self.end.flag() } else { None }
+    }
+
+    /// Copies every new value into its variable's buffer; under `guard`, only where the
+    /// device finds the flag finite.
+    fn copy(&self, exec: &Executor, guard: Option<&crate::value::T>) -> Result<()> {
         for (name, y) in &self.assignments {
-            let copied = self.reads.get(name).is_some_and(|x| crate::device::cube::copy(y, x));
+            let copied = self.reads.get(name).is_some_and(|x| match guard {
+                Some(flag) => crate::device::guarded::copy_if_finite(y, x, flag),
+                None => crate::device::cube::copy(y, x),
+            });
             if !copied {
                 return Err(RuntimeError::Variable {
                     name: name.clone(),
