@@ -23,8 +23,9 @@
 #    and device reads of each; then the fastest build with ENGINE_CONV_KERNELS=gemm (every
 #    convolution pass a GEMM) against its default on the rows with large convolutions,
 #    ENGINE_CONV_PATCHES=ops (the patch matrices from burn's slices and copies, as
-#    before 32b8c78) against the default's one patch kernel, and ENGINE_ELEMENTWISE=kernel
-#    (each fused elementwise program one generated kernel) against the default;
+#    before 32b8c78) against the default's one patch kernel, and ENGINE_ELEMENTWISE=ops
+#    (each fused elementwise program's instructions one kernel each) against the default's
+#    one generated kernel per program;
 #    run_config.precision: Bf16Mixed against f32, and the tutorial CNN's 2814 steps in
 #    Bf16Mixed (issue 36 wants 0.86 accuracy in every precision).
 # 2. wgpu:0 started once with the Vulkan loader's errors shown (it found no adapter on
@@ -142,13 +143,13 @@ for row in resnet:128 vgg:128 residual:256; do
   [ -f "$R/$best-$m$b.json" ] || engine_row "$best" "$best-$m$b" "$m" "$b" "${conv_env[@]}"
   engine_row "$best" "ops-$m$b" "$m" "$b" ENGINE_CONV_PATCHES=ops "${conv_env[@]}"
 done
-# The fused elementwise programs (optimizer updates, skip adds) as one generated kernel
-# each (ENGINE_ELEMENTWISE=kernel, off by default until measured here) against op by op.
+# The fused elementwise programs (optimizer updates, skip adds) op by op
+# (ENGINE_ELEMENTWISE=ops) against the default's one generated kernel each.
 skips patches ||
 for row in resnet:128 cnn:512; do
   m=${row%:*} b=${row#*:}
   [ -f "$R/$best-$m$b.json" ] || engine_row "$best" "$best-$m$b" "$m" "$b" "${conv_env[@]}"
-  engine_row "$best" "ew-$m$b" "$m" "$b" ENGINE_ELEMENTWISE=kernel "${conv_env[@]}"
+  engine_row "$best" "ew-$m$b" "$m" "$b" ENGINE_ELEMENTWISE=ops "${conv_env[@]}"
 done
 # Mixed precision (bfloat16 products and convolutions, f32 everything else) against f32 on
 # the rows with the most arithmetic, then the tutorial CNN's full run in it: its accuracy.

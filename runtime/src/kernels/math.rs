@@ -51,15 +51,17 @@ pub(super) fn binary(op: &Op, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Result
     }
 }
 
-/// `_FusedElementwise` on a cubecl device as one generated kernel, with
-/// `ENGINE_ELEMENTWISE=kernel`. Not the default until a GPU has measured it: it moves a
-/// third of the bytes an Adam update moves op by op, but on lavapipe (the only device at
-/// hand when it was written) the fused programs of a ResNet step took 3.6 times the device
-/// time of the ops they replace (performance-history, "Device convolutions").
+/// `_FusedElementwise` on a cubecl device as one generated kernel, unless
+/// `ENGINE_ELEMENTWISE=ops` (the instructions one kernel each, for comparison). It moves a
+/// third of the bytes an Adam update moves op by op. It was off by default after a lavapipe
+/// census that timed each kernel with a device sync after it and counted its first
+/// compilation; the steady step rate, the figure that counts, was measured later on the
+/// same lavapipe: MLP 7.61 and 7.92 steps/s against 6.57 and 7.59 op by op, ResNet at batch
+/// 16 0.639 and 0.641 against 0.614 and 0.633 (BENCHMARKS.md, "The device kernels").
 #[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
 fn generated(f: &engine_graph::ops::FusedElementwise, inputs: &[Value], ctx: &KernelCtx<'_>) -> Result<Option<T>> {
     static GENERATED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    if !*GENERATED.get_or_init(|| std::env::var("ENGINE_ELEMENTWISE").is_ok_and(|v| v == "kernel")) {
+    if !*GENERATED.get_or_init(|| !std::env::var("ENGINE_ELEMENTWISE").is_ok_and(|v| v == "ops")) {
         return Ok(None);
     }
     Ok(super::elementwise_kernel::fused(f, inputs, &ctx.out_shape(0)?))
