@@ -86,25 +86,13 @@ fn guarded_copy<T: Numeric, F: Float>(
 mod tests {
     use super::*;
     use crate::Precision;
-    use burn::backend::DispatchDevice;
     use engine_graph::{HostData, HostTensor};
-
-    fn devices() -> Vec<(String, DispatchDevice)> {
-        let names = std::env::var("ENGINE_TEST_DEVICES").unwrap_or_default();
-        names
-            .split(',')
-            .filter(|s| !s.is_empty())
-            .map(|n| {
-                (n.to_string(), crate::device::Device::open(n.trim().parse().unwrap()).unwrap().dispatch().clone())
-            })
-            .collect()
-    }
 
     /// A finite flag copies every element (floats, integers, a scalar); NaN and either
     /// infinity copy none; a flag on the CPU or values of two shapes are refused.
     #[test]
     fn the_copy_happens_only_under_a_finite_flag() {
-        for (name, dev) in devices() {
+        for (name, dev) in crate::device::test_devices() {
             let put = |t: HostTensor| Value::from_host(&t, &dev, Precision::F32);
             let flag = |x: f32| match put(HostTensor::f32(vec![3], vec![x, 0.0, 0.0]).unwrap()) {
                 Value::Float(t) => t,

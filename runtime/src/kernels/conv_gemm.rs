@@ -367,12 +367,8 @@ mod tests {
     /// flex, and each device named in `ENGINE_TEST_DEVICES` (`wgpu:0` on lavapipe), in the
     /// precision it computes in and the tolerance that goes with it.
     fn devices() -> Vec<(String, DispatchDevice, Precision, f64)> {
-        let mut out = vec![("flex".to_string(), cpu(), Precision::F64, 1e-9)];
-        for name in std::env::var("ENGINE_TEST_DEVICES").unwrap_or_default().split(',').filter(|s| !s.is_empty()) {
-            let device = crate::device::Device::open(name.trim().parse().unwrap()).unwrap();
-            out.push((name.to_string(), device.dispatch().clone(), Precision::F32, 1e-4));
-        }
-        out
+        let devices = crate::device::test_devices().into_iter().map(|(n, d)| (n, d, Precision::F32, 1e-4));
+        std::iter::once(("flex".to_string(), cpu(), Precision::F64, 1e-9)).chain(devices).collect()
     }
 
     fn tensor(dims: &[usize], seed: u64, device: &DispatchDevice, precision: Precision) -> T {

@@ -215,17 +215,6 @@ mod tests {
     use burn::backend::{DispatchDevice, FlexDevice};
     use engine_graph::ops::Instr;
 
-    fn devices() -> Vec<(String, DispatchDevice)> {
-        let names = std::env::var("ENGINE_TEST_DEVICES").unwrap_or_default();
-        names
-            .split(',')
-            .filter(|s| !s.is_empty())
-            .map(|n| {
-                (n.to_string(), crate::device::Device::open(n.trim().parse().unwrap()).unwrap().dispatch().clone())
-            })
-            .collect()
-    }
-
     fn values(t: T) -> Vec<f64> {
         let data = burn::backend::read_sync(B::float_into_data(t)).unwrap();
         data.convert::<f64>().try_into_vec::<f64>().unwrap()
@@ -342,7 +331,7 @@ mod tests {
         let flex = DispatchDevice::Flex(FlexDevice);
         let host =
             |d: &[f64], dev: &DispatchDevice| Value::Float(float_from_f64(&[d.len()], d.to_vec(), dev, Precision::F32));
-        for (name, device) in devices() {
+        for (name, device) in crate::device::test_devices() {
             for f in &programs {
                 let data: Vec<Vec<f64>> = match f.inputs {
                     3 => vec![x.clone(), y.iter().map(|v| if v.is_nan() { 1.0 } else { *v }).collect(), vec![0.5]],

@@ -117,11 +117,8 @@ mod tests {
 
     /// flex, and each device named in `ENGINE_TEST_DEVICES`.
     fn devices() -> Vec<DispatchDevice> {
-        let mut out = vec![DispatchDevice::Flex(burn::backend::FlexDevice)];
-        for name in std::env::var("ENGINE_TEST_DEVICES").unwrap_or_default().split(',').filter(|s| !s.is_empty()) {
-            out.push(crate::device::Device::open(name.trim().parse().unwrap()).unwrap().dispatch().clone());
-        }
-        out
+        let devices = crate::device::test_devices().into_iter().map(|(_, d)| d);
+        std::iter::once(DispatchDevice::Flex(burn::backend::FlexDevice)).chain(devices).collect()
     }
 
     fn read(t: T) -> Vec<f64> {
