@@ -58,15 +58,20 @@ pub(crate) fn same_buffer(a: &T, b: &T) -> bool {
     }
 }
 
+/// Whether a buffer's elements lie in order from its start, so that a linear index
+/// reaches them: contiguous, and starting at the buffer's start (an allocation may run
+/// past its end, and a view may begin past its start).
+pub(crate) fn whole(c: &Cube) -> bool {
+    c.is_contiguous() && c.handle.offset_start.is_none_or(|o| o == 0)
+}
+
 /// Writes `data` into `dst`'s buffer, in place, on the calling thread's stream. `false`
 /// (nothing written) where the bytes would not land element for element: another element
 /// type, a strided or offset tensor (cubecl pads the rows of some allocations), another size.
 pub(crate) fn write(dst: &T, data: TensorData) -> bool {
     let Some(c) = cube(dst) else { return false };
-    // The tensor starts at its buffer's start (an allocation may run past its end).
-    let whole = c.handle.offset_start.is_none_or(|o| o == 0);
     let elements: usize = c.meta.shape().iter().product();
-    if data.dtype() != c.dtype || !c.is_contiguous() || !whole || data.as_bytes().len() != elements * c.dtype.size() {
+    if data.dtype() != c.dtype || !whole(c) || data.as_bytes().len() != elements * c.dtype.size() {
         return false;
     }
     c.client.write(&c.handle, data.into_bytes());

@@ -7,7 +7,7 @@
 //! the one read per step is the only wait, while a non-finite flag still leaves every
 //! variable as it was (the host names the culprits from the same read).
 
-use super::cube::{Cube, cube, elem_type, launched};
+use super::cube::{Cube, cube, elem_type, launched, whole};
 use crate::Value;
 use burn::backend::{BackendTensor, DispatchTensorKind};
 use cubecl::prelude::*;
@@ -27,7 +27,11 @@ pub(crate) fn guardable(src: &Value, dst: &Value, flag: &crate::value::T) -> boo
 /// copy reads each replay's flag.
 pub(crate) fn copy_if_finite(src: &Value, dst: &Value, flag: &crate::value::T) -> bool {
     let Some((s, d, f, elem, flag_elem)) = parts(src, dst, flag) else { return false };
-    let total: usize = s.meta.shape().iter().product::<usize>().max(1);
+    let total: usize = s.meta.shape().iter().product();
+    if total == 0 {
+        // Nothing to copy; a launch would still read the first element of an empty buffer.
+        return true;
+    }
     let client = d.client.clone();
     let cube_dim = CubeDim::new(&client, total);
     let cube_count = calculate_cube_count_elemwise(&client, total, cube_dim);
@@ -53,7 +57,6 @@ fn parts<'a>(src: &'a Value, dst: &'a Value, flag: &'a crate::value::T) -> Optio
     let (s, d) = (src.tensor().and_then(cube)?, dst.tensor().and_then(cube)?);
     let DispatchTensorKind::Cube(BackendTensor::Float(f)) = &flag.kind else { return None };
     let (elem, flag_elem) = (elem_type(s.dtype)?, elem_type(f.dtype)?);
-    let whole = |c: &Cube| c.is_contiguous() && c.handle.offset_start.is_none_or(|o| o == 0);
     let alike = s.dtype == d.dtype && s.meta.shape() == d.meta.shape();
     let same_device = s.device == d.device && f.device == d.device;
     (alike && same_device && whole(s) && whole(d) && matches!(flag_elem, ElemType::Float(_)))
