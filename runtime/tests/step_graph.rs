@@ -9,7 +9,7 @@ use anyhow::{Context, Result, anyhow, ensure};
 use engine_graph::{
     DType, Graph, GraphBuilder, HostTensor, Initializer, Outlet, Plan, Shape,
     autodiff::Autodiff,
-    optimizer::{ApplyOptimizer, LearningRate, Optimizer, OptimizerConfig},
+    optimizer::{ApplyOptimizer, Optimizer, OptimizerConfig},
     passes::{CheckNumericsPass, Pass},
 };
 use engine_runtime::{Device, Executor, Precision, RunOptions, VariableStore, device_reads};
@@ -39,16 +39,17 @@ fn training_plan(dropout: bool) -> Result<(Plan, Outlet, Outlet, Outlet)> {
     g.roles.loss = Some(loss);
     g.roles.inputs.insert("x".into(), x);
     g.roles.inputs.insert("labels".into(), labels);
+    let (plan, train_op) = trained(g, OptimizerConfig::adam(0.05))?;
+    Ok((plan, loss, train_op, logits))
+}
+
+/// `g`'s gradients, `config`'s updates and the numerics checks, as a plan, and the train op.
+fn trained(mut g: Graph, config: OptimizerConfig) -> Result<(Plan, Outlet)> {
     Autodiff.run(&mut g)?;
-    let config = OptimizerConfig {
-        optimizer: Optimizer::Adam { beta1: 0.9, beta2: 0.999, epsilon: 1e-7 },
-        learning_rate: LearningRate::Constant(0.05),
-        clip_global_norm: None,
-    };
     ApplyOptimizer { config }.run(&mut g)?;
     CheckNumericsPass.run(&mut g)?;
     let train_op = g.roles.train_op.ok_or_else(|| anyhow!("no train op"))?;
-    Ok((Plan::new(g, vec![])?, loss, train_op, logits))
+    Ok((Plan::new(g, vec![])?, train_op))
 }
 
 /// Step `step`'s batch of 6: different values every step, so a replay that kept reading
@@ -268,16 +269,9 @@ fn dot_plan() -> Result<(Plan, Outlet, Outlet)> {
     let loss = b.reduce_sum(p, &[], false)?;
     g.roles.loss = Some(loss);
     g.roles.inputs.insert("x".into(), x);
-    Autodiff.run(&mut g)?;
-    let config = OptimizerConfig {
-        optimizer: Optimizer::Sgd { momentum: 0.0, nesterov: false },
-        learning_rate: LearningRate::Constant(0.01),
-        clip_global_norm: None,
-    };
-    ApplyOptimizer { config }.run(&mut g)?;
-    CheckNumericsPass.run(&mut g)?;
-    let train_op = g.roles.train_op.ok_or_else(|| anyhow!("no train op"))?;
-    Ok((Plan::new(g, vec![])?, loss, train_op))
+    let (plan, train_op) =
+        trained(g, OptimizerConfig::constant(Optimizer::Sgd { momentum: 0.0, nesterov: false }, 0.01))?;
+    Ok((plan, loss, train_op))
 }
 
 #[test]
