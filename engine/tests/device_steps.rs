@@ -7,8 +7,12 @@
 //! - A profiled step times each op on the device's clock, and those times account for the
 //!   step: the host's own timings there show only the launches.
 //!
-//! One test in this binary: the read counter is process-wide, and another test's reads
-//! running beside it would be counted as this one's.
+//! - A run whose loop ran ahead (step k+1 launched before step k's end was read), stopped
+//!   and resumed, trains on every batch once: the checkpoint records the input's position
+//!   before the batch pulled ahead.
+//!
+//! The tests of this binary run one at a time: the read counter is process-wide, and
+//! another test's reads running beside it would be counted as this one's.
 
 use anyhow::{Context, Result, anyhow, ensure};
 use engine_cli::{
@@ -22,6 +26,8 @@ use engine_estimator::{
 };
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 const STEPS: u64 = 4;
 /// The step the recorder asks to profile: after the first (which compiles the kernels).
@@ -111,22 +117,28 @@ fn check(name: &str, device: &str, seen: &[Seen]) -> Result<(f64, Duration)> {
     Ok((ratio, device_time))
 }
 
-#[test]
-fn device_steps_read_back_once_and_profile_on_the_device() -> Result<()> {
+/// The devices of `ENGINE_TEST_DEVICES`, with the repository's root as the working
+/// directory (the specs name their data relative to it: the table spec's CSV).
+fn devices() -> Result<Vec<String>> {
     let listed = std::env::var("ENGINE_TEST_DEVICES").unwrap_or_default();
-    let devices: Vec<&str> = listed.split(',').map(str::trim).filter(|s| !s.is_empty()).collect();
+    let devices: Vec<String> = listed.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect();
     if devices.is_empty() {
         eprintln!("ENGINE_TEST_DEVICES names no device: nothing to check (CI names wgpu:0)");
-        return Ok(());
     }
-    // The specs name their data relative to the repository's root (the table spec's CSV).
     std::env::set_current_dir(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(".."))?;
+    Ok(devices)
+}
+
+#[test]
+fn device_steps_read_back_once_and_profile_on_the_device() -> Result<()> {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let devices = devices()?;
     let specs = ["cnn", "mlp", "png", "residual", "resnet", "table", "vgg", "vit"];
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../specs");
     let files = std::fs::read_dir(&dir)?.count();
     ensure!(files == specs.len(), "specs/ has {files} files, this test trains {specs:?}: add the new one");
     let mut covered = Vec::new();
-    for device in devices {
+    for device in &devices {
         for name in specs {
             let seen = train(name, device).with_context(|| format!("{name} on {device}"))?;
             let (ratio, device_time) = check(name, device, &seen)?;
@@ -151,5 +163,66 @@ fn device_steps_read_back_once_and_profile_on_the_device() -> Result<()> {
     // step runs on the device), which is what these times are for.
     let best = covered.iter().copied().fold(0.0, f64::max);
     ensure!(best >= 0.75, "the ops' device times cover at most {:.0}% of a profiled step", best * 100.0);
+    Ok(())
+}
+
+/// Each step's loss, by global step.
+struct Losses(Arc<Mutex<Vec<(u64, f64)>>>);
+
+impl SessionRunHook for Losses {
+    fn name(&self) -> &str {
+        "Losses"
+    }
+    fn after_run(&mut self, ctx: &HookContext<'_>, values: &RunValues) -> engine_estimator::Result<()> {
+        let loss = values.results.get("loss").and_then(|l| l.scalar_value()).unwrap_or(f64::NAN);
+        if let Ok(mut seen) = self.0.lock() {
+            seen.push((ctx.global_step, loss));
+        }
+        Ok(())
+    }
+}
+
+/// Trains the MLP spec in `model_dir` up to each of `stops` in turn (a run per stop, each
+/// resuming from the last one's checkpoint); returns every step's loss.
+fn losses(device: &str, model_dir: &str, stops: &[u64]) -> Result<Vec<(u64, f64)>> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../specs/fashion_mnist_mlp.ron");
+    let spec = Arc::new(Spec::from_file(&path, &[Override::parse("train_input.batch_size=8")?])?);
+    let config = RunConfig {
+        model_dir: model_dir.into(),
+        random_seed: Some(7),
+        strategy: StrategyOptions { device: device.parse()?, ..StrategyOptions::default() },
+        // A summary step fetches more than the others: the step launched before it is
+        // dropped and its batch runs in turn.
+        save_summary_steps: 5,
+        log_step_count_steps: 1000,
+        ..RunConfig::default()
+    };
+    let estimator = Estimator::new(job::SpecModelFn::new(spec.clone(), 7), config)?;
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    for &stop in stops {
+        let input = job::train_input_fn(&spec)?;
+        let hooks: Vec<Box<dyn SessionRunHook>> = vec![Box::new(Losses(seen.clone()))];
+        let outcome = estimator.train(input.as_ref(), hooks, StepLimit::MaxSteps(stop), Vec::new())?;
+        ensure!(outcome.global_step == stop, "stopped at step {}", outcome.global_step);
+    }
+    let seen = seen.lock().map_err(|_| anyhow!("the recorder panicked"))?.clone();
+    Ok(seen)
+}
+
+#[test]
+fn a_run_ahead_that_stops_and_resumes_trains_on_every_batch_once() -> Result<()> {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(device) = devices()?.into_iter().next() else { return Ok(()) };
+    let launched = engine_runtime::launched_steps();
+    // Stopped at step 9 with step 10's batch pulled and launched, then resumed.
+    let resumed = losses(&device, "memory://run-ahead-resumed/model", &[9, 16])?;
+    let ran_ahead = engine_runtime::launched_steps() - launched;
+    let straight = losses(&device, "memory://run-ahead-straight/model", &[16])?;
+    ensure!(ran_ahead > 0, "{device}: no step ran ahead");
+    ensure!(resumed.len() == 16 && straight.len() == 16, "{} and {} steps", resumed.len(), straight.len());
+    for ((step, a), (_, b)) in resumed.iter().zip(&straight) {
+        ensure!((a - b).abs() <= 1e-4 * (1.0 + b.abs()), "{device}: step {step}'s loss {a} resumed, {b} straight");
+    }
+    eprintln!("{device}: {ran_ahead} steps ran ahead; the resumed run's 16 losses match the straight run's");
     Ok(())
 }

@@ -28,7 +28,10 @@ pub use collective::{Collective, CrossDeviceOps, InProcessGroup};
 pub use device::{BadDeviceName, Device, DeviceKind, DeviceName, MAX_DEVICE_INDEX, device_reads};
 pub use error::{Result, RuntimeError};
 pub use exchange::Exchange;
-pub use executor::{CollectiveTiming, DeviceTime, Executor, NonFinite, OpTiming, RunOptions, StepOutput};
+pub use executor::{
+    CollectiveTiming, DeviceTime, Executor, Finished, Launched, NonFinite, OpTiming, RunOptions, StepOutput,
+    launched_steps,
+};
 pub use heap::retain_freed_memory;
 pub use host_cpu::{HostCpu, Isa, allowed_cpus};
 #[cfg(target_arch = "x86_64")]

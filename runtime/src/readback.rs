@@ -110,11 +110,42 @@ impl Prepared {
     /// Reads the gathered tensor back in one transfer (the probes again only when the
     /// flag is not finite).
     pub(crate) fn read(&self) -> Result<StepEnd> {
-        let mut fetched = self.fetched.clone();
-        let host = match &self.all {
-            Some(t) => Value::Float(t.clone()).to_f64_vec()?,
-            None => return Ok(StepEnd { probes: None, fetched }),
+        let Some(all) = &self.all else { return Ok(StepEnd { probes: None, fetched: self.fetched.clone() }) };
+        let (flagged, fetched) = self.decode(all)?;
+        let probes = match (flagged, &self.stacked) {
+            (true, Some(s)) => Some(Value::Float(s.clone()).to_f64_vec()?),
+            _ => None,
         };
+        Ok(StepEnd { probes, fetched })
+    }
+
+    /// A tensor shaped as the gathered one, for a copy of it that outlives the next step:
+    /// a pipelined step's end is read after the next step was queued, which overwrites the
+    /// gathered tensor. `None` when nothing is gathered.
+    pub(crate) fn mailbox(&self) -> Option<T> {
+        let all = self.all.as_ref()?;
+        Some(B::float_zeros(all.shape(), &all.device(), all.dtype().into()))
+    }
+
+    /// The gathered tensor this step's end is computed into.
+    pub(crate) fn gathered(&self) -> Option<&T> {
+        self.all.as_ref()
+    }
+
+    /// Reads `copy` (a copy of the gathered tensor) in one transfer: whether the flag was
+    /// not finite, and the fetched values. The probes are not read: they may hold another
+    /// step's values by now.
+    pub(crate) fn read_copy(&self, copy: Option<&T>) -> Result<(bool, Vec<Value>)> {
+        match copy {
+            Some(all) => self.decode(all),
+            None => Ok((false, self.fetched.clone())),
+        }
+    }
+
+    /// Reads `all` back and splits it into the flag and the small fetches.
+    fn decode(&self, all: &T) -> Result<(bool, Vec<Value>)> {
+        let mut fetched = self.fetched.clone();
+        let host = Value::Float(all.clone()).to_f64_vec()?;
         let mut at = 0;
         let flagged = match &self.stacked {
             Some(_) => {
@@ -142,11 +173,7 @@ impl Prepared {
                 }
             };
         }
-        let probes = match (flagged, &self.stacked) {
-            (true, Some(s)) => Some(Value::Float(s.clone()).to_f64_vec()?),
-            _ => None,
-        };
-        Ok(StepEnd { probes, fetched })
+        Ok((flagged, fetched))
     }
 }
 

@@ -3,7 +3,9 @@
 //! a replayed run computes what an eager run of the same steps computes, reads the device
 //! back once per step, refreshes its feeds every step, commits nothing on a step that saw a
 //! NaN (and names the culprit), and goes back to watching when the store's variables are
-//! replaced under it (a restore).
+//! replaced under it (a restore). Each test also drives the steps as the estimator's
+//! loop does on a device, launching step k+1 before it reads step k's end
+//! (`Executor::launch`), and finds the same results.
 
 use anyhow::{Context, Result, anyhow, ensure};
 use engine_graph::{
@@ -12,7 +14,9 @@ use engine_graph::{
     optimizer::{ApplyOptimizer, Optimizer, OptimizerConfig},
     passes::{CheckNumericsPass, Pass},
 };
-use engine_runtime::{Device, Executor, Precision, RunOptions, VariableStore, device_reads};
+use engine_runtime::{
+    Device, Executor, Launched, Precision, RunOptions, StepOutput, VariableStore, device_reads, launched_steps,
+};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -94,6 +98,63 @@ struct Plot {
     big_until: Option<usize>,
 }
 
+/// How the steps are driven: one at a time (`ahead` off), or as the estimator's loop runs
+/// them on a device: step k+1 launched with step k's fetches before step k's end is read,
+/// and committed when its turn comes with the same fetches (else dropped and run in turn).
+#[derive(Default)]
+struct Driver {
+    ahead: bool,
+    next: Option<(BTreeMap<String, HostTensor>, Option<Launched>)>,
+}
+
+impl Driver {
+    fn step(
+        &mut self,
+        exec: &Executor,
+        vars: &mut VariableStore,
+        feeds: impl Fn(usize) -> Result<BTreeMap<String, HostTensor>>,
+        fetches: &[Outlet],
+        options: RunOptions,
+    ) -> Result<StepOutput> {
+        let step = options.step as usize;
+        if !self.ahead {
+            return Ok(exec.run(vars, &feeds(step)?, fetches, options)?);
+        }
+        let (fed, launched) = match self.next.take() {
+            Some(next) => next,
+            None => (feeds(step)?, None),
+        };
+        let launch_next = |vars: &VariableStore| -> Result<_> {
+            let fed = feeds(step + 1)?;
+            let launched = exec.launch(vars, &fed, fetches, RunOptions { step: options.step + 1, ..options })?;
+            Ok(Some((fed, launched)))
+        };
+        match launched.filter(|l| l.fetches() == fetches && l.options() == options) {
+            Some(mut launched) => {
+                exec.commit_launched(vars, &mut launched)?;
+                self.next = launch_next(vars)?;
+                let finished = exec.finish_launched(vars, launched, &fed)?;
+                if finished.rerun {
+                    self.replaced();
+                }
+                Ok(finished.output)
+            }
+            None => {
+                let out = exec.run(vars, &fed, fetches, options)?;
+                self.next = launch_next(vars)?;
+                Ok(out)
+            }
+        }
+    }
+
+    /// The variables changed under the launched step: it is dropped, its feeds kept.
+    fn replaced(&mut self) {
+        if let Some(next) = &mut self.next {
+            next.1 = None;
+        }
+    }
+}
+
 /// Each step's loss (and logits where fetched), and the variables after the last one.
 struct Run {
     losses: Vec<Option<f32>>,
@@ -101,22 +162,27 @@ struct Run {
     vars: BTreeMap<String, HostTensor>,
     replayed: u64,
     queued: u64,
+    /// Steps committed after being launched ahead.
+    launched: u64,
     reads: Vec<u64>,
     culprits: Vec<(usize, String)>,
     refused: Option<String>,
 }
 
-fn train(device: &Device, graph: bool, steps: usize, plot: Plot) -> Result<Run> {
+fn train(device: &Device, graph: bool, ahead: bool, steps: usize, plot: Plot) -> Result<Run> {
     let (plan, loss, train_op, logits) = training_plan(plot.dropout)?;
     let exec = Executor::new(Arc::new(plan), device.clone(), Precision::F32)?.with_step_graph(graph);
     let mut vars = VariableStore::new();
     exec.initialize(&mut vars, 7)?;
+    let mut driver = Driver { ahead, next: None };
+    let launched_before = launched_steps();
     let mut run = Run {
         losses: Vec::new(),
         logits: Vec::new(),
         vars: BTreeMap::new(),
         replayed: 0,
         queued: 0,
+        launched: 0,
         reads: Vec::new(),
         culprits: Vec::new(),
         refused: None,
@@ -127,6 +193,7 @@ fn train(device: &Device, graph: bool, steps: usize, plot: Plot) -> Result<Run> 
             for (name, value) in &saved {
                 vars.set(name, engine_runtime::Value::from_host(value, device.dispatch(), Precision::F32));
             }
+            driver.replaced();
         }
         let mut fetches = vec![loss, train_op];
         if plot.log_every.is_some_and(|n| step % n == 0) || plot.big_until.is_some_and(|n| step < n) {
@@ -135,7 +202,8 @@ fn train(device: &Device, graph: bool, steps: usize, plot: Plot) -> Result<Run> 
         let options = RunOptions { profile: plot.profile_at == Some(step), step: step as i64, ..RunOptions::default() };
         let before = device_reads();
         let batch = if plot.big_until.is_some() { 1400 } else { 6 };
-        let out = exec.run(&mut vars, &feeds(step, plot.nan_at == Some(step), batch)?, &fetches, options)?;
+        let fed = |s: usize| feeds(s, plot.nan_at == Some(s), batch);
+        let out = driver.step(&exec, &mut vars, fed, &fetches, options)?;
         run.reads.push(device_reads() - before);
         run.losses.push(out.fetched[0].to_host()?.as_f32().and_then(|v| v.first().copied()));
         if let Some(l) = out.fetched.get(2) {
@@ -146,6 +214,7 @@ fn train(device: &Device, graph: bool, steps: usize, plot: Plot) -> Result<Run> 
     run.vars = vars.export()?;
     run.replayed = exec.replayed_steps();
     run.queued = exec.queued_commits();
+    run.launched = launched_steps() - launched_before;
     run.refused = exec.step_graph_refused();
     Ok(run)
 }
@@ -176,23 +245,30 @@ fn same(replayed: &Run, eager: &Run, what: &str) -> Result<()> {
     Ok(())
 }
 
-/// Trains `steps` steps on every listed device with and without step graphs, checks the
-/// two runs alike and that `replays` steps were replays, and returns the replayed runs.
-fn alike(steps: usize, plot: Plot, replays: u64, what: &str) -> Result<Vec<(Device, Run)>> {
+/// Trains `steps` steps on every listed device without step graphs, with them, and with
+/// them run ahead; checks the three runs alike, that `replays` steps were replays both
+/// ways and that the run ahead committed steps it launched, and returns the replayed runs
+/// (one at a time, then run ahead).
+fn alike(steps: usize, plot: Plot, replays: u64, what: &str) -> Result<Vec<(Device, Run, Run)>> {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let mut runs = Vec::new();
     for device in devices()? {
-        let replayed = train(&device, true, steps, plot)?;
-        let eager = train(&device, false, steps, plot)?;
+        let replayed = train(&device, true, false, steps, plot)?;
+        let ahead = train(&device, true, true, steps, plot)?;
+        let eager = train(&device, false, false, steps, plot)?;
         same(&replayed, &eager, &format!("{device}, {what}"))?;
-        ensure!(eager.replayed == 0);
-        ensure!(
-            replayed.replayed == replays,
-            "{device}, {what}: {} steps replayed of {steps} ({:?})",
-            replayed.replayed,
-            replayed.refused
-        );
-        runs.push((device, replayed));
+        same(&ahead, &eager, &format!("{device}, {what}, run ahead"))?;
+        ensure!(eager.replayed == 0 && replayed.launched == 0);
+        for (run, how) in [(&replayed, "one at a time"), (&ahead, "run ahead")] {
+            ensure!(
+                run.replayed == replays,
+                "{device}, {what}, {how}: {} steps replayed of {steps} ({:?})",
+                run.replayed,
+                run.refused
+            );
+        }
+        ensure!(ahead.launched > 0 && ahead.queued == replayed.queued, "{device}, {what}: nothing ran ahead");
+        runs.push((device, replayed, ahead));
     }
     Ok(runs)
 }
@@ -201,11 +277,14 @@ fn alike(steps: usize, plot: Plot, replays: u64, what: &str) -> Result<Vec<(Devi
 fn a_replayed_step_computes_what_the_eager_step_computes() -> Result<()> {
     // Two steps watched, one warmup, then every step is a replay (the first of them the
     // recorded one), each reading the device once.
-    for (device, run) in alike(12, Plot::default(), 9, "12 steps")? {
+    for (device, run, ahead) in alike(12, Plot::default(), 9, "12 steps")? {
         ensure!(run.reads[3..].iter().all(|&r| r <= 1), "{device}: device reads per step {:?}", run.reads);
+        ensure!(ahead.reads[3..].iter().all(|&r| r <= 1), "{device}: device reads per step {:?}", ahead.reads);
         // The first replay commits from the host and records the guarded copies; every
-        // later one queues them behind the step.
+        // later one queues them behind the step, and runs ahead: launched by the step
+        // before, committed when its turn came.
         ensure!(run.queued == 8, "{device}: {} of 9 replays queued their commit", run.queued);
+        ensure!(ahead.launched == 8, "{device}: {} of 9 replays ran ahead", ahead.launched);
     }
     Ok(())
 }
@@ -213,7 +292,7 @@ fn a_replayed_step_computes_what_the_eager_step_computes() -> Result<()> {
 #[test]
 fn a_nan_in_a_replayed_step_commits_nothing_and_names_the_culprit() -> Result<()> {
     // The step after the NaN still replays (the graph is kept, and nothing committed).
-    for (device, run) in alike(10, Plot { nan_at: Some(6), ..Plot::default() }, 7, "a NaN at step 6")? {
+    for (device, run, ahead) in alike(10, Plot { nan_at: Some(6), ..Plot::default() }, 7, "a NaN at step 6")? {
         // Step 6's commit was queued before its flag was read: the device skipped it.
         ensure!(run.queued == 6, "{device}: {} of 7 replays queued their commit", run.queued);
         ensure!(
@@ -221,6 +300,9 @@ fn a_nan_in_a_replayed_step_commits_nothing_and_names_the_culprit() -> Result<()
             "{device}: {:?}",
             run.culprits
         );
+        // Run ahead, step 6 ran again op by op to name the culprit, and step 7 (launched
+        // before step 6's end was read) was dropped and ran in turn.
+        ensure!(ahead.launched == 5, "{device}: {} steps ran ahead", ahead.launched);
     }
     Ok(())
 }
@@ -252,8 +334,10 @@ fn a_step_whose_recording_is_refused_runs_op_by_op_and_the_others_still_replay()
     // trying again); from 5 the steps fetch the loss only: 5 and 6 watched, 7 warmed, 8-11
     // replays.
     let plot = Plot { big_until: Some(5), ..Plot::default() };
-    for (device, run) in alike(12, plot, 4, "logits too large to read with the step until step 5")? {
-        ensure!(run.refused.as_deref().is_some_and(|r| r.contains("too large")), "{device}: {:?}", run.refused);
+    for (device, run, ahead) in alike(12, plot, 4, "logits too large to read with the step until step 5")? {
+        for run in [run, ahead] {
+            ensure!(run.refused.as_deref().is_some_and(|r| r.contains("too large")), "{device}: {:?}", run.refused);
+        }
     }
     Ok(())
 }
@@ -282,29 +366,35 @@ fn finite_values_whose_flag_overflows_are_committed() -> Result<()> {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     for device in devices()? {
         let mut finals = Vec::new();
-        for graph in [true, false] {
+        // Run ahead, step 5 runs again op by op (the device's flag gives no culprit), which
+        // finds every value finite and commits it.
+        for (graph, ahead) in [(true, false), (true, true), (false, false)] {
             let (plan, loss, train_op) = dot_plan()?;
             let exec = Executor::new(Arc::new(plan), device.clone(), Precision::F32)?.with_step_graph(graph);
             let mut vars = VariableStore::new();
             exec.initialize(&mut vars, 7)?;
-            for step in 0..9 {
+            let mut driver = Driver { ahead, next: None };
+            let x = |step: usize| -> Result<BTreeMap<String, HostTensor>> {
                 let x = match step {
                     5 => vec![3e38, 3e38, 0.0, 0.0],
                     s if s < 5 => vec![1.0; 4],
                     _ => vec![0.0; 4],
                 };
-                let feeds = BTreeMap::from([("x".to_string(), HostTensor::f32(vec![1, 4], x)?)]);
+                Ok(BTreeMap::from([("x".to_string(), HostTensor::f32(vec![1, 4], x)?)]))
+            };
+            for step in 0..9 {
                 let options = RunOptions { step, ..RunOptions::default() };
-                let out = exec.run(&mut vars, &feeds, &[loss, train_op], options)?;
+                let out = driver.step(&exec, &mut vars, x, &[loss, train_op], options)?;
                 ensure!(out.non_finite.is_empty(), "{device}: step {step}: {:?}", out.non_finite.len());
             }
             let v = vars.export()?.remove("v").context("no v")?.to_f64_vec();
             finals.push((v, exec.replayed_steps(), exec.queued_commits()));
         }
-        let (replayed, eager) = (&finals[0], &finals[1]);
-        ensure!(replayed.1 == 6 && replayed.2 == 5, "{device}: {} replays, {} queued commits", replayed.1, replayed.2);
+        for (_, replays, queued) in &finals[..2] {
+            ensure!(*replays == 6 && *queued == 5, "{device}: {replays} replays, {queued} queued commits");
+        }
         let want = -0.05 - 0.01 * 3e38_f64;
-        for v in [&replayed.0, &eager.0] {
+        for (v, ..) in &finals {
             ensure!((v[0] - want).abs() <= 1e-5 * want.abs() && (v[2] + 0.05).abs() < 1e-6, "{device}: v {v:?}");
         }
     }

@@ -129,6 +129,7 @@ impl Estimator {
                 example_log: ExampleLog::from_env(strategy.cluster().map(|c| c.task().to_string()))?,
                 room_for_joiners: room_for_joiners(strategy.as_ref()),
                 reform_requested: false,
+                ahead: None,
             };
             let outcome = match session.run(&mut all_hooks) {
                 Ok(outcome) if session.reform_requested => {

@@ -1,5 +1,6 @@
 //! Compiled graphs per mode, the replicas that run them, and the loops that drive them.
 
+mod ahead;
 mod compile;
 mod eval_hooks;
 mod evaluation;
@@ -10,6 +11,7 @@ mod remote;
 mod replicas;
 mod training;
 
+pub use ahead::PIPELINE_ENV;
 pub(crate) use compile::{Compiled, ReplicaLosses, build_model, compile, compile_step, tensor_name};
 pub use compile::{compile_plan, plan_for};
 pub(crate) use eval_hooks::EvalHooks;

@@ -2,6 +2,8 @@
 //! partition when the strategy places variables there. They run concurrently, each replica
 //! on its own thread pool, joined by the strategy's collectives.
 
+mod launch;
+
 use super::remote::Remote;
 use crate::{
     EstimatorError, Result,
@@ -319,13 +321,25 @@ impl Replicas {
         if batches.len() != self.replicas {
             return Err(EstimatorError::Other(format!("{} batches for {} replicas", batches.len(), self.replicas)));
         }
+        self.run_feeds(batches.into_iter().map(feeds_of).collect(), fetches, options)
+    }
+
+    /// `run`, with each replica's batch as its placeholder feeds.
+    pub fn run_feeds(
+        &mut self,
+        mut feeds: Vec<BTreeMap<String, HostTensor>>,
+        fetches: &[Outlet],
+        options: RunOptions,
+    ) -> Result<Vec<StepOutput>> {
+        if feeds.len() != self.replicas {
+            return Err(EstimatorError::Other(format!("{} batches for {} replicas", feeds.len(), self.replicas)));
+        }
         if self.remote.is_some() {
-            return self.run_remote(batches, fetches, options);
+            return self.run_remote(feeds, fetches, options);
         }
         if let Some(x) = &self.exchange {
             x.clear();
         }
-        let mut feeds: Vec<BTreeMap<String, HostTensor>> = batches.into_iter().map(feeds_of).collect();
         feeds.resize_with(self.workers.len(), BTreeMap::new);
         let wanted: Vec<Vec<Outlet>> =
             self.workers.iter().map(|w| fetches.iter().copied().filter(|o| w.exec.owns(*o)).collect()).collect();
@@ -445,9 +459,14 @@ impl Replicas {
 impl Replicas {
     /// One parameter-server step: pull the variables, compute, push what the ps tasks
     /// apply. A step whose gradients are not finite is not pushed.
-    fn run_remote(&mut self, batches: Vec<Batch>, fetches: &[Outlet], options: RunOptions) -> Result<Vec<StepOutput>> {
+    fn run_remote(
+        &mut self,
+        feeds: Vec<BTreeMap<String, HostTensor>>,
+        fetches: &[Outlet],
+        options: RunOptions,
+    ) -> Result<Vec<StepOutput>> {
         let Some(remote) = self.remote.as_mut() else { return Err(EstimatorError::Other("no ps tasks".into())) };
-        let [batch] = <[Batch; 1]>::try_from(batches)
+        let [feeds] = <[_; 1]>::try_from(feeds)
             .map_err(|b| EstimatorError::Other(format!("{} batches for one parameter-server replica", b.len())))?;
         let w = &mut self.workers[0];
         // Variables on the ps tasks (the global step for the logs) are fetched as pulled at
@@ -466,7 +485,7 @@ impl Replicas {
         }
         remote.pull(w.exec.device(), w.exec.precision(), &extra)?;
         let local: Vec<Outlet> = fetches.iter().copied().filter(|o| w.exec.owns(*o)).collect();
-        let mut out = w.exec.run(&mut w.store, &feeds_of(batch), &local, options)?;
+        let mut out = w.exec.run(&mut w.store, &feeds, &local, options)?;
         let mut computed = std::mem::take(&mut out.fetched).into_iter();
         for o in fetches {
             let value = if w.exec.owns(*o) { computed.next() } else { remote.exchange.get(*o) };

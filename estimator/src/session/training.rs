@@ -4,10 +4,13 @@ use crate::{
     EstimatorError, NonFinitePolicy, Result,
     checkpoint::CheckpointManager,
     hooks::{HookContext, RunArgs, RunValues, SessionRunHook, SessionState, SharedSummaryWriter},
-    input::{Batch, DatasetIter},
+    input::{Batch, DatasetIter, IteratorState},
     model_dir::ModelDir,
     preemption::{self, Signal},
-    session::{Compiled, Replicas},
+    session::{
+        Compiled, Replicas,
+        ahead::{Ahead, pipelines},
+    },
 };
 use engine_graph::{HostTensor, Outlet, passes::strategy::STOP_REQUEST};
 use engine_runtime::{NonFinite, RunOptions};
@@ -44,6 +47,8 @@ pub(crate) struct TrainingSession<'a> {
     /// Set when every task agreed to end the session and re-form the group (a worker asked
     /// to join): training goes on after the rendezvous.
     pub reform_requested: bool,
+    /// The next step's batch, pulled (and launched) before this step's hooks ran.
+    pub ahead: Option<Ahead>,
 }
 
 /// What a task adds to the agreed stop request when a worker asked it to join: a task asked
@@ -61,6 +66,8 @@ pub struct TrainOutcome {
 struct State<'s> {
     replicas: &'s Replicas,
     input: &'s DatasetIter,
+    /// The input's position while a batch pulled ahead is held (not yet trained on).
+    input_before: Option<&'s IteratorState>,
     fingerprint: &'s str,
     examples_seen: u64,
 }
@@ -70,7 +77,11 @@ impl SessionState for State<'_> {
         self.replicas.export()
     }
     fn input_state(&self) -> String {
-        serde_json::to_string(&self.input.state()).unwrap_or_else(|_| "{}".into())
+        let state = match self.input_before {
+            Some(before) => serde_json::to_string(before),
+            None => serde_json::to_string(&self.input.state()),
+        };
+        state.unwrap_or_else(|_| "{}".into())
     }
     fn fingerprint(&self) -> String {
         self.fingerprint.to_string()
@@ -127,6 +138,7 @@ impl TrainingSession<'_> {
         let state = State {
             replicas: &self.replicas,
             input: &self.input,
+            input_before: self.ahead.as_ref().map(|a| &a.before),
             fingerprint: &self.compiled.fingerprint,
             examples_seen: self.examples_seen,
         };
@@ -164,6 +176,7 @@ impl TrainingSession<'_> {
         self.with_ctx(&stop, |ctx| hooks.iter_mut().try_for_each(|h| h.begin(ctx)))?;
         self.with_ctx(&stop, |ctx| hooks.iter_mut().try_for_each(|h| h.after_create_session(ctx)))?;
         let graph = StepGraph::of(self.compiled, &self.replicas)?;
+        let ahead = pipelines(&self.replicas, self.in_cluster, graph.stop_request.is_some());
         let mut progress = Progress::default();
         let result = (|| -> Result<()> {
             while !stop.get() {
@@ -174,19 +187,18 @@ impl TrainingSession<'_> {
                     break;
                 }
                 let (args, fetches) = self.step_fetches(hooks, &stop, &graph)?;
-                let waited = Instant::now();
-                let Some(batches) = self.next_batches(&stop, graph.stop_request.is_some(), asked)? else { break };
-                let input_wait = waited.elapsed();
+                let Some(input) = self.next_input(&stop, graph.stop_request.is_some(), asked)? else { break };
+                let input_wait = input.wait;
                 let started = Instant::now();
                 let reads_before = engine_runtime::device_reads();
                 let options = RunOptions { step: self.global_step as i64, replica: 0, profile: args.profile };
-                let ids: Vec<Vec<u64>> = batches.iter().map(|b| b.ids.clone()).collect();
+                let ids = input.ids.clone();
                 if let Some(log) = &mut self.example_log {
                     log.record(self.global_step, &ids)?;
                 }
-                let outs = self.run_replicas(batches, &fetches, options, &ids)?;
+                let (outs, pulled) = self.run_input(input, &fetches, options, ahead)?;
                 self.examples_seen += self.global_batch_size as u64;
-                let step_time = started.elapsed();
+                let step_time = started.elapsed().saturating_sub(pulled);
                 if let Some(values) = outs.first().map(|o| &o.non_finite).filter(|v| !v.is_empty()) {
                     self.skip_or_fail(values, &ids, &mut progress)?;
                     continue;
@@ -232,7 +244,12 @@ impl TrainingSession<'_> {
                 };
                 for h in hooks.iter_mut() {
                     self.with_ctx(&stop, |ctx| h.after_run(ctx, &values))?;
-                    self.apply_assigns(h.name())?;
+                    if self.apply_assigns(h.name())?
+                        && let Some(a) = &mut self.ahead
+                    {
+                        // The launched step read the variables before this assignment.
+                        a.drop_launch();
+                    }
                 }
                 let (reform, stops) = (agreed >= REFORM_REQUEST, agreed % REFORM_REQUEST);
                 if stops > 0.0 {
@@ -264,11 +281,11 @@ impl TrainingSession<'_> {
     }
 
     /// Sets the variables hook `hook` assigned, in every local replica (`run` refuses such
-    /// hooks in a cluster before the first step).
-    fn apply_assigns(&mut self, hook: &str) -> Result<()> {
+    /// hooks in a cluster before the first step); says whether it assigned any.
+    fn apply_assigns(&mut self, hook: &str) -> Result<bool> {
         let values = std::mem::take(&mut *self.assign.borrow_mut());
         if values.is_empty() {
-            return Ok(());
+            return Ok(false);
         }
         let names: Vec<&str> = values.keys().map(String::as_str).collect();
         let loaded = self.replicas.restore(&values, 0)?;
@@ -278,7 +295,7 @@ impl TrainingSession<'_> {
                 reason: format!("assigns '{missing}', which is not a variable of the training graph"),
             });
         }
-        Ok(())
+        Ok(true)
     }
 
     /// Loads every variable of `model.ckpt-<step>` but the global step into every replica,
@@ -328,7 +345,7 @@ impl TrainingSession<'_> {
 
     /// One batch per local replica, or `None` (and a stop) when the input is exhausted. In
     /// a cluster each batch also carries whether this task was asked to stop.
-    fn next_batches(&mut self, stop: &Cell<bool>, agrees: bool, asked: Option<Signal>) -> Result<Option<Vec<Batch>>> {
+    pub(super) fn next_batches(&mut self, stop: &Cell<bool>, agrees: bool, asked: Option<Signal>) -> Result<Option<Vec<Batch>>> {
         let mut batches: Vec<Batch> = Vec::with_capacity(self.replicas.len());
         for _ in 0..self.replicas.len() {
             match self.input.next() {
@@ -352,16 +369,10 @@ impl TrainingSession<'_> {
         Ok(Some(batches))
     }
 
-    /// Runs the step on every replica; a label out of range is named by where its example
-    /// came from, not by its row in a batch.
-    fn run_replicas(
-        &mut self,
-        batches: Vec<Batch>,
-        fetches: &[Outlet],
-        options: RunOptions,
-        ids: &[Vec<u64>],
-    ) -> Result<Vec<engine_runtime::StepOutput>> {
-        match self.replicas.run(batches, fetches, options) {
+    /// A step's outcome, with a label out of range named by where its example came from,
+    /// not by its row in a batch.
+    pub(super) fn label_error<T>(&self, outcome: Result<T>, ids: &[Vec<u64>]) -> Result<T> {
+        match outcome {
             Err(EstimatorError::Runtime(engine_runtime::RuntimeError::LabelOutOfRange {
                 label,
                 position,

@@ -10,6 +10,8 @@
 
 mod replay;
 
+pub use replay::{Finished, Launched, launched_steps};
+
 use crate::shapes::{batch_of, resolve};
 use crate::{
     Collective, Device, Exchange, Precision, Result, RuntimeError, Value, VariableStore,
@@ -24,7 +26,7 @@ use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
 /// What varies from step to step besides the feeds.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct RunOptions {
     /// The global step, for ops whose randomness must be reproducible (dropout).
     pub step: i64,
@@ -377,6 +379,38 @@ impl Executor {
     /// reading the numerics flag on the device (the rest committed after the host read it).
     pub fn queued_commits(&self) -> u64 {
         self.replay.queued_commits()
+    }
+
+    /// Queues a steady-state step on the device without waiting for it: its inputs are
+    /// written and its recorded graph replayed, nothing is committed or read. `None` when
+    /// the step is not replayed with a guarded commit (yet): the caller runs it with
+    /// [`Executor::run`]. The training loop launches step k+1 before it reads step k's end,
+    /// so the device always has the next step queued (see `replay/launch.rs`).
+    pub fn launch(
+        &self,
+        vars: &VariableStore,
+        feeds: &BTreeMap<String, HostTensor>,
+        fetches: &[Outlet],
+        options: RunOptions,
+    ) -> Result<Option<Launched>> {
+        self.replay.launch(self, vars, feeds, fetches, options)
+    }
+
+    /// Queues a launched step's commit (guarded on the device by its numerics flag): from
+    /// here on the step counts as run.
+    pub fn commit_launched(&self, vars: &VariableStore, launched: &mut Launched) -> Result<()> {
+        self.replay.commit_launched(self, vars, launched)
+    }
+
+    /// Reads a committed launched step's end: its fetches, or (its flag not finite) the
+    /// outcome of running it again op by op from `feeds`, which names the culprits.
+    pub fn finish_launched(
+        &self,
+        vars: &mut VariableStore,
+        launched: Launched,
+        feeds: &BTreeMap<String, HostTensor>,
+    ) -> Result<Finished> {
+        self.replay.finish_launched(self, vars, launched, feeds)
     }
 
     /// Whether the CPU runs the engine's native NHWC kernels (the default) or burn's

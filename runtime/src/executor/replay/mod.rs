@@ -34,6 +34,10 @@
 //! executor eager, with a warning that says why. `ENGINE_STEP_GRAPH=off` keeps every step
 //! eager.
 
+mod launch;
+
+pub use launch::{Finished, Launched, launched_steps};
+
 use super::{Executor, StepOutput, Uploaded};
 use crate::{Device, Result, RuntimeError, Value, VariableStore, readback, value::B};
 use burn::backend::{Backend, DispatchGraph, TensorMetadata};
@@ -57,6 +61,8 @@ pub(super) struct Replay {
     replayed: AtomicU64,
     /// Replayed steps whose commit was queued behind them, guarded on the device.
     queued: AtomicU64,
+    /// The device whose stream a warmup prepares (`None` when nothing is replayed).
+    device: Option<burn::backend::DispatchDevice>,
 }
 
 /// The graphs held, most recently replayed first, and the step being watched.
@@ -114,7 +120,13 @@ impl Replay {
     /// Whether `plan`'s steps (the nodes `order` runs) may be replayed on `device`.
     pub(super) fn new(plan: &Plan, order: &[NodeId], device: &Device, partitioned: bool) -> Self {
         let never = never(plan, order, device, partitioned);
-        Replay { never, state: Mutex::new(State::new(None)), replayed: AtomicU64::new(0), queued: AtomicU64::new(0) }
+        Replay {
+            device: never.is_none().then(|| device.dispatch().clone()),
+            never,
+            state: Mutex::new(State::new(None)),
+            replayed: AtomicU64::new(0),
+            queued: AtomicU64::new(0),
+        }
     }
 
     /// Never replays.
@@ -125,6 +137,7 @@ impl Replay {
             state: Mutex::new(State::new(Some(why))),
             replayed: AtomicU64::new(0),
             queued: AtomicU64::new(0),
+            device: None,
         }
     }
 
@@ -256,6 +269,24 @@ impl Replay {
     }
 }
 
+/// An executor dropped during a warmup (its run ended right after one) leaves its thread's
+/// stream prepared for a capture, and the next executor's warmup on that stream would be
+/// refused: the warmup ends here, on the thread that began it.
+impl Drop for Replay {
+    fn drop(&mut self) {
+        let (Some(dev), state) = (&self.device, self.state.get_mut().unwrap_or_else(|p| p.into_inner())) else {
+            return;
+        };
+        if let Watch::Warm(key) = &state.watch {
+            if key.thread == std::thread::current().id() {
+                let _ = B::graph_stop_capture(dev);
+            } else {
+                log::warn!("{dev:?}: a step graph's warmup was left open on another thread's stream");
+            }
+        }
+    }
+}
+
 impl State {
     fn new(off: Option<String>) -> Self {
         State { graphs: Vec::new(), watch: Watch::Watching { key: None, seen: 0 }, off, refused: Vec::new() }
@@ -327,6 +358,9 @@ struct Captured {
     assignments: Vec<(String, Value)>,
     probes: Vec<(crate::value::T, usize, Value)>,
     end: readback::Prepared,
+    /// Where a queued commit leaves a copy of the step's end, for a read after the next
+    /// step was queued (`Replay::launch`).
+    mailbox: Option<crate::value::T>,
     /// Whether the commit's copies read the step's numerics flag on the device, so that
     /// they are queued behind the step instead of waiting for the host to read the flag.
     guarded: bool,
@@ -418,6 +452,7 @@ impl Captured {
             reads,
             assignments: flight.assignments,
             probes: flight.probes,
+            mailbox: end.mailbox(),
             end,
             guarded,
         })
@@ -469,14 +504,8 @@ impl Captured {
     /// its copies under a non-finite flag, so the step's read is its only wait. Also says
     /// whether the commit was queued so.
     fn run(&mut self, exec: &Executor) -> Result<(StepOutput, bool)> {
-        let dev = exec.device.dispatch();
-        // SAFETY: every buffer the graph reads or writes stays alive while `self` does:
-        // the feeds, the variables and the values it assigns and gathers are held here,
-        // and the pages of its intermediates are guarded by cubecl for the graph's life.
-        // Feeds are written, and the end read, from this thread's stream, the one the graph
-        // was recorded on (the key holds the thread).
-        unsafe { B::graph_replay(dev, &self.graph) }.map_err(|e| replay_error(exec, e))?;
-        let queued = self.guarded && !matches!(self.commit, Commit::Unrecorded);
+        self.replay_step(exec)?;
+        let queued = self.queues_commit();
         if queued {
             self.commit(exec)?;
         }
@@ -493,6 +522,22 @@ impl Captured {
             }
         }
         Ok((StepOutput { fetched: end.fetched, timings: Vec::new(), collectives: Vec::new(), non_finite }, queued))
+    }
+
+    /// Replays the step's graph (its inputs written): nothing is committed or read.
+    fn replay_step(&self, exec: &Executor) -> Result<()> {
+        // SAFETY: every buffer the graph reads or writes stays alive while `self` does:
+        // the feeds, the variables and the values it assigns and gathers are held here,
+        // and the pages of its intermediates are guarded by cubecl for the graph's life.
+        // Feeds are written, and the end read, from this thread's stream, the one the graph
+        // was recorded on (the key holds the thread).
+        unsafe { B::graph_replay(exec.device.dispatch(), &self.graph) }.map_err(|e| replay_error(exec, e))
+    }
+
+    /// Whether the commit is queued behind the step, guarded on the device, with no
+    /// host read between them: what a launched step needs.
+    fn queues_commit(&self) -> bool {
+        self.guarded && !matches!(self.commit, Commit::Unrecorded)
     }
 
     /// Copies the step's new values into the variables' buffers: the first time for real
@@ -533,8 +578,17 @@ impl Captured {
     }
 
     /// Copies every new value into its variable's buffer; under `guard`, only where the
-    /// device finds the flag finite.
+    /// device finds the flag finite, and then the step's end into the mailbox too.
     fn copy(&self, exec: &Executor, guard: Option<&crate::value::T>) -> Result<()> {
+        if guard.is_some()
+            && let (Some(all), Some(mailbox)) = (self.end.gathered(), &self.mailbox)
+            && !crate::device::cube::copy(&Value::Float(all.clone()), &Value::Float(mailbox.clone()))
+        {
+            return Err(RuntimeError::Device {
+                spec: exec.device.to_string(),
+                reason: "the step's end could not be copied for a later read".into(),
+            });
+        }
         for (name, y) in &self.assignments {
             let copied = self.reads.get(name).is_some_and(|x| match guard {
                 Some(flag) => crate::device::guarded::copy_if_finite(y, x, flag),
