@@ -39,7 +39,9 @@ pub use mode::Mode;
 pub use model_fn::{Features, InputFn, ModelFn, Params};
 pub use resources::Resources;
 pub use run_config::{CheckpointTrigger, ClusterToken, NonFinitePolicy, RunConfig};
-pub use session::{EXAMPLE_LOG_ENV, PIPELINE_ENV, Predictions, TrainOutcome, check_model_memory, compile_plan, plan_for};
+pub use session::{
+    EXAMPLE_LOG_ENV, PIPELINE_ENV, Predictions, TrainOutcome, check_model_memory, compile_plan, plan_for,
+};
 pub use train_and_evaluate::train_and_evaluate;
 pub use train_eval_spec::{EvalSpec, Exporter, TrainSpec};
 pub use warm_start::WarmStartSettings;

@@ -59,8 +59,8 @@ impl Ahead {
 /// Whether the loop may run ahead: one local replica on a queued device, not in a cluster
 /// (whose steps agree on a stop request in the graph), and not turned off.
 pub(crate) fn pipelines(replicas: &Replicas, in_cluster: bool, agrees_on_stop: bool) -> bool {
-    let off = std::env::var(PIPELINE_ENV)
-        .is_ok_and(|v| matches!(v.to_ascii_lowercase().as_str(), "off" | "0" | "false"));
+    let off =
+        std::env::var(PIPELINE_ENV).is_ok_and(|v| matches!(v.to_ascii_lowercase().as_str(), "off" | "0" | "false"));
     !off && !in_cluster && !agrees_on_stop && replicas.len() == 1 && replicas.on_queued_device()
 }
 

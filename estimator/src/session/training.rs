@@ -345,7 +345,12 @@ impl TrainingSession<'_> {
 
     /// One batch per local replica, or `None` (and a stop) when the input is exhausted. In
     /// a cluster each batch also carries whether this task was asked to stop.
-    pub(super) fn next_batches(&mut self, stop: &Cell<bool>, agrees: bool, asked: Option<Signal>) -> Result<Option<Vec<Batch>>> {
+    pub(super) fn next_batches(
+        &mut self,
+        stop: &Cell<bool>,
+        agrees: bool,
+        asked: Option<Signal>,
+    ) -> Result<Option<Vec<Batch>>> {
         let mut batches: Vec<Batch> = Vec::with_capacity(self.replicas.len());
         for _ in 0..self.replicas.len() {
             match self.input.next() {
