@@ -17,7 +17,7 @@ pub mod fuzz;
 use anyhow::{Context, Result, bail, ensure};
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::OnceLock;
@@ -234,7 +234,7 @@ fn http_status(port: u16, request: &str) -> Option<u16> {
 
 impl Moto {
     pub fn start() -> Result<Moto> {
-        let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let port = free_ports(1)?[0];
         let child = Command::new(python()?)
             .args(["-m", "moto.server", "-H", "127.0.0.1", "-p", &port.to_string()])
             .stdout(Stdio::null())
@@ -288,9 +288,10 @@ pub fn latest_step(model_dir: &Path) -> Option<u64> {
     state.model_checkpoint_path.strip_prefix("model.ckpt-")?.parse().ok()
 }
 
-/// `n` distinct free ports on 127.0.0.1 (the listeners are held until all are chosen).
+/// `n` distinct free ports on 127.0.0.1, below the ephemeral range as `engine launch` takes
+/// them (the listeners are held until all are chosen).
 pub fn free_ports(n: usize) -> Result<Vec<u16>> {
-    let listeners: Vec<_> = (0..n).map(|_| TcpListener::bind("127.0.0.1:0")).collect::<std::io::Result<_>>()?;
+    let listeners = engine::cli::cli::ports::free_loopback_ports(n)?;
     Ok(listeners.iter().map(|l| l.local_addr().map(|a| a.port())).collect::<std::io::Result<_>>()?)
 }
 

@@ -37,7 +37,6 @@ use engine_runtime::{
     cluster::{Cluster, ClusterSource, ClusterSpec, TaskId, TaskType},
 };
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpListener;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::Duration;
 
@@ -172,9 +171,7 @@ enum Ending {
 /// ports. The ports are held until every one is chosen, so no two tasks get the same.
 fn local_cluster(workers: usize, ps: usize, evaluator: bool) -> Result<ClusterSpec, CliError> {
     let fail = |message: String| CliError::Launch { message, code: None };
-    let listeners: Vec<TcpListener> = (0..workers + ps + usize::from(evaluator))
-        .map(|_| TcpListener::bind("127.0.0.1:0"))
-        .collect::<std::io::Result<_>>()
+    let listeners = super::ports::free_loopback_ports(workers + ps + usize::from(evaluator))
         .map_err(|e| fail(format!("cannot find free ports on 127.0.0.1: {e}")))?;
     let mut addresses = listeners
         .iter()

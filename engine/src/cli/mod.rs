@@ -10,6 +10,7 @@ mod label_error;
 mod launch;
 pub mod logging;
 mod plan;
+pub mod ports;
 mod predict;
 mod run;
 mod serve;
