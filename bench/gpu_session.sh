@@ -25,7 +25,8 @@
 #    ENGINE_CONV_PATCHES=ops (the patch matrices from burn's slices and copies, as
 #    before 32b8c78) against the default's one patch kernel, and ENGINE_ELEMENTWISE=ops
 #    (each fused elementwise program's instructions one kernel each) against the default's
-#    one generated kernel per program;
+#    one generated kernel per program, and ENGINE_PIPELINE=off (one step at a time)
+#    against the default's step ahead on the CNN at 64 and the residual model;
 #    run_config.precision: Bf16Mixed against f32, and the tutorial CNN's 2814 steps in
 #    Bf16Mixed (issue 36 wants 0.86 accuracy in every precision).
 # 2. wgpu:0 started once with the Vulkan loader's errors shown (it found no adapter on
@@ -120,6 +121,12 @@ done
 # The residual model's step checks 40 values: the builds again where checks weigh most.
 for name in "${builds[@]}"; do engine_row "$name" "$name-residual256" residual 256; done
 say "fastest build on cnn 64: $best"
+# One step at a time (ENGINE_PIPELINE=off: the next step queued only after this one's end
+# was read and its hooks ran) against the default's step ahead, on the launch-bound rows.
+for row in cnn:64 residual:256; do
+  m=${row%:*} b=${row#*:}
+  engine_row "$best" "seq-$m$b" "$m" "$b" ENGINE_PIPELINE=off
+done
 # Every convolution pass as a GEMM (ENGINE_CONV_KERNELS=gemm) against the default, which
 # leaves passes with 2^18 outputs or more to burn's direct kernels, on the rows that have
 # such passes; the faster form measures the table.

@@ -116,6 +116,9 @@ impl Replay {
             return Err(e);
         }
         launched.committed = true;
+        if !self.launched_any.swap(true, Ordering::Relaxed) {
+            log::info!("{}: each step is queued before the previous one's end is read", exec.device);
+        }
         LAUNCHED.fetch_add(1, Ordering::Relaxed);
         self.replayed.fetch_add(1, Ordering::Relaxed);
         self.queued.fetch_add(1, Ordering::Relaxed);

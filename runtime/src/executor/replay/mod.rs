@@ -44,7 +44,7 @@ use burn::backend::{Backend, DispatchGraph, TensorMetadata};
 use engine_graph::{DType, HostTensor, NodeId, Op, Outlet, Plan};
 use std::collections::BTreeMap;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::ThreadId;
 
 /// Alike eager steps before the warmup: the first steps of a run differ (the input
@@ -63,6 +63,8 @@ pub(super) struct Replay {
     queued: AtomicU64,
     /// The device whose stream a warmup prepares (`None` when nothing is replayed).
     device: Option<burn::backend::DispatchDevice>,
+    /// Whether a step launched ahead was committed (the log says so once).
+    launched_any: AtomicBool,
 }
 
 /// The graphs held, most recently replayed first, and the step being watched.
@@ -126,6 +128,7 @@ impl Replay {
             state: Mutex::new(State::new(None)),
             replayed: AtomicU64::new(0),
             queued: AtomicU64::new(0),
+            launched_any: AtomicBool::new(false),
         }
     }
 
@@ -138,6 +141,7 @@ impl Replay {
             replayed: AtomicU64::new(0),
             queued: AtomicU64::new(0),
             device: None,
+            launched_any: AtomicBool::new(false),
         }
     }
 
