@@ -61,19 +61,24 @@ impl SessionRunHook for Recorder {
     }
 }
 
-fn train(name: &str, device: &str) -> Result<Vec<Seen>> {
+/// An estimator of spec `name` at batch 8 on `device`, writing summaries every
+/// `save_summary_steps` steps (0: never).
+fn estimator(name: &str, device: &str, model_dir: &str, save_summary_steps: u64) -> Result<(Arc<Spec>, Estimator)> {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../specs/fashion_mnist_{name}.ron"));
-    let overrides = [Override::parse("train_input.batch_size=8")?];
-    let spec = Arc::new(Spec::from_file(&path, &overrides)?);
+    let spec = Arc::new(Spec::from_file(&path, &[Override::parse("train_input.batch_size=8")?])?);
     let config = RunConfig {
-        model_dir: format!("memory://device-steps-{name}/model"),
+        model_dir: model_dir.into(),
         random_seed: Some(7),
         strategy: StrategyOptions { device: device.parse()?, ..StrategyOptions::default() },
-        save_summary_steps: 0,
+        save_summary_steps,
         log_step_count_steps: 1000,
         ..RunConfig::default()
     };
-    let estimator = Estimator::new(job::SpecModelFn::new(spec.clone(), 7), config)?;
+    Ok((spec.clone(), Estimator::new(job::SpecModelFn::new(spec, 7), config)?))
+}
+
+fn train(name: &str, device: &str) -> Result<Vec<Seen>> {
+    let (spec, estimator) = estimator(name, device, &format!("memory://device-steps-{name}/model"), 0)?;
     let input = job::train_input_fn(&spec)?;
     let seen = Arc::new(Mutex::new(Vec::new()));
     let outcome = estimator.train(
@@ -185,19 +190,9 @@ impl SessionRunHook for Losses {
 /// Trains the MLP spec in `model_dir` up to each of `stops` in turn (a run per stop, each
 /// resuming from the last one's checkpoint); returns every step's loss.
 fn losses(device: &str, model_dir: &str, stops: &[u64]) -> Result<Vec<(u64, f64)>> {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../specs/fashion_mnist_mlp.ron");
-    let spec = Arc::new(Spec::from_file(&path, &[Override::parse("train_input.batch_size=8")?])?);
-    let config = RunConfig {
-        model_dir: model_dir.into(),
-        random_seed: Some(7),
-        strategy: StrategyOptions { device: device.parse()?, ..StrategyOptions::default() },
-        // A summary step fetches more than the others: the step launched before it is
-        // dropped and its batch runs in turn.
-        save_summary_steps: 5,
-        log_step_count_steps: 1000,
-        ..RunConfig::default()
-    };
-    let estimator = Estimator::new(job::SpecModelFn::new(spec.clone(), 7), config)?;
+    // A summary step fetches more than the others: the step launched before it is dropped
+    // and its batch runs in turn.
+    let (spec, estimator) = estimator("mlp", device, model_dir, 5)?;
     let seen = Arc::new(Mutex::new(Vec::new()));
     for &stop in stops {
         let input = job::train_input_fn(&spec)?;
