@@ -130,6 +130,7 @@ impl Estimator {
                 room_for_joiners: room_for_joiners(strategy.as_ref()),
                 reform_requested: false,
                 ahead: None,
+                forecast: Default::default(),
             };
             let outcome = match session.run(&mut all_hooks) {
                 Ok(outcome) if session.reform_requested => {

@@ -11,6 +11,9 @@
 //!    is queued and step k+2 is launched before step k+1's end is read; otherwise the
 //!    launched step is dropped and the same batch runs as it would have.
 //!
+//! Step k+1 is launched with the fetches of the last step that asked for what the step
+//! before it did, not profiled: a summary step is followed by the usual ones.
+//!
 //! What a hook sees does not change: `before_run(k)`, then `after_run(k)` with step k's
 //! values; a variable a hook reads in `after_run(k)` holds step k's values (step k+1 is not
 //! committed yet), and a checkpoint taken there records the input's position before the
@@ -36,6 +39,26 @@ pub(crate) struct StepInput {
     pub launched: Option<Launched>,
     /// How long pulling the batch took.
     pub wait: Duration,
+}
+
+/// What the next step will likely fetch.
+#[derive(Default)]
+pub(crate) struct Forecast {
+    last: Vec<Outlet>,
+    steady: Option<Vec<Outlet>>,
+}
+
+impl Forecast {
+    /// After a step that fetched `fetches`: the fetches of the last step that asked for
+    /// what the step before it did (those the steps between summary steps fetch), or
+    /// these until two steps agreed.
+    fn next(&mut self, fetches: &[Outlet]) -> Vec<Outlet> {
+        if self.last == fetches {
+            self.steady = Some(fetches.to_vec());
+        }
+        self.last = fetches.to_vec();
+        self.steady.clone().unwrap_or_else(|| fetches.to_vec())
+    }
 }
 
 /// A batch pulled ahead of its step.
@@ -99,11 +122,12 @@ impl TrainingSession<'_> {
         }
     }
 
-    /// Pulls the next step's batch and launches it with this step's fetches; returns the
-    /// time the input took. Nothing here fails the step: an input error waits for the step
-    /// it belongs to, and a launch the device refuses leaves the batch to run in turn,
-    /// which reports a real error again.
+    /// Pulls the next step's batch and launches it with the fetches the next step will
+    /// likely ask for (`Forecast`); returns the time the input took. Nothing here fails
+    /// the step: an input error waits for the step it belongs to, and a launch the device
+    /// refuses leaves the batch to run in turn, which reports a real error again.
     fn pull_ahead(&mut self, fetches: &[Outlet], options: RunOptions) -> Duration {
+        let fetches = self.forecast.next(fetches);
         let started = Instant::now();
         let before = self.input.state();
         let pulled = self.input.next();
@@ -114,8 +138,8 @@ impl TrainingSession<'_> {
             Some(Ok(batch)) => {
                 let ids = vec![batch.ids.clone()];
                 let feeds = feeds_of(batch);
-                let next = RunOptions { step: options.step + 1, ..options };
-                let launched = match self.replicas.launch(&feeds, fetches, next) {
+                let next = RunOptions { step: options.step + 1, profile: false, ..options };
+                let launched = match self.replicas.launch(&feeds, &fetches, next) {
                     Ok(l) => l,
                     Err(e) => {
                         log::debug!("step {} was not launched ahead: {e}", next.step);
@@ -145,5 +169,31 @@ impl TrainingSession<'_> {
         let ids = batches.iter().map(|b| b.ids.clone()).collect();
         let feeds = batches.into_iter().map(feeds_of).collect();
         Ok(Some(StepInput { feeds, ids, launched: None, wait: started.elapsed() }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use engine_graph::NodeId;
+
+    fn outlets(nodes: &[u32]) -> Vec<Outlet> {
+        nodes.iter().map(|&n| Outlet::new(NodeId::new(n as usize), 0)).collect()
+    }
+
+    #[test]
+    fn the_step_after_a_summary_step_is_launched_with_the_usual_fetches() {
+        let (usual, summary) = (outlets(&[1]), outlets(&[1, 2]));
+        let mut forecast = Forecast::default();
+        // Until two steps agree, the next is forecast to fetch what this one did.
+        assert_eq!(forecast.next(&summary), summary);
+        assert_eq!(forecast.next(&usual), usual);
+        assert_eq!(forecast.next(&usual), usual);
+        // A summary step does not change what the steps around it fetch.
+        assert_eq!(forecast.next(&summary), usual);
+        assert_eq!(forecast.next(&usual), usual);
+        // A hook that fetches more from now on: the forecast follows once two steps agree.
+        assert_eq!(forecast.next(&summary), usual);
+        assert_eq!(forecast.next(&summary), summary);
     }
 }

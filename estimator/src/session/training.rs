@@ -9,7 +9,7 @@ use crate::{
     preemption::{self, Signal},
     session::{
         Compiled, Replicas,
-        ahead::{Ahead, pipelines},
+        ahead::{Ahead, Forecast, pipelines},
     },
 };
 use engine_graph::{HostTensor, Outlet, passes::strategy::STOP_REQUEST};
@@ -49,6 +49,8 @@ pub(crate) struct TrainingSession<'a> {
     pub reform_requested: bool,
     /// The next step's batch, pulled (and launched) before this step's hooks ran.
     pub ahead: Option<Ahead>,
+    /// What the step launched ahead fetches.
+    pub forecast: Forecast,
 }
 
 /// What a task adds to the agreed stop request when a worker asked it to join: a task asked
