@@ -4,8 +4,8 @@
 //! steps: for the host to read the step's end, run the hooks, decode the next batch and
 //! write it. So the loop queues step k+1 before it reads step k's end:
 //!
-//! 1. step k+1's batch is pulled and its graph launched (`Replicas::launch`) with step k's
-//!    fetches, before step k's hooks run; its variables are untouched until it commits;
+//! 1. step k+1's batch is pulled and its graph launched (`Replicas::launch`) before step
+//!    k's hooks run; its variables are untouched until it commits;
 //! 2. when step k+1 comes, its hooks' `before_run` decide its fetches as always. If they
 //!    match the launched step's (and it is the step number it was launched as), its commit
 //!    is queued and step k+2 is launched before step k+1's end is read; otherwise the
@@ -18,7 +18,7 @@
 //! values; a variable a hook reads in `after_run(k)` holds step k's values (step k+1 is not
 //! committed yet), and a checkpoint taken there records the input's position before the
 //! batch pulled ahead, so a resumed run trains on it. A step whose fetches differ from the
-//! one before (a summary step) costs one dropped launch. `ENGINE_PIPELINE=off` keeps every
+//! usual ones (a summary step) costs one dropped launch. `ENGINE_PIPELINE=off` keeps every
 //! step in turn, for comparing.
 
 use super::{Replicas, TrainingSession, replicas::feeds_of};
@@ -82,9 +82,11 @@ impl Ahead {
 /// Whether the loop may run ahead: one local replica on a queued device, not in a cluster
 /// (whose steps agree on a stop request in the graph), and not turned off.
 pub(crate) fn pipelines(replicas: &Replicas, in_cluster: bool, agrees_on_stop: bool) -> bool {
-    let off =
-        std::env::var(PIPELINE_ENV).is_ok_and(|v| matches!(v.to_ascii_lowercase().as_str(), "off" | "0" | "false"));
-    !off && !in_cluster && !agrees_on_stop && replicas.len() == 1 && replicas.on_queued_device()
+    !engine_runtime::switched_off(PIPELINE_ENV)
+        && !in_cluster
+        && !agrees_on_stop
+        && replicas.len() == 1
+        && replicas.on_queued_device()
 }
 
 impl TrainingSession<'_> {

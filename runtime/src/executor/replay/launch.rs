@@ -39,8 +39,8 @@ pub fn launched_steps() -> u64 {
 /// [`Executor::commit_launched`] leaves the variables as they were.
 #[derive(Debug)]
 pub struct Launched {
+    /// The step's key: its fetches among it.
     key: Key,
-    fetches: Vec<Outlet>,
     options: RunOptions,
     committed: bool,
 }
@@ -48,7 +48,7 @@ pub struct Launched {
 impl Launched {
     /// What the step fetches, in order.
     pub fn fetches(&self) -> &[Outlet] {
-        &self.fetches
+        &self.key.fetches
     }
 
     pub fn options(&self) -> RunOptions {
@@ -96,7 +96,7 @@ impl Replay {
             state.stop(format!("a replay failed: {e}"));
             return Err(e);
         }
-        Ok(Some(Launched { key, fetches: fetches.to_vec(), options, committed: false }))
+        Ok(Some(Launched { key, options, committed: false }))
     }
 
     /// Queues the launched step's guarded commit and the copy of its end.
@@ -120,9 +120,7 @@ impl Replay {
             log::info!("{}: each step is queued before the previous one's end is read", exec.device);
         }
         LAUNCHED.fetch_add(1, Ordering::Relaxed);
-        self.replayed.fetch_add(1, Ordering::Relaxed);
-        self.queued.fetch_add(1, Ordering::Relaxed);
-        state.graphs[..=at].rotate_right(1);
+        self.count(&mut state, at, true);
         Ok(())
     }
 
@@ -150,7 +148,7 @@ impl Replay {
             let output = StepOutput { fetched, timings: Vec::new(), collectives: Vec::new(), non_finite: Vec::new() };
             return Ok(Finished { output, rerun: false });
         }
-        let output = exec.run_steps(vars, feeds, &launched.fetches, launched.options, None)?;
+        let output = exec.run_steps(vars, feeds, launched.fetches(), launched.options, None)?;
         Ok(Finished { output, rerun: true })
     }
 }

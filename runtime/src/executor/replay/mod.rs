@@ -262,14 +262,18 @@ impl Replay {
     fn replay(&self, state: &mut State, at: usize, exec: &Executor) -> Result<StepOutput> {
         let out = state.graphs[at].run(exec);
         match &out {
-            Ok((_, queued)) => {
-                self.replayed.fetch_add(1, Ordering::Relaxed);
-                self.queued.fetch_add(u64::from(*queued), Ordering::Relaxed);
-                state.graphs[..=at].rotate_right(1);
-            }
+            Ok((_, queued)) => self.count(state, at, *queued),
             Err(e) => state.stop(format!("a replay failed: {e}")),
         }
         out.map(|(step, _)| step)
+    }
+
+    /// Counts a replay of held graph `at` (`queued`: its commit queued behind it) and
+    /// puts the graph first, as the most recently replayed.
+    fn count(&self, state: &mut State, at: usize, queued: bool) {
+        self.replayed.fetch_add(1, Ordering::Relaxed);
+        self.queued.fetch_add(u64::from(queued), Ordering::Relaxed);
+        state.graphs[..=at].rotate_right(1);
     }
 }
 
@@ -319,7 +323,7 @@ fn never(plan: &Plan, order: &[NodeId], device: &Device, partitioned: bool) -> O
     if cfg!(feature = "fusion") {
         return Some("burn's fusion queues the launches itself (a build with `fusion`)".into());
     }
-    if std::env::var(STEP_GRAPH_ENV).is_ok_and(|v| matches!(v.to_ascii_lowercase().as_str(), "off" | "0" | "false")) {
+    if crate::switched_off(STEP_GRAPH_ENV) {
         return Some(format!("{STEP_GRAPH_ENV} is off"));
     }
     if partitioned {
