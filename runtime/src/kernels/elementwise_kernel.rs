@@ -9,71 +9,160 @@
 //! XLA and inductor generate such loops per fusion for the same reason.
 
 use crate::Value;
-use crate::device::cube::{empty_contiguous, float_buffer, float_tensor, launched};
+use crate::device::cube::{Cube, empty_contiguous, float_buffer, float_tensor, launched};
 use crate::value::T;
 use cubecl::prelude::*;
 use cubecl::{calculate_cube_count_elemwise, ir::AddressType};
-use engine_graph::ops::{ElementOp, FusedElementwise, Operand};
+use engine_graph::ops::{ElementOp, FusedElementwise, Instr, Operand};
 
-/// The input slots the kernel has; a program with more inputs runs op by op.
-const MOST_INPUTS: usize = 6;
+/// Whether programs run as generated kernels: `ENGINE_ELEMENTWISE=ops` runs them one op
+/// per kernel instead, for comparison.
+pub(super) fn chosen() -> bool {
+    static GENERATED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *GENERATED.get_or_init(|| !std::env::var("ENGINE_ELEMENTWISE").is_ok_and(|v| v == "ops"))
+}
+
+/// The full-size and single-element input slots the kernel has: cubecl 0.11's tensors
+/// are unsized, so a kernel cannot take a sequence of them, and each slot is an argument.
+/// A program with more inputs of either kind runs op by op.
+const WIDE_SLOTS: usize = 6;
+const SINGLE_SLOTS: usize = 4;
+
+/// How an input is read, as the kernel's comptime code for it: an element per output
+/// element, one element for all, or a row of the output's last axis for every row (a
+/// bias).
+const FULL: u32 = 0;
+const SINGLE: u32 = 1;
+const ROW: u32 = 2;
 
 /// The program's result of `out_shape`, or `None` where the kernel does not apply (a
-/// value not in a cubecl float buffer, inputs of different types, an input neither of the
-/// output's size and contiguous nor a single element, more than [`MOST_INPUTS`] inputs, a
-/// refused launch): the caller then runs the instructions one by one.
+/// value not in a cubecl float buffer, inputs of different types, an input that is
+/// neither of the output's size nor a single element nor a row of its last axis, a
+/// strided one, more inputs than the slots, a refused launch): the caller then runs the
+/// instructions one by one.
 pub(super) fn fused(f: &FusedElementwise, inputs: &[Value], out_shape: &[usize]) -> Option<T> {
     let total: usize = out_shape.iter().product();
-    if inputs.is_empty() || inputs.len() > MOST_INPUTS || total == 0 {
+    if inputs.is_empty() || inputs.len() != f.inputs || total == 0 {
         return None;
     }
-    let mut cubes = Vec::with_capacity(inputs.len());
-    let mut scalar = Vec::with_capacity(inputs.len());
+    let last = out_shape.last().copied().unwrap_or(1);
+    let mut wide = Vec::with_capacity(inputs.len());
+    let mut single = Vec::new();
+    // Per input: how it is read, and its place among its kind's slots.
+    let mut kind = Vec::with_capacity(inputs.len());
+    let mut slot = Vec::with_capacity(inputs.len());
+    let mut rows = false;
+    let mut elem = None;
     for v in inputs {
         let Value::Float(t) = v else { return None };
-        let (c, elem) = float_buffer(t)?;
-        let elements: usize = c.meta.shape().iter().product();
-        if elements == 1 {
-            scalar.push(true);
-        } else if elements == total && c.is_contiguous() {
-            scalar.push(false);
-        } else {
+        let (c, e) = float_buffer(t)?;
+        if elem.is_some_and(|first| first != e) {
             return None;
         }
-        cubes.push((c, elem));
+        elem = Some(e);
+        let elements: usize = c.meta.shape().iter().product();
+        let k = match elements {
+            1 => SINGLE,
+            _ if !c.is_contiguous() => return None,
+            n if n == total => FULL,
+            n if n == last && c.meta.shape().last() == Some(&last) => ROW,
+            _ => return None,
+        };
+        rows |= k == ROW;
+        kind.push(k);
+        if k == SINGLE {
+            slot.push(single.len() as u32);
+            single.push(c);
+        } else {
+            slot.push(wide.len() as u32);
+            wide.push(c);
+        }
     }
-    let (first, elem) = cubes[0];
-    if cubes.iter().any(|(c, _)| c.dtype != first.dtype) {
+    let (elem, first) = (elem?, *wide.first().or(single.first())?);
+    let client = first.client.clone();
+    if wide.len() > WIDE_SLOTS
+        || single.len() > SINGLE_SLOTS
+        || WIDE_SLOTS + SINGLE_SLOTS + 1 > client.properties().hardware.max_bindings as usize
+    {
         return None;
     }
     let code = compile(f)?;
-    let client = first.client.clone();
     let out = empty_contiguous(first, out_shape.to_vec());
-    let slot = |k: usize| cubes.get(k).map_or(first, |c| c.0).clone().into_tensor_arg();
-    let cube_dim = CubeDim::new(&client, total);
-    let cube_count = calculate_cube_count_elemwise(&client, total, cube_dim);
-    let most = cubes.iter().map(|(c, _)| c.handle.size() as usize / c.dtype.size()).max().unwrap_or(0);
+    let elem_size = first.dtype.size();
+    let row = if rows { last } else { total };
+    let width = vector_width(client.io_optimized_vector_sizes(elem_size), elem_size, row, &wide);
+    let units = total / width;
+    let cube_dim = CubeDim::new(&client, units);
+    let cube_count = calculate_cube_count_elemwise(&client, units, cube_dim);
+    let most = wide.iter().chain(&single).map(|c| c.handle.size() as usize / c.dtype.size()).max().unwrap_or(0);
     let address = AddressType::from_len(total.max(most));
+    // Slots past an input kind's count repeat a bound buffer and are never read.
+    let w = |k: usize| (*wide.get(k).unwrap_or(&first)).clone().into_tensor_arg();
+    let s = |k: usize| (*single.get(k).or(wide.first()).unwrap_or(&first)).clone().into_tensor_arg();
     let ok = launched(|| unsafe {
         elementwise_kernel::launch_unchecked(
             &client,
             cube_count,
             cube_dim,
             address,
-            slot(0),
-            slot(1),
-            slot(2),
-            slot(3),
-            slot(4),
-            slot(5),
+            width,
+            w(0),
+            w(1),
+            w(2),
+            w(3),
+            w(4),
+            w(5),
+            s(0),
+            s(1),
+            s(2),
+            s(3),
             out.clone().into_tensor_arg(),
-            total,
-            scalar,
+            units,
+            row / width,
+            kind,
+            slot,
             code,
             elem,
         )
     });
     ok.then(|| float_tensor(out))
+}
+
+/// `activation(y + bias + skip)`, the bias a row of `y`'s last axis, as one kernel: a
+/// fused convolution's or dense layer's epilogue, which burn's ops run as two or three
+/// passes over the output (the add, the skip's add, the ReLU). `None` where the kernel
+/// does not apply, as for [`fused`].
+pub(super) fn epilogue(y: &T, bias: &T, skip: Option<&T>, relu: bool) -> Option<T> {
+    use Operand::{Input, Temp};
+    let shape = float_buffer(y)?.0.meta.shape().to_vec();
+    let mut inputs = vec![Value::Float(y.clone()), Value::Float(bias.clone())];
+    let mut program = vec![Instr { op: ElementOp::Add, args: [Input(0), Input(1)] }];
+    if let Some(s) = skip {
+        inputs.push(Value::Float(s.clone()));
+        program.push(Instr { op: ElementOp::Add, args: [Temp(0), Input(2)] });
+    }
+    if relu {
+        let last = Temp(program.len() - 1);
+        program.push(Instr { op: ElementOp::Relu, args: [last, last] });
+    }
+    fused(&FusedElementwise { inputs: inputs.len(), program }, &inputs, &shape)
+}
+
+/// How many neighbouring elements one thread computes: the widest of the device's
+/// preferred load widths that divides `row` (the output, or its last axis where a row is
+/// read: a thread's elements then lie in one row) and that every full-size or row input's
+/// start is aligned to. Burn's own elementwise kernels read four floats per thread the same way;
+/// one per thread made the generated kernel slower than the ops it replaces on lavapipe.
+fn vector_width(preferred: impl Iterator<Item = usize>, elem_size: usize, row: usize, wide: &[&Cube]) -> usize {
+    preferred
+        .filter(|&w| {
+            // With no full-size input, the wide slots hold a single element.
+            (w == 1 || !wide.is_empty())
+                && row % w == 0
+                && wide.iter().all(|c| c.handle.offset_start.unwrap_or(0) as usize % (w * elem_size) == 0)
+        })
+        .max()
+        .unwrap_or(1)
 }
 
 /// Three numbers per instruction: the op's code and its two operands as registers, the
@@ -114,51 +203,74 @@ fn op_code(op: ElementOp) -> u32 {
     }
 }
 
-/// One output value per thread. `scalar[k]` says input `k` is a single element (read at
-/// 0); the slots past the program's inputs repeat the first and are never read. Each op
-/// keeps the unfused kernel's rule: `Maximum`/`Minimum` keep `a` on ties and where
-/// either is NaN, `Relu` is zero for NaN, `ReluGrad(y, dy)` is `dy` where `y > 0`.
+/// `N` neighbouring output values per thread. Input `k` is read as `kind[k]` says: from
+/// wide slot `slot[k]` at the thread's place (`FULL`) or at its place in the row (`ROW`,
+/// rows of `row_units` vectors), or the single element in single slot `slot[k]`, broadcast
+/// to every lane. Each op keeps the unfused kernel's rule: `Maximum`/`Minimum` keep `a`
+/// on ties and where either is NaN, `Relu` is zero for NaN, `ReluGrad(y, dy)` is `dy`
+/// where `y > 0`.
 #[allow(clippy::too_many_arguments)]
 #[cube(launch_unchecked, address_type = "dynamic")]
-fn elementwise_kernel<E: Float>(
-    in0: &Tensor<E>,
-    in1: &Tensor<E>,
-    in2: &Tensor<E>,
-    in3: &Tensor<E>,
-    in4: &Tensor<E>,
-    in5: &Tensor<E>,
-    out: &mut Tensor<E>,
-    total: usize,
-    #[comptime] scalar: Vec<bool>,
+fn elementwise_kernel<E: Float, N: Size>(
+    w0: &Tensor<Vector<E, N>>,
+    w1: &Tensor<Vector<E, N>>,
+    w2: &Tensor<Vector<E, N>>,
+    w3: &Tensor<Vector<E, N>>,
+    w4: &Tensor<Vector<E, N>>,
+    w5: &Tensor<Vector<E, N>>,
+    s0: &Tensor<E>,
+    s1: &Tensor<E>,
+    s2: &Tensor<E>,
+    s3: &Tensor<E>,
+    out: &mut Tensor<Vector<E, N>>,
+    units: usize,
+    row_units: usize,
+    #[comptime] kind: Vec<u32>,
+    #[comptime] slot: Vec<u32>,
     #[comptime] code: Vec<u32>,
     #[define(E)] _elem: ElemType,
 ) {
     let pos = ABSOLUTE_POS;
-    if pos >= total {
+    if pos >= units {
         terminate!();
     }
-    let inputs = comptime!(scalar.len());
-    let mut regs = Sequence::<E>::new();
-    if comptime!(inputs > 0) {
-        regs.push(load(in0, pos, comptime!(scalar[0])));
-    }
-    if comptime!(inputs > 1) {
-        regs.push(load(in1, pos, comptime!(scalar[1])));
-    }
-    if comptime!(inputs > 2) {
-        regs.push(load(in2, pos, comptime!(scalar[2])));
-    }
-    if comptime!(inputs > 3) {
-        regs.push(load(in3, pos, comptime!(scalar[3])));
-    }
-    if comptime!(inputs > 4) {
-        regs.push(load(in4, pos, comptime!(scalar[4])));
-    }
-    if comptime!(inputs > 5) {
-        regs.push(load(in5, pos, comptime!(scalar[5])));
+    let inputs = comptime!(kind.len());
+    let mut regs = Sequence::<Vector<E, N>>::new();
+    #[unroll]
+    for k in 0..inputs {
+        let at = comptime!(slot[k]);
+        if comptime!(kind[k] == SINGLE) {
+            let mut v = s0[0];
+            if comptime!(at == 1) {
+                v = s1[0];
+            } else if comptime!(at == 2) {
+                v = s2[0];
+            } else if comptime!(at == 3) {
+                v = s3[0];
+            }
+            regs.push(Vector::new(v));
+        } else {
+            let mut i = pos;
+            if comptime!(kind[k] == ROW) {
+                i = pos % row_units;
+            }
+            let mut v = w0[i];
+            if comptime!(at == 1) {
+                v = w1[i];
+            } else if comptime!(at == 2) {
+                v = w2[i];
+            } else if comptime!(at == 3) {
+                v = w3[i];
+            } else if comptime!(at == 4) {
+                v = w4[i];
+            } else if comptime!(at == 5) {
+                v = w5[i];
+            }
+            regs.push(v);
+        }
     }
     let steps = comptime!(code.len() / 3);
-    let zero = E::from_int(0);
+    let zero = Vector::<E, N>::new(E::from_int(0));
     #[unroll]
     for i in 0..steps {
         let op = comptime!(code[3 * i]);
@@ -174,36 +286,27 @@ fn elementwise_kernel<E: Float>(
         } else if comptime!(op == 3) {
             r = a / b;
         } else if comptime!(op == 4) {
-            r = select(a < b, b, a);
+            r = select_many(a.less_than(&b), b, a);
         } else if comptime!(op == 5) {
-            r = select(a > b, b, a);
+            r = select_many(a.greater_than(&b), b, a);
         } else if comptime!(op == 6) {
             r = -a;
         } else if comptime!(op == 7) {
-            r = E::exp(a);
+            r = Vector::exp(a);
         } else if comptime!(op == 8) {
-            r = E::ln(a);
+            r = Vector::ln(a);
         } else if comptime!(op == 9) {
-            r = E::sqrt(a);
+            r = Vector::sqrt(a);
         } else if comptime!(op == 10) {
             r = a * a;
         } else if comptime!(op == 11) {
-            r = select(a > zero, a, zero);
+            r = select_many(a.greater_than(&zero), a, zero);
         } else if comptime!(op == 12) {
-            r = select(a > zero, b, zero);
+            r = select_many(a.greater_than(&zero), b, zero);
         }
         regs.push(r);
     }
     out[pos] = *regs.index(comptime!(inputs + steps - 1));
-}
-
-#[cube]
-fn load<E: Float>(t: &Tensor<E>, pos: usize, #[comptime] scalar: bool) -> E {
-    let mut at = pos;
-    if scalar {
-        at = 0;
-    }
-    t[at]
 }
 
 #[cfg(test)]
@@ -213,7 +316,6 @@ mod tests {
     use crate::value::{B, float_from_f64};
     use burn::backend::ops::FloatTensorOps;
     use burn::backend::{DispatchDevice, FlexDevice};
-    use engine_graph::ops::Instr;
 
     fn values(t: T) -> Vec<f64> {
         let data = burn::backend::read_sync(B::float_into_data(t)).unwrap();
@@ -229,7 +331,7 @@ mod tests {
         (0..n)
             .map(|p| {
                 let mut regs: Vec<f32> =
-                    inputs.iter().map(|v| if v.len() == 1 { v[0] as f32 } else { v[p] as f32 }).collect();
+                    inputs.iter().map(|v| if v.len() == n { v[p] as f32 } else { v[p % v.len()] as f32 }).collect();
                 for ins in &f.program {
                     let reg = |o: Operand| match o {
                         Operand::Input(k) => k,
@@ -289,10 +391,6 @@ mod tests {
     fn generated_programs_equal_the_ops_one_by_one() {
         use ElementOp::*;
         use Operand::{Input as I, Temp as Tm};
-        let n = 1000;
-        let x: Vec<f64> = (0..n).map(|i| ((i * 37 % 101) as f64 - 50.0) / 10.0).collect();
-        let mut y: Vec<f64> = (0..n).map(|i| ((i * 53 % 97) as f64 + 1.0) / 20.0).collect();
-        y[7] = f64::NAN;
         let programs = [
             // Every binary op, then every unary op on positive values.
             FusedElementwise {
@@ -327,32 +425,132 @@ mod tests {
             },
             // ReLU of a NaN is zero; a residual's skip add then ReLU.
             FusedElementwise { inputs: 2, program: vec![ins(Add, I(0), I(1)), ins(Relu, Tm(0), Tm(0))] },
+            // Four single elements around one full-size input, the first of them before it:
+            // (s0 + x · s1 - s2) / s3.
+            FusedElementwise {
+                inputs: 5,
+                program: vec![
+                    ins(Mul, I(1), I(2)),
+                    ins(Add, I(0), Tm(0)),
+                    ins(Sub, Tm(1), I(3)),
+                    ins(Div, Tm(2), I(4)),
+                ],
+            },
         ];
         let flex = DispatchDevice::Flex(FlexDevice);
         let host =
             |d: &[f64], dev: &DispatchDevice| Value::Float(float_from_f64(&[d.len()], d.to_vec(), dev, Precision::F32));
-        for (name, device) in crate::device::test_devices() {
-            for f in &programs {
-                let data: Vec<Vec<f64>> = match f.inputs {
-                    3 => vec![x.clone(), y.iter().map(|v| if v.is_nan() { 1.0 } else { *v }).collect(), vec![0.5]],
-                    5 => vec![
-                        x.clone(),
-                        x.clone(),
-                        y.iter().map(|v| if v.is_nan() { 1.0 } else { *v }).collect(),
-                        vec![0.01],
-                        vec![1e-7],
-                    ],
+        // 1000 and 1002 elements are computed four and two to a thread where the device
+        // reads four floats at a time; 1001, one.
+        for n in [1000, 1002, 1001] {
+            let x: Vec<f64> = (0..n).map(|i| ((i * 37 % 101) as f64 - 50.0) / 10.0).collect();
+            let mut y: Vec<f64> = (0..n).map(|i| ((i * 53 % 97) as f64 + 1.0) / 20.0).collect();
+            let finite_y: Vec<f64> = y.iter().map(|v| if v.is_nan() { 1.0 } else { *v }).collect();
+            y[7] = f64::NAN;
+            let data = |f: &FusedElementwise| -> Vec<Vec<f64>> {
+                match (f.inputs, f.program.len()) {
+                    (3, _) => vec![x.clone(), finite_y.clone(), vec![0.5]],
+                    (5, 5) => vec![x.clone(), x.clone(), finite_y.clone(), vec![0.01], vec![1e-7]],
+                    (5, _) => vec![vec![0.25], x.clone(), vec![3.0], vec![-1.5], vec![0.5]],
                     _ => vec![x.clone(), y.clone()],
-                };
-                let on = |dev: &DispatchDevice| data.iter().map(|d| host(d, dev)).collect::<Vec<_>>();
-                assert!(fused(f, &on(&flex), &[n]).is_none(), "flex");
-                let got = values(fused(f, &on(&device), &[n]).unwrap_or_else(|| panic!("{name}: {f}")));
-                let want = reference(f, &data, n);
-                for (i, (a, b)) in got.iter().zip(&want).enumerate() {
-                    let close = (a - b).abs() <= 1e-5 * (1.0 + b.abs()) || (a.is_nan() && b.is_nan());
-                    assert!(close, "{name}: {f}: [{i}] {a} against {b}");
+                }
+            };
+            for (name, device) in crate::device::test_devices() {
+                for f in &programs {
+                    let data = data(f);
+                    let on = |dev: &DispatchDevice| data.iter().map(|d| host(d, dev)).collect::<Vec<_>>();
+                    assert!(fused(f, &on(&flex), &[n]).is_none(), "flex");
+                    let got = values(fused(f, &on(&device), &[n]).unwrap_or_else(|| panic!("{name}: {f}")));
+                    let want = reference(f, &data, n);
+                    for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+                        let close = (a - b).abs() <= 1e-5 * (1.0 + b.abs()) || (a.is_nan() && b.is_nan());
+                        assert!(close, "{name}, {n} elements: {f}: [{i}] {a} against {b}");
+                    }
                 }
             }
+        }
+    }
+
+    /// A fused layer's epilogue, `activation(y + bias + skip)`, with the bias read as a row
+    /// of the last axis: rows of 8, 6 and 5 (four, two and one to a thread where the device
+    /// reads four floats at a time), with and without the skip and the ReLU, equal the
+    /// host's; a value whose last axis is not the bias's is left to the ops.
+    #[test]
+    fn an_epilogue_reads_its_bias_as_a_row() {
+        use ElementOp::*;
+        use Operand::{Input as I, Temp as Tm};
+        for (name, device) in crate::device::test_devices() {
+            for c in [8, 6, 5] {
+                let rows = 36;
+                let n = rows * c;
+                let y: Vec<f64> = (0..n).map(|i| ((i * 29 % 83) as f64 - 41.0) / 8.0).collect();
+                let skip: Vec<f64> = (0..n).map(|i| ((i * 31 % 79) as f64 - 39.0) / 16.0).collect();
+                let bias: Vec<f64> = (0..c).map(|i| i as f64 * 0.75 - 2.0).collect();
+                let on = |d: &[f64], shape: &[usize]| float_from_f64(shape, d.to_vec(), &device, Precision::F32);
+                let (yt, bt, st) = (on(&y, &[rows, c]), on(&bias, &[c]), on(&skip, &[rows, c]));
+                for (with_skip, relu) in [(false, false), (false, true), (true, false), (true, true)] {
+                    let got = epilogue(&yt, &bt, with_skip.then_some(&st), relu)
+                        .unwrap_or_else(|| panic!("{name}: rows of {c}"));
+                    let mut program = vec![ins(Add, I(0), I(1))];
+                    let mut data = vec![y.clone(), bias.clone()];
+                    if with_skip {
+                        program.push(ins(Add, Tm(0), I(2)));
+                        data.push(skip.clone());
+                    }
+                    if relu {
+                        program.push(ins(Relu, Tm(program.len() - 1), Tm(program.len() - 1)));
+                    }
+                    let want = reference(&FusedElementwise { inputs: data.len(), program }, &data, n);
+                    let got = values(got);
+                    assert!(want.iter().any(|v| *v == 0.0) || !relu, "the ReLU clips something");
+                    for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+                        assert!((a - b).abs() <= 1e-6 * (1.0 + b.abs()), "{name}, rows of {c}: [{i}] {a} against {b}");
+                    }
+                }
+                let column = on(&bias, &[c, 1]);
+                assert!(epilogue(&on(&y, &[rows, c]), &column, None, true).is_none(), "{name}: a column is not a row");
+            }
+        }
+    }
+
+    /// A program with more full-size inputs than the kernel has slots is left to the ops.
+    #[test]
+    fn more_inputs_than_slots_are_left_to_the_ops() {
+        use Operand::{Input as I, Temp as Tm};
+        let mut program = vec![ins(ElementOp::Add, I(0), I(1))];
+        for k in 2..=WIDE_SLOTS {
+            program.push(ins(ElementOp::Add, Tm(k - 2), I(k)));
+        }
+        let f = FusedElementwise { inputs: WIDE_SLOTS + 1, program };
+        for (name, device) in crate::device::test_devices() {
+            let inputs: Vec<Value> = (0..f.inputs)
+                .map(|k| Value::Float(float_from_f64(&[8], vec![k as f64; 8], &device, Precision::F32)))
+                .collect();
+            assert!(fused(&f, &inputs, &[8]).is_none(), "{name}");
+            let fewer = FusedElementwise { inputs: WIDE_SLOTS, program: f.program[..WIDE_SLOTS - 1].to_vec() };
+            assert!(fused(&fewer, &inputs[..WIDE_SLOTS], &[8]).is_some(), "{name}");
+        }
+    }
+
+    /// The width is the widest preferred one that divides the output and every full-size
+    /// input's start; with no full-size input it is one.
+    #[test]
+    fn the_width_divides_the_output_and_each_start() {
+        let preferred = || [1usize, 2, 4].into_iter();
+        assert_eq!(vector_width(preferred(), 4, 1000, &[]), 1);
+        for (name, device) in crate::device::test_devices() {
+            let t = float_from_f64(&[1000], vec![0.0; 1000], &device, Precision::F32);
+            let (c, _) = float_buffer(&t).unwrap();
+            assert_eq!(vector_width(preferred(), 4, 1000, &[c]), 4, "{name}");
+            assert_eq!(vector_width(preferred(), 4, 1002, &[c]), 2, "{name}");
+            assert_eq!(vector_width(preferred(), 4, 1001, &[c]), 1, "{name}");
+            let mut shifted = c.clone();
+            shifted.handle.offset_start = Some(8);
+            assert_eq!(vector_width(preferred(), 4, 1000, &[c, &shifted]), 2, "{name}");
+            assert!(
+                vector_width(c.client.io_optimized_vector_sizes(4), 4, 1000, &[c]) > 1,
+                "{name} reads one float at a time"
+            );
         }
     }
 }

@@ -60,8 +60,7 @@ pub(super) fn binary(op: &Op, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Result
 /// 16 0.639 and 0.641 against 0.614 and 0.633 (BENCHMARKS.md, "The device kernels").
 #[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
 fn generated(f: &engine_graph::ops::FusedElementwise, inputs: &[Value], ctx: &KernelCtx<'_>) -> Result<Option<T>> {
-    static GENERATED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    if !*GENERATED.get_or_init(|| !std::env::var("ENGINE_ELEMENTWISE").is_ok_and(|v| v == "ops")) {
+    if !super::elementwise_kernel::chosen() {
         return Ok(None);
     }
     Ok(super::elementwise_kernel::fused(f, inputs, &ctx.out_shape(0)?))

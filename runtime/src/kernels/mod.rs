@@ -216,10 +216,7 @@ pub(crate) fn generic(op: &Op, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Resul
             let skip = if f.residual { Some(pop_float(&mut inputs, ctx)?) } else { None };
             let (head, bias) = split_bias(inputs, ctx)?;
             let y = conv::forward(&f.conv().conv(), head, ctx)?;
-            let y = match skip {
-                Some(s) => activation(B::float_add(bias_activation(y, bias, FusedActivation::Linear), s), f.activation),
-                None => bias_activation(y, bias, f.activation),
-            };
+            let y = epilogue(y, bias, skip, f.activation);
             pool::max_forward(&engine_graph::ops::MaxPool2d { window: f.pool }, vec![Value::Float(y)], ctx)
         }
         FusedConv2d(f) if f.residual => {
@@ -227,18 +224,17 @@ pub(crate) fn generic(op: &Op, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Resul
             let skip = pop_float(&mut inputs, ctx)?;
             let (head, bias) = split_bias(inputs, ctx)?;
             let y = conv::forward(&f.conv(), head, ctx)?;
-            let y = bias_activation(y, bias, FusedActivation::Linear);
-            one(activation(B::float_add(y, skip), f.activation))
+            one(epilogue(y, bias, Some(skip), f.activation))
         }
         FusedConv2d(f) => {
             let (head, bias) = split_bias(inputs, ctx)?;
             let y = conv::forward(&f.conv(), head, ctx)?;
-            one(bias_activation(y, bias, f.activation))
+            one(epilogue(y, bias, None, f.activation))
         }
         FusedMatMul(f) => {
             let (head, bias) = split_bias(inputs, ctx)?;
             let y = math::matmul(&f.matmul(), head, ctx)?;
-            one(bias_activation(y, bias, f.activation))
+            one(epilogue(y, bias, None, f.activation))
         }
         FusedElementwise(f) => Ok(vec![math::fused_elementwise(f, inputs, ctx)?]),
         MaxPool2d(p) => pool::max_forward(p, inputs, ctx),
@@ -386,10 +382,22 @@ fn pop_float(inputs: &mut Vec<Value>, ctx: &KernelCtx<'_>) -> Result<T> {
     }
 }
 
-/// `activation(y + bias)` with the bias broadcast over the last axis.
-fn bias_activation(y: T, bias: T, act: engine_graph::ops::FusedActivation) -> T {
+/// `activation(y + bias + skip)` with the bias broadcast over the last axis: one
+/// generated kernel on a cubecl device (unless `ENGINE_ELEMENTWISE=ops`), where burn's ops
+/// pass over the output two or three times.
+fn epilogue(y: T, bias: T, skip: Option<T>, act: FusedActivation) -> T {
+    #[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
+    if elementwise_kernel::chosen()
+        && let Some(t) = elementwise_kernel::epilogue(&y, &bias, skip.as_ref(), matches!(act, FusedActivation::Relu))
+    {
+        return t;
+    }
     let rank = y.shape().num_dims();
-    activation(B::float_add(y, align_float(bias, rank)), act)
+    let z = B::float_add(y, align_float(bias, rank));
+    match skip {
+        Some(s) => activation(B::float_add(z, s), act),
+        None => activation(z, act),
+    }
 }
 
 fn activation(z: T, act: engine_graph::ops::FusedActivation) -> T {
