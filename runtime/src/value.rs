@@ -234,6 +234,13 @@ pub(crate) fn float_from_f64(dims: &[usize], data: Vec<f64>, device: &DispatchDe
     if scalar { B::float_reshape(t, BurnShape::from(Vec::<usize>::new())) } else { t }
 }
 
+/// A float tensor's values, read back to the host: what kernel tests compare.
+#[cfg(test)]
+pub(crate) fn float_values(t: T) -> Vec<f64> {
+    let data = burn::backend::read_sync(B::float_into_data(t)).expect("a tensor read back");
+    data.convert::<f64>().try_into_vec::<f64>().expect("f64 values")
+}
+
 /// The shape to upload `dims` as, and whether it is a scalar to reshape on arrival:
 /// cubecl 0.11 cannot allocate a rank-0 buffer (its contiguous strides underflow on an
 /// empty shape and panic), so on its devices a scalar travels as one element.

@@ -355,7 +355,7 @@ fn range(start: usize, end: usize, step: usize) -> BurnSlice {
 mod tests {
     use super::*;
     use crate::Precision;
-    use crate::value::float_from_f64;
+    use crate::value::{float_from_f64, float_values};
     use burn::backend::ops::{ConvOptions, ModuleOps};
     use burn::backend::{DispatchDevice, FlexDevice};
     use engine_graph::ops::nn::Padding;
@@ -377,11 +377,6 @@ mod tests {
         float_from_f64(dims, data, device, precision)
     }
 
-    fn values(t: T) -> Vec<f64> {
-        let data = burn::backend::read_sync(B::float_into_data(t)).unwrap();
-        data.convert::<f64>().try_into_vec::<f64>().unwrap()
-    }
-
     /// burn's direct kernels on the CPU, through the same NHWC/HWIO permutes as `conv.rs`.
     fn reference(c: &Conv2d, x: &T, w: &T, gy: &T) -> [Vec<f64>; 3] {
         let (xd, wd) = (dims4(x), dims4(w));
@@ -395,7 +390,7 @@ mod tests {
         let gx =
             B::float_permute(B::conv2d_x_backward(xn.clone(), wn.clone(), gn.clone(), opts.clone()), &[0, 2, 3, 1]);
         let gw = B::float_permute(B::conv2d_weight_backward(xn, wn, gn, opts), &[2, 3, 1, 0]);
-        [values(y), values(gx), values(gw)]
+        [float_values(y), float_values(gx), float_values(gw)]
     }
 
     fn close(what: &str, got: &[f64], want: &[f64], tolerance: f64) {
@@ -433,12 +428,17 @@ mod tests {
                 let case = format!("{name}: x {xd:?}, w {wd:?}, strides {strides:?}, {padding:?}");
                 for chunk in [xd[0], 1] {
                     let case = format!("{case}, {chunk} per GEMM");
-                    close(&format!("{case}: y"), &values(forward(x.clone(), w.clone(), &g, chunk)), &y, tolerance);
-                    let dx = values(input_grad(w.clone(), gy.clone(), &g, chunk));
+                    close(
+                        &format!("{case}: y"),
+                        &float_values(forward(x.clone(), w.clone(), &g, chunk)),
+                        &y,
+                        tolerance,
+                    );
+                    let dx = float_values(input_grad(w.clone(), gy.clone(), &g, chunk));
                     close(&format!("{case}: dx"), &dx, &gx, tolerance);
                     close(
                         &format!("{case}: dw"),
-                        &values(filter_grad(x.clone(), gy.clone(), &g, chunk)),
+                        &float_values(filter_grad(x.clone(), gy.clone(), &g, chunk)),
                         &gw,
                         tolerance,
                     );

@@ -22,22 +22,24 @@ pub(super) fn chosen() -> bool {
     *GENERATED.get_or_init(|| !std::env::var("ENGINE_ELEMENTWISE").is_ok_and(|v| v == "ops"))
 }
 
-/// The full-size and single-element input slots the kernel has: cubecl 0.11's tensors
-/// are unsized, so a kernel cannot take a sequence of them, and each slot is an argument.
-/// A program with more inputs of either kind runs op by op.
+/// The input slots the kernel has: read as vectors (full-size inputs and rows) and as
+/// elements (single elements and columns). cubecl 0.11's tensors are unsized, so a kernel
+/// cannot take a sequence of them, and each slot is an argument. A program with more
+/// inputs of either kind runs op by op.
 const WIDE_SLOTS: usize = 6;
 const SINGLE_SLOTS: usize = 4;
 
 /// How an input is read, as the kernel's comptime code for it: an element per output
-/// element, one element for all, or a row of the output's last axis for every row (a
-/// bias).
+/// element, one element for all, a row of the output's last axis for every row (a bias,
+/// batch normalization's statistics), or one element per row (layer normalization's).
 const FULL: u32 = 0;
 const SINGLE: u32 = 1;
 const ROW: u32 = 2;
+const COLUMN: u32 = 3;
 
 /// The program's result of `out_shape`, or `None` where the kernel does not apply (a
 /// value not in a cubecl float buffer, inputs of different types, an input that is
-/// neither of the output's size nor a single element nor a row of its last axis, a
+/// neither of the output's size nor a single element nor a row or column of it, a
 /// strided one, more inputs than the slots, a refused launch): the caller then runs the
 /// instructions one by one.
 pub(super) fn fused(f: &FusedElementwise, inputs: &[Value], out_shape: &[usize]) -> Option<T> {
@@ -66,11 +68,12 @@ pub(super) fn fused(f: &FusedElementwise, inputs: &[Value], out_shape: &[usize])
             _ if !c.is_contiguous() => return None,
             n if n == total => FULL,
             n if n == last && c.meta.shape().last() == Some(&last) => ROW,
+            n if n * last == total && c.meta.shape().last() == Some(&1) => COLUMN,
             _ => return None,
         };
-        rows |= k == ROW;
+        rows |= k == ROW || k == COLUMN;
         kind.push(k);
-        if k == SINGLE {
+        if k == SINGLE || k == COLUMN {
             slot.push(single.len() as u32);
             single.push(c);
         } else {
@@ -135,17 +138,24 @@ pub(super) fn fused(f: &FusedElementwise, inputs: &[Value], out_shape: &[usize])
 pub(super) fn epilogue(y: &T, bias: &T, skip: Option<&T>, relu: bool) -> Option<T> {
     use Operand::{Input, Temp};
     let shape = float_buffer(y)?.0.meta.shape().to_vec();
-    let mut inputs = vec![Value::Float(y.clone()), Value::Float(bias.clone())];
-    let mut program = vec![Instr { op: ElementOp::Add, args: [Input(0), Input(1)] }];
+    let mut inputs = vec![y, bias];
+    let mut code = vec![Instr { op: ElementOp::Add, args: [Input(0), Input(1)] }];
     if let Some(s) = skip {
-        inputs.push(Value::Float(s.clone()));
-        program.push(Instr { op: ElementOp::Add, args: [Temp(0), Input(2)] });
+        inputs.push(s);
+        code.push(Instr { op: ElementOp::Add, args: [Temp(0), Input(2)] });
     }
     if relu {
-        let last = Temp(program.len() - 1);
-        program.push(Instr { op: ElementOp::Relu, args: [last, last] });
+        let last = Temp(code.len() - 1);
+        code.push(Instr { op: ElementOp::Relu, args: [last, last] });
     }
-    fused(&FusedElementwise { inputs: inputs.len(), program }, &inputs, &shape)
+    program(code, &inputs, &shape)
+}
+
+/// `code` over `inputs` as one kernel, for a kernel of this crate built from elementwise
+/// steps (normalization's); `None` as for [`fused`].
+pub(super) fn program(code: Vec<Instr>, inputs: &[&T], out_shape: &[usize]) -> Option<T> {
+    let values: Vec<Value> = inputs.iter().map(|t| Value::Float((*t).clone())).collect();
+    fused(&FusedElementwise { inputs: values.len(), program: code }, &values, out_shape)
 }
 
 /// How many neighbouring elements one thread computes: the widest of the device's
@@ -158,8 +168,8 @@ fn vector_width(preferred: impl Iterator<Item = usize>, elem_size: usize, row: u
         .filter(|&w| {
             // With no full-size input, the wide slots hold a single element.
             (w == 1 || !wide.is_empty())
-                && row % w == 0
-                && wide.iter().all(|c| c.handle.offset_start.unwrap_or(0) as usize % (w * elem_size) == 0)
+                && row.is_multiple_of(w)
+                && wide.iter().all(|c| (c.handle.offset_start.unwrap_or(0) as usize).is_multiple_of(w * elem_size))
         })
         .max()
         .unwrap_or(1)
@@ -205,8 +215,8 @@ fn op_code(op: ElementOp) -> u32 {
 
 /// `N` neighbouring output values per thread. Input `k` is read as `kind[k]` says: from
 /// wide slot `slot[k]` at the thread's place (`FULL`) or at its place in the row (`ROW`,
-/// rows of `row_units` vectors), or the single element in single slot `slot[k]`, broadcast
-/// to every lane. Each op keeps the unfused kernel's rule: `Maximum`/`Minimum` keep `a`
+/// rows of `row_units` vectors), or from single slot `slot[k]`, at 0 (`SINGLE`) or at the
+/// thread's row (`COLUMN`), broadcast to every lane. Each op keeps the unfused kernel's rule: `Maximum`/`Minimum` keep `a`
 /// on ties and where either is NaN, `Relu` is zero for NaN, `ReluGrad(y, dy)` is `dy`
 /// where `y > 0`.
 #[allow(clippy::too_many_arguments)]
@@ -239,14 +249,18 @@ fn elementwise_kernel<E: Float, N: Size>(
     #[unroll]
     for k in 0..inputs {
         let at = comptime!(slot[k]);
-        if comptime!(kind[k] == SINGLE) {
-            let mut v = s0[0];
+        if comptime!(kind[k] == SINGLE || kind[k] == COLUMN) {
+            let mut i = 0;
+            if comptime!(kind[k] == COLUMN) {
+                i = pos / row_units;
+            }
+            let mut v = s0[i];
             if comptime!(at == 1) {
-                v = s1[0];
+                v = s1[i];
             } else if comptime!(at == 2) {
-                v = s2[0];
+                v = s2[i];
             } else if comptime!(at == 3) {
-                v = s3[0];
+                v = s3[i];
             }
             regs.push(Vector::new(v));
         } else {
@@ -313,14 +327,8 @@ fn elementwise_kernel<E: Float, N: Size>(
 mod tests {
     use super::*;
     use crate::Precision;
-    use crate::value::{B, float_from_f64};
-    use burn::backend::ops::FloatTensorOps;
+    use crate::value::{float_from_f64, float_values};
     use burn::backend::{DispatchDevice, FlexDevice};
-
-    fn values(t: T) -> Vec<f64> {
-        let data = burn::backend::read_sync(B::float_into_data(t)).unwrap();
-        data.convert::<f64>().try_into_vec::<f64>().unwrap()
-    }
 
     fn ins(op: ElementOp, a: Operand, b: Operand) -> Instr {
         Instr { op, args: [a, b] }
@@ -460,7 +468,7 @@ mod tests {
                     let data = data(f);
                     let on = |dev: &DispatchDevice| data.iter().map(|d| host(d, dev)).collect::<Vec<_>>();
                     assert!(fused(f, &on(&flex), &[n]).is_none(), "flex");
-                    let got = values(fused(f, &on(&device), &[n]).unwrap_or_else(|| panic!("{name}: {f}")));
+                    let got = float_values(fused(f, &on(&device), &[n]).unwrap_or_else(|| panic!("{name}: {f}")));
                     let want = reference(f, &data, n);
                     for (i, (a, b)) in got.iter().zip(&want).enumerate() {
                         let close = (a - b).abs() <= 1e-5 * (1.0 + b.abs()) || (a.is_nan() && b.is_nan());
@@ -501,14 +509,49 @@ mod tests {
                         program.push(ins(Relu, Tm(program.len() - 1), Tm(program.len() - 1)));
                     }
                     let want = reference(&FusedElementwise { inputs: data.len(), program }, &data, n);
-                    let got = values(got);
-                    assert!(want.iter().any(|v| *v == 0.0) || !relu, "the ReLU clips something");
+                    let got = float_values(got);
+                    assert!(want.contains(&0.0) || !relu, "the ReLU clips something");
                     for (i, (a, b)) in got.iter().zip(&want).enumerate() {
                         assert!((a - b).abs() <= 1e-6 * (1.0 + b.abs()), "{name}, rows of {c}: [{i}] {a} against {b}");
                     }
                 }
                 let column = on(&bias, &[c, 1]);
                 assert!(epilogue(&on(&y, &[rows, c]), &column, None, true).is_none(), "{name}: a column is not a row");
+            }
+        }
+    }
+
+    /// A column (one value per row, layer normalization's statistics) beside a row and a
+    /// single element: `(x − col) · row + s` over rows of 8, 6 and 5, and a value of
+    /// neither shape is left to the ops.
+    #[test]
+    fn a_column_is_read_once_per_row() {
+        use ElementOp::*;
+        use Operand::{Input as I, Temp as Tm};
+        let f = FusedElementwise {
+            inputs: 4,
+            program: vec![ins(Sub, I(0), I(1)), ins(Mul, Tm(0), I(2)), ins(Add, Tm(1), I(3))],
+        };
+        for (name, device) in crate::device::test_devices() {
+            for c in [8, 6, 5] {
+                let rows = 36;
+                let x: Vec<f64> = (0..rows * c).map(|i| ((i * 29 % 83) as f64 - 41.0) / 8.0).collect();
+                let col: Vec<f64> = (0..rows).map(|i| i as f64 * 0.5 - 3.0).collect();
+                let row: Vec<f64> = (0..c).map(|i| i as f64 * 0.25 + 1.0).collect();
+                let on = |d: &[f64], shape: &[usize]| {
+                    Value::Float(float_from_f64(shape, d.to_vec(), &device, Precision::F32))
+                };
+                let inputs = [on(&x, &[rows, c]), on(&col, &[rows, 1]), on(&row, &[c]), on(&[0.5], &[1])];
+                let got = float_values(fused(&f, &inputs, &[rows, c]).unwrap_or_else(|| panic!("{name}: rows of {c}")));
+                for (i, v) in got.iter().enumerate() {
+                    let want = f64::from((x[i] as f32 - col[i / c] as f32) * row[i % c] as f32 + 0.5);
+                    assert!(
+                        (v - want).abs() <= 1e-6 * (1.0 + want.abs()),
+                        "{name}, rows of {c}: [{i}] {v} against {want}"
+                    );
+                }
+                let odd = [on(&x, &[rows, c]), on(&col[..rows / 2], &[rows / 2, 1]), on(&row, &[c]), on(&[0.5], &[1])];
+                assert!(fused(&f, &odd, &[rows, c]).is_none(), "{name}: half a column");
             }
         }
     }

@@ -382,6 +382,18 @@ fn pop_float(inputs: &mut Vec<Value>, ctx: &KernelCtx<'_>) -> Result<T> {
     }
 }
 
+/// `code` over `inputs` (each of `out_shape`, a single element, or a row of its last
+/// axis) as one generated kernel on a cubecl device, unless `ENGINE_ELEMENTWISE=ops`;
+/// `None` elsewhere, and the caller runs burn's ops.
+#[allow(unused_variables)]
+fn generated(code: impl FnOnce() -> Vec<engine_graph::ops::Instr>, inputs: &[&T], out_shape: &[usize]) -> Option<T> {
+    #[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
+    if elementwise_kernel::chosen() {
+        return elementwise_kernel::program(code(), inputs, out_shape);
+    }
+    None
+}
+
 /// `activation(y + bias + skip)` with the bias broadcast over the last axis: one
 /// generated kernel on a cubecl device (unless `ENGINE_ELEMENTWISE=ops`), where burn's ops
 /// pass over the output two or three times.

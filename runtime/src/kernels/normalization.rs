@@ -2,14 +2,16 @@
 //! `[rows, features]`: the statistics reduce the rows (batch) or the features (layer),
 //! and the same arithmetic serves both.
 
-use super::{KernelCtx, dims, staged_reduce};
+use super::{KernelCtx, dims, generated, staged_reduce};
 use crate::{
     Result, Value,
     value::{B, T},
 };
 use burn::backend::ops::FloatTensorOps;
 use burn::tensor::Shape as BurnShape;
-use engine_graph::ops::{FusedNormalization, FusedNormalizationGrad, Normalization};
+use engine_graph::ops::ElementOp::{Add, Mul, Square, Sub};
+use engine_graph::ops::Operand::{Input as I, Temp as Tm};
+use engine_graph::ops::{ElementOp, FusedNormalization, FusedNormalizationGrad, Instr, Normalization, Operand};
 
 fn axis(kind: Normalization) -> usize {
     match kind {
@@ -48,17 +50,25 @@ pub(super) fn forward(op: &FusedNormalization, inputs: Vec<Value>, ctx: &KernelC
     let a = axis(op.kind);
     let x = matrix(x, c);
     let mean = staged_reduce::mean_dim(x.clone(), a);
+    let stats = ctx.out_shape(1)?;
+    let (gamma, beta) = (gamma.map(|g| matrix(g, c)), beta.map(|b| matrix(b, c)));
+    let [y, var] = forward_generated(op, &x, &mean, gamma.as_ref(), beta.as_ref())
+        .unwrap_or_else(|| forward_ops(op, x, &mean, gamma, beta));
+    Ok([shaped(y, &shape), shaped(mean, &stats), shaped(var, &stats)].into_iter().map(Value::Float).collect())
+}
+
+/// The forward's `[y, var]` from burn's ops (`gamma` and `beta` as `[1, c]`).
+fn forward_ops(op: &FusedNormalization, x: T, mean: &T, gamma: Option<T>, beta: Option<T>) -> [T; 2] {
     let centered = B::float_sub(x, mean.clone());
-    let var = staged_reduce::mean_dim(B::float_mul(centered.clone(), centered.clone()), a);
+    let var = staged_reduce::mean_dim(B::float_mul(centered.clone(), centered.clone()), axis(op.kind));
     let mut y = B::float_mul(centered, rstd(var.clone(), op.epsilon));
     if let Some(g) = gamma {
-        y = B::float_mul(y, matrix(g, c));
+        y = B::float_mul(y, g);
     }
     if let Some(b) = beta {
-        y = B::float_add(y, matrix(b, c));
+        y = B::float_add(y, b);
     }
-    let stats = ctx.out_shape(1)?;
-    Ok([shaped(y, &shape), shaped(mean, &stats), shaped(var, &stats)].into_iter().map(Value::Float).collect())
+    [y, var]
 }
 
 /// With `xhat = (x - mean) * rstd` and `h = dy * gamma`, along the statistics' axis:
@@ -81,13 +91,22 @@ pub(super) fn backward(op: &FusedNormalizationGrad, inputs: Vec<Value>, ctx: &Ke
     let (dy, x) = (matrix(dy, c), matrix(x, c));
     let stats = |t: T| if a == 0 { matrix(t, c) } else { B::float_reshape(t, BurnShape::new([dims(&x)[0], 1])) };
     let (mean, r) = (stats(mean?), stats(rstd(var?, op.epsilon)));
+    let gamma = gamma.map(|g| matrix(g, c));
+    let [dx, dgamma, dbeta] = backward_generated(a, &dy, &x, gamma.as_ref(), &mean, &r)
+        .unwrap_or_else(|| backward_ops(a, dy, x, gamma, mean, r));
+    Ok([shaped(dx, &shape), shaped(dgamma, &[c]), shaped(dbeta, &[c])].into_iter().map(Value::Float).collect())
+}
+
+/// The backward's `[dx, dγ, dβ]` from burn's ops (`gamma` as `[1, c]`, `mean` and `r` as
+/// the statistics' rows or columns).
+fn backward_ops(a: usize, dy: T, x: T, gamma: Option<T>, mean: T, r: T) -> [T; 3] {
     let xhat = B::float_mul(B::float_sub(x.clone(), mean), r.clone());
     let dgamma = staged_reduce::sum_dim(B::float_mul(dy.clone(), xhat.clone()), 0);
     let dbeta = staged_reduce::sum_dim(dy.clone(), 0);
     let dx = if a == 0 {
         let rows = (dims(&x)[0] as f64).max(1.0);
         let scale = match gamma {
-            Some(g) => B::float_mul(r, matrix(g, c)),
+            Some(g) => B::float_mul(r, g),
             None => r,
         };
         let m1 = B::float_div_scalar(dbeta.clone(), rows.into());
@@ -96,7 +115,7 @@ pub(super) fn backward(op: &FusedNormalizationGrad, inputs: Vec<Value>, ctx: &Ke
         B::float_mul(inner, scale)
     } else {
         let h = match gamma {
-            Some(g) => B::float_mul(dy, matrix(g, c)),
+            Some(g) => B::float_mul(dy, g),
             None => dy,
         };
         let mh = staged_reduce::mean_dim(h.clone(), a);
@@ -104,5 +123,151 @@ pub(super) fn backward(op: &FusedNormalizationGrad, inputs: Vec<Value>, ctx: &Ke
         let inner = B::float_sub(B::float_sub(h, mh), B::float_mul(xhat, mhx));
         B::float_mul(inner, r)
     };
-    Ok([shaped(dx, &shape), shaped(dgamma, &[c]), shaped(dbeta, &[c])].into_iter().map(Value::Float).collect())
+    [dx, dgamma, dbeta]
+}
+
+fn ins(op: ElementOp, a: Operand, b: Operand) -> Instr {
+    Instr { op, args: [a, b] }
+}
+
+/// `x̂ · a` with `x̂ = (x − mean) · rstd`, over `[a, x, mean, rstd]`.
+fn xhat_times() -> Vec<Instr> {
+    vec![ins(Sub, I(1), I(2)), ins(Mul, Tm(0), I(3)), ins(Mul, I(0), Tm(1))]
+}
+
+/// The forward's `[y, var]` from generated kernels on a cubecl device: the statistics
+/// are rows of the features (batch) or one value per row (layer), which the generated
+/// kernel reads as such, so `(x − mean)²` and `(x − mean) · rstd · γ + β` are one pass
+/// over the input each, where burn's ops take two and three and store the centered input.
+/// `None` where a kernel does not apply (then burn's ops run it all).
+fn forward_generated(op: &FusedNormalization, x: &T, mean: &T, gamma: Option<&T>, beta: Option<&T>) -> Option<[T; 2]> {
+    let (shape, a) = (dims(x), axis(op.kind));
+    let sq = generated(|| vec![ins(Sub, I(0), I(1)), ins(Square, Tm(0), Tm(0))], &[x, mean], &shape)?;
+    let var = staged_reduce::mean_dim(sq, a);
+    let r = rstd(var.clone(), op.epsilon);
+    // Batch normalization's rstd is a row like γ, so the two are one factor.
+    let factors = match gamma {
+        Some(g) if a == 0 => vec![B::float_mul(r, g.clone())],
+        Some(g) => vec![r, g.clone()],
+        None => vec![r],
+    };
+    let mut inputs = vec![x, mean];
+    let mut code = vec![ins(Sub, I(0), I(1))];
+    for f in &factors {
+        inputs.push(f);
+        code.push(ins(Mul, Tm(code.len() - 1), I(inputs.len() - 1)));
+    }
+    if let Some(b) = beta {
+        inputs.push(b);
+        code.push(ins(Add, Tm(code.len() - 1), I(inputs.len() - 1)));
+    }
+    let y = generated(|| code, &inputs, &shape)?;
+    Some([y, var])
+}
+
+/// The backward's `[dx, dγ, dβ]` from generated kernels on a cubecl device (`mean` and
+/// `r`, the rstd, shaped as rows or columns of the input as for [`forward_generated`]).
+/// `dγ = Σ dy · x̂` comes from one pass. Batch normalization then takes one more:
+/// `dx = (dy − m1 − (x − mean) · k) · scale` with the rows `m1 = Σdy / rows`,
+/// `k = rstd · dγ / rows` and `scale = rstd · γ` (seven passes by burn's ops). Layer
+/// normalization, with `h = dy · γ`, takes `h` and `h · x̂` for their row means, then
+/// `dx = (h − mean(h) − x̂ · mean(h · x̂)) · rstd`: four where burn's ops take nine.
+fn backward_generated(a: usize, dy: &T, x: &T, gamma: Option<&T>, mean: &T, r: &T) -> Option<[T; 3]> {
+    let shape = dims(x);
+    let p = generated(xhat_times, &[dy, x, mean, r], &shape)?;
+    let dgamma = staged_reduce::sum_dim(p.clone(), 0);
+    let dbeta = staged_reduce::sum_dim(dy.clone(), 0);
+    let dx = if a == 0 {
+        let rows = (shape[0] as f64).max(1.0);
+        let m1 = B::float_div_scalar(dbeta.clone(), rows.into());
+        let k = B::float_mul(B::float_div_scalar(dgamma.clone(), rows.into()), r.clone());
+        let scale = match gamma {
+            Some(g) => B::float_mul(r.clone(), g.clone()),
+            None => r.clone(),
+        };
+        let code = || {
+            vec![
+                ins(Sub, I(1), I(2)),
+                ins(Mul, Tm(0), I(4)),
+                ins(Sub, I(0), I(3)),
+                ins(Sub, Tm(2), Tm(1)),
+                ins(Mul, Tm(3), I(5)),
+            ]
+        };
+        generated(code, &[dy, x, mean, &m1, &k, &scale], &shape)?
+    } else {
+        let h = match gamma {
+            Some(g) => generated(|| vec![ins(Mul, I(0), I(1))], &[dy, g], &shape)?,
+            None => dy.clone(),
+        };
+        let hx = match gamma {
+            Some(_) => generated(xhat_times, &[&h, x, mean, r], &shape)?,
+            None => p,
+        };
+        let (mh, mhx) = (staged_reduce::mean_dim(h.clone(), 1), staged_reduce::mean_dim(hx, 1));
+        let code = || {
+            vec![
+                ins(Sub, I(1), I(2)),
+                ins(Mul, Tm(0), I(3)),
+                ins(Mul, Tm(1), I(5)),
+                ins(Sub, I(0), I(4)),
+                ins(Sub, Tm(3), Tm(2)),
+                ins(Mul, Tm(4), I(3)),
+            ]
+        };
+        generated(code, &[&h, x, mean, r, &mh, &mhx], &shape)?
+    };
+    Some([dx, dgamma, dbeta])
+}
+
+#[cfg(all(test, any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
+mod tests {
+    use super::*;
+    use crate::Precision;
+    use crate::value::{float_from_f64, float_values};
+
+    fn close(what: &str, got: T, want: T) {
+        let (got, want) = (float_values(got), float_values(want));
+        assert_eq!(got.len(), want.len(), "{what}");
+        for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+            assert!((a - b).abs() <= 1e-5 * (1.0 + b.abs()), "{what}: [{i}] {a} against {b}");
+        }
+    }
+
+    /// On every test device, batch and layer normalization's generated passes equal
+    /// burn's ops within 1e-5, forward and backward, with and without γ and β, over rows
+    /// of 8, 6 and 5 features (four, two and one to a thread).
+    #[test]
+    fn generated_passes_equal_the_ops() {
+        for (name, device) in crate::device::test_devices() {
+            let on = |d: Vec<f64>, shape: &[usize]| float_from_f64(shape, d, &device, Precision::F32);
+            for (kind, a) in [(Normalization::Batch, 0), (Normalization::Layer, 1)] {
+                for c in [8, 6, 5] {
+                    let rows = 36;
+                    let x = on((0..rows * c).map(|i| ((i * 29 % 83) as f64 - 41.0) / 8.0).collect(), &[rows, c]);
+                    let dy = on((0..rows * c).map(|i| ((i * 31 % 79) as f64 - 39.0) / 16.0).collect(), &[rows, c]);
+                    let g = on((0..c).map(|i| 0.5 + i as f64 * 0.25).collect(), &[1, c]);
+                    let b = on((0..c).map(|i| i as f64 * 0.5 - 1.0).collect(), &[1, c]);
+                    for (scale, center) in [(true, true), (false, false), (true, false), (false, true)] {
+                        let case = format!("{name}, {kind:?}, {c} features, scale {scale}, center {center}");
+                        let op = FusedNormalization { kind, epsilon: 1e-3, scale, center };
+                        let (g, b) = (scale.then(|| g.clone()), center.then(|| b.clone()));
+                        let mean = staged_reduce::mean_dim(x.clone(), a);
+                        let [y, var] = forward_generated(&op, &x, &mean, g.as_ref(), b.as_ref())
+                            .unwrap_or_else(|| panic!("{case}: not generated"));
+                        let [y_ops, var_ops] = forward_ops(&op, x.clone(), &mean, g.clone(), b.clone());
+                        close(&format!("{case}: var"), var.clone(), var_ops);
+                        close(&format!("{case}: y"), y, y_ops);
+                        let r = rstd(var, op.epsilon);
+                        let got = backward_generated(a, &dy, &x, g.as_ref(), &mean, &r)
+                            .unwrap_or_else(|| panic!("{case}: backward not generated"));
+                        let want = backward_ops(a, dy.clone(), x.clone(), g, mean, r);
+                        for ((what, got), want) in ["dx", "dgamma", "dbeta"].iter().zip(got).zip(want) {
+                            close(&format!("{case}: {what}"), got, want);
+                        }
+                    }
+                }
+            }
+        }
+    }
 }
