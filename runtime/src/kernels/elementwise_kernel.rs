@@ -26,7 +26,7 @@ pub(super) fn chosen() -> bool {
 /// elements (single elements and columns). cubecl 0.11's tensors are unsized, so a kernel
 /// cannot take a sequence of them, and each slot is an argument. A program with more
 /// inputs of either kind runs op by op.
-const WIDE_SLOTS: usize = 6;
+const WIDE_SLOTS: usize = 8;
 const SINGLE_SLOTS: usize = 4;
 
 /// How an input is read, as the kernel's comptime code for it: an element per output
@@ -115,6 +115,8 @@ pub(super) fn fused(f: &FusedElementwise, inputs: &[Value], out_shape: &[usize])
             w(3),
             w(4),
             w(5),
+            w(6),
+            w(7),
             s(0),
             s(1),
             s(2),
@@ -228,6 +230,8 @@ fn elementwise_kernel<E: Float, N: Size>(
     w3: &Tensor<Vector<E, N>>,
     w4: &Tensor<Vector<E, N>>,
     w5: &Tensor<Vector<E, N>>,
+    w6: &Tensor<Vector<E, N>>,
+    w7: &Tensor<Vector<E, N>>,
     s0: &Tensor<E>,
     s1: &Tensor<E>,
     s2: &Tensor<E>,
@@ -279,6 +283,10 @@ fn elementwise_kernel<E: Float, N: Size>(
                 v = w4[i];
             } else if comptime!(at == 5) {
                 v = w5[i];
+            } else if comptime!(at == 6) {
+                v = w6[i];
+            } else if comptime!(at == 7) {
+                v = w7[i];
             }
             regs.push(v);
         }
