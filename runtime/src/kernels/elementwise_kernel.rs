@@ -8,6 +8,7 @@
 //! meant to remove; under a step graph the launches cost little, the traffic does not.
 //! XLA and inductor generate such loops per fusion for the same reason.
 
+use super::ins;
 use crate::Value;
 use crate::device::cube::{Cube, empty_contiguous, float_buffer, float_tensor, launched};
 use crate::value::T;
@@ -141,14 +142,14 @@ pub(super) fn epilogue(y: &T, bias: &T, skip: Option<&T>, relu: bool) -> Option<
     use Operand::{Input, Temp};
     let shape = float_buffer(y)?.0.meta.shape().to_vec();
     let mut inputs = vec![y, bias];
-    let mut code = vec![Instr { op: ElementOp::Add, args: [Input(0), Input(1)] }];
+    let mut code = vec![ins(ElementOp::Add, Input(0), Input(1))];
     if let Some(s) = skip {
         inputs.push(s);
-        code.push(Instr { op: ElementOp::Add, args: [Temp(0), Input(2)] });
+        code.push(ins(ElementOp::Add, Temp(0), Input(2)));
     }
     if relu {
         let last = Temp(code.len() - 1);
-        code.push(Instr { op: ElementOp::Relu, args: [last, last] });
+        code.push(ins(ElementOp::Relu, last, last));
     }
     program(code, &inputs, &shape)
 }
@@ -338,10 +339,6 @@ mod tests {
     use crate::Precision;
     use crate::value::{float_from_f64, float_values};
     use burn::backend::{DispatchDevice, FlexDevice};
-
-    fn ins(op: ElementOp, a: Operand, b: Operand) -> Instr {
-        Instr { op, args: [a, b] }
-    }
 
     /// The program on the host, op by op, with the unfused kernels' rules.
     fn reference(f: &FusedElementwise, inputs: &[Vec<f64>], n: usize) -> Vec<f64> {

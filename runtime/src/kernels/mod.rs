@@ -382,8 +382,17 @@ fn pop_float(inputs: &mut Vec<Value>, ctx: &KernelCtx<'_>) -> Result<T> {
     }
 }
 
-/// `code` over `inputs` (each of `out_shape`, a single element, or a row of its last
-/// axis) as one generated kernel on a cubecl device, unless `ENGINE_ELEMENTWISE=ops`;
+/// One instruction of an elementwise program, as the kernels built from them write it.
+fn ins(
+    op: engine_graph::ops::ElementOp,
+    a: engine_graph::ops::Operand,
+    b: engine_graph::ops::Operand,
+) -> engine_graph::ops::Instr {
+    engine_graph::ops::Instr { op, args: [a, b] }
+}
+
+/// `code` over `inputs` (each of `out_shape`, a single element, a row of its last axis
+/// or one value per row) as one generated kernel on a cubecl device, unless `ENGINE_ELEMENTWISE=ops`;
 /// `None` elsewhere, and the caller runs burn's ops.
 #[allow(unused_variables)]
 fn generated(code: impl FnOnce() -> Vec<engine_graph::ops::Instr>, inputs: &[&T], out_shape: &[usize]) -> Option<T> {

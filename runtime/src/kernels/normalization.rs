@@ -2,7 +2,7 @@
 //! `[rows, features]`: the statistics reduce the rows (batch) or the features (layer),
 //! and the same arithmetic serves both.
 
-use super::{KernelCtx, dims, generated, staged_reduce};
+use super::{KernelCtx, dims, generated, ins, staged_reduce};
 use crate::{
     Result, Value,
     value::{B, T},
@@ -11,7 +11,7 @@ use burn::backend::ops::FloatTensorOps;
 use burn::tensor::Shape as BurnShape;
 use engine_graph::ops::ElementOp::{Add, Mul, Square, Sub};
 use engine_graph::ops::Operand::{Input as I, Temp as Tm};
-use engine_graph::ops::{ElementOp, FusedNormalization, FusedNormalizationGrad, Instr, Normalization, Operand};
+use engine_graph::ops::{FusedNormalization, FusedNormalizationGrad, Instr, Normalization};
 
 fn axis(kind: Normalization) -> usize {
     match kind {
@@ -124,10 +124,6 @@ fn backward_ops(a: usize, dy: T, x: T, gamma: Option<T>, mean: T, r: T) -> [T; 3
         B::float_mul(inner, r)
     };
     [dx, dgamma, dbeta]
-}
-
-fn ins(op: ElementOp, a: Operand, b: Operand) -> Instr {
-    Instr { op, args: [a, b] }
 }
 
 /// `x̂ · a` with `x̂ = (x − mean) · rstd`, over `[a, x, mean, rstd]`.
