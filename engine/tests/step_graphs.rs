@@ -23,6 +23,9 @@ fn start(spec: &str, device: &str, graph: bool, dir: &std::path::Path) -> Result
         .args(["--set", "eval_input=None", "--set", "run_config.log_step_count_steps=1"])
         .args(["--set", "train_input.batch_size=4", "--set", "run_config.save_checkpoints_steps=1000"])
         .env("ENGINE_STEP_GRAPH", if graph { "on" } else { "off" })
+        // The fixed rule, not each process's measurements: two processes may measure two
+        // convolution forms as fastest, which round their sums differently.
+        .env("ENGINE_CONV_KERNELS", "rules")
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
         .spawn()?)

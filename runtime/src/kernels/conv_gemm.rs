@@ -9,13 +9,12 @@
 //! (here split over the batch, then summed), and the NHWC layout needs no permute around
 //! it. What it costs is the patch matrix, the input `kh · kw` times over: it is built for
 //! as many examples at a time as fit [`MOST_PATCH_BYTES`] and the device's largest
-//! buffer. So a pass runs as a GEMM where a direct kernel would have too few threads to
-//! fill a GPU, filter gradients above all, or long sums to run serially per thread
-//! ([`prefer_gemm`]). Grouped and dilated convolutions, and one example whose patches do
-//! not fit, keep burn's kernels.
+//! buffer. It wins where a direct kernel would have too few threads to fill a GPU, filter
+//! gradients above all, or long sums to run serially per thread; `conv_form` measures
+//! which form a pass runs. Grouped and dilated convolutions, and one example whose
+//! patches do not fit, keep burn's kernels.
 //!
-//! lavapipe runs the same choice, since it is there to check what GPUs run, though it is
-//! slower there: its "threads" are the CPU's vector lanes, so a matmul tile's idle lanes
+//! On lavapipe, whose "threads" are the CPU's vector lanes, a matmul tile's idle lanes
 //! cost real time (the CNN's filter gradient at batch 64: 73 ms against the direct
 //! kernel's 25; with every pass a GEMM, the residual model's steps took twice as long).
 
@@ -30,73 +29,6 @@ use engine_graph::ops::Conv2d;
 /// filter values: enough independent outputs to fill a GPU, few enough that the partial
 /// sums stay small next to the patches.
 const SPLIT_OUTPUTS: usize = 1 << 20;
-
-/// A direct kernel runs one thread per output value: with fewer outputs than this (about
-/// the threads an H100 keeps resident, 132 SMs × 2048) it leaves most of a GPU idle,
-/// however long each thread's sum.
-const DIRECT_MIN_OUTPUTS: usize = 1 << 18;
-
-/// From this many products per output value a GEMM wins even where a direct kernel has
-/// threads enough: each direct thread runs its sum serially from memory, a GEMM shares
-/// loads across a tile. Measured on an H200 (BENCHMARKS.md): with every pass a GEMM, the
-/// VGG spec (sums of 576 and 1,152) ran twice as fast, while the residual model (sums of
-/// 9 and 144) ran 19 % slower and the tutorial CNN at 512 (9, 288 and 576) 7 % slower;
-/// from 256 on, that CNN ran 24 % faster than with direct kernels wherever threads were
-/// enough (from 512 on, 12 %).
-const GEMM_MIN_DEPTH: usize = 256;
-
-/// Which kernels run a convolution pass where both apply: `ENGINE_CONV_KERNELS=gemm` or
-/// `direct` sets it for the whole process (a benchmark's lever, to compare them with one
-/// binary on a GPU); unset or `auto`, the GEMM where the pass has fewer than
-/// [`DIRECT_MIN_OUTPUTS`] outputs or sums at least [`GEMM_MIN_DEPTH`] products into each
-/// (`ENGINE_CONV_GEMM_DEPTH=N` moves that bound, for the same benchmarks). `depth` is the
-/// pass's products per output value.
-pub(super) fn prefer_gemm(outputs: usize, depth: usize) -> bool {
-    static LEVERS: std::sync::OnceLock<Levers> = std::sync::OnceLock::new();
-    LEVERS
-        .get_or_init(|| {
-            Levers::read(
-                std::env::var("ENGINE_CONV_KERNELS").ok().as_deref(),
-                std::env::var("ENGINE_CONV_GEMM_DEPTH").ok().as_deref(),
-            )
-        })
-        .prefer_gemm(outputs, depth)
-}
-
-/// The benchmark levers of [`prefer_gemm`], read once.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Levers {
-    /// `Some` when `ENGINE_CONV_KERNELS` forces one form.
-    forced: Option<bool>,
-    min_depth: usize,
-}
-
-impl Levers {
-    /// From the variables' values; a malformed one is warned about and the default kept.
-    fn read(kernels: Option<&str>, depth: Option<&str>) -> Levers {
-        let forced = match kernels {
-            Some("gemm") => Some(true),
-            Some("direct") => Some(false),
-            Some("auto") | None => None,
-            Some(other) => {
-                log::warn!("ENGINE_CONV_KERNELS={other} is not auto, gemm or direct; using auto");
-                None
-            }
-        };
-        let min_depth = match depth {
-            None => GEMM_MIN_DEPTH,
-            Some(v) => v.parse().unwrap_or_else(|_| {
-                log::warn!("ENGINE_CONV_GEMM_DEPTH={v} is not a count; using {GEMM_MIN_DEPTH}");
-                GEMM_MIN_DEPTH
-            }),
-        };
-        Levers { forced, min_depth }
-    }
-
-    fn prefer_gemm(self, outputs: usize, depth: usize) -> bool {
-        self.forced.unwrap_or(outputs < DIRECT_MIN_OUTPUTS || depth >= self.min_depth)
-    }
-}
 
 /// The largest patch matrix built at once. A GEMM over more rows than this gains nothing
 /// (it already fills the device) and holds the memory while the op runs.
@@ -485,29 +417,6 @@ mod tests {
         assert_eq!(batch_chunk(250, 1000, 100_000), Some(50));
         assert_eq!(batch_chunk(7, 1000, 6_000), Some(1));
         assert_eq!(batch_chunk(7, 1000, 999), None);
-    }
-
-    /// The rule as the H200 measured it: long sums and passes with few outputs run as
-    /// GEMMs, short sums over many outputs as direct kernels; the levers force either form
-    /// or move the bound, and a malformed lever keeps the default.
-    #[test]
-    fn convolution_passes_choose_their_form_by_outputs_and_sum_length() {
-        let auto = Levers::read(None, None);
-        assert_eq!(auto, Levers { forced: None, min_depth: GEMM_MIN_DEPTH });
-        let many = DIRECT_MIN_OUTPUTS * 4;
-        // The residual model's first layer (3x3 over 1 channel, 9 products) at batch 256.
-        assert!(!auto.prefer_gemm(many, 9));
-        // The tutorial CNN's second layer (3x3 over 32 channels, 288) and VGG's (576, 1,152).
-        assert!(auto.prefer_gemm(many, 288) && auto.prefer_gemm(many, 1152));
-        assert!(!auto.prefer_gemm(many, GEMM_MIN_DEPTH - 1) && auto.prefer_gemm(many, GEMM_MIN_DEPTH));
-        // A filter gradient: few outputs (a 3x3x32x64 filter), however short or long its sum.
-        assert!(auto.prefer_gemm(3 * 3 * 32 * 64, 9) && auto.prefer_gemm(DIRECT_MIN_OUTPUTS - 1, 1));
-        let gemm = Levers::read(Some("gemm"), None);
-        let direct = Levers::read(Some("direct"), Some("16"));
-        assert!(gemm.prefer_gemm(many, 1) && !direct.prefer_gemm(1, 100_000));
-        let shallow = Levers::read(Some("auto"), Some("16"));
-        assert!(shallow.prefer_gemm(many, 16) && !shallow.prefer_gemm(many, 15));
-        assert_eq!(Levers::read(Some("fastest"), Some("deep")), auto);
     }
 
     #[test]

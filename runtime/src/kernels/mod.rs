@@ -18,7 +18,9 @@ pub(crate) use cpu::large_f32_kernel;
 pub(crate) use dropout::step_seed as dropout_seed;
 pub(crate) use row_sparse::all_gather_rows;
 mod conv;
+mod conv_form;
 mod conv_gemm;
+mod conv_implicit;
 mod cpu;
 mod dropout;
 #[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
