@@ -20,8 +20,9 @@
 #
 # 1. The builds side by side on the launch-bound row (the tutorial CNN at 64 on cuda:0),
 #    with PyTorch eager, and on the residual model at 256: steady rate, time to first step
-#    and device reads of each; then the fastest build with ENGINE_CONV_KERNELS=gemm (every
-#    convolution pass a GEMM) against its default on the rows with large convolutions,
+#    and device reads of each; then the fastest build's default (each convolution pass's
+#    form measured at the first step) against ENGINE_CONV_KERNELS=rules, =implicit and
+#    =gemm on the rows with large convolutions, with the forms measured,
 #    ENGINE_CONV_PATCHES=ops (the patch matrices from burn's slices and copies, as
 #    before 32b8c78) against the default's one patch kernel, and ENGINE_ELEMENTWISE=ops
 #    (each fused elementwise program's instructions one kernel each) against the default's
@@ -127,20 +128,30 @@ for row in cnn:64 residual:256; do
   m=${row%:*} b=${row#*:}
   engine_row "$best" "seq-$m$b" "$m" "$b" ENGINE_PIPELINE=off
 done
-# Every convolution pass as a GEMM (ENGINE_CONV_KERNELS=gemm) against the default, which
-# leaves passes with 2^18 outputs or more to burn's direct kernels, on the rows that have
-# such passes; the faster form measures the table.
-gemm_wins=0
+# The convolution forms: the default measures each pass's forms at the first step and keeps
+# the fastest (ENGINE_CONV_KERNELS=measure); against it, the fixed rule fitted on the H200
+# (rules: a GEMM below 2^18 outputs or from 256 products per output), every pass a GEMM
+# (gemm) and cubek's implicit GEMM wherever it takes the pass (implicit), on the rows with
+# large convolutions. The forms each pass measured go to forms-ROW.txt (a 3-step run's
+# debug lines). The faster of measure and rules measures the table.
+conv_env=()
 skips conv ||
 for row in residual:256 vgg:128 resnet:128 cnn:512; do
   m=${row%:*} b=${row#*:}
   [ -f "$R/$best-$m$b.json" ] || engine_row "$best" "$best-$m$b" "$m" "$b"
-  engine_row "$best" "gemm-$m$b" "$m" "$b" ENGINE_CONV_KERNELS=gemm
-  [ "$(rate "$R/gemm-$m$b.json")" -gt "$(rate "$R/$best-$m$b.json")" ] && gemm_wins=$((gemm_wins + 1))
+  for form in rules implicit gemm; do engine_row "$best" "$form-$m$b" "$m" "$b" ENGINE_CONV_KERNELS=$form; done
+  [ "$(left)" -gt 60 ] && ENGINE_LOG=debug timeout -k 5 40 "$G/$best" run "specs/fashion_mnist_$m.ron" --device cuda:0 \
+    --model-dir "/tmp/gpu_session_forms_$m" --max-steps 3 --set eval_input=None --set "train_input.batch_size=$b" 2>&1 |
+    grep ' → \|not used' >"$R/forms-$m$b.txt"
+  say "  forms measured, $m $b: $(grep -o '→ [a-z]*' "$R/forms-$m$b.txt" | sort | uniq -c | tr -s ' \n' ' ')"
 done
-conv_env=()
-[ "$gemm_wins" -ge 3 ] && conv_env=(ENGINE_CONV_KERNELS=gemm)
-skips conv || say "every convolution as a GEMM was faster on $gemm_wins of 4 rows; the table runs with: ${conv_env[*]:-the default}"
+rules_wins=0
+for row in residual:256 vgg:128 resnet:128 cnn:512; do
+  m=${row%:*} b=${row#*:}
+  [ -f "$R/rules-$m$b.json" ] && [ "$(rate "$R/rules-$m$b.json")" -gt "$(rate "$R/$best-$m$b.json")" ] && rules_wins=$((rules_wins + 1))
+done
+[ "$rules_wins" -ge 3 ] && conv_env=(ENGINE_CONV_KERNELS=rules)
+skips conv || say "the fixed rule was faster than measuring on $rules_wins of 4 rows; the table runs with: ${conv_env[*]:-the default}"
 
 # The convolutions' patch matrices built from burn's ops (ENGINE_CONV_PATCHES=ops) against
 # the one kernel the default runs, on the rows whose steps are mostly convolutions.
