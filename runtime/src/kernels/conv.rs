@@ -118,7 +118,7 @@ fn backprop_filter_in(c: &Conv2dBackpropFilter, x: T, gy: T, ctx: &KernelCtx<'_>
     let w_shape = [c.filter_hw[0], c.filter_hw[1], xd[3] / c.groups.max(1), gd[3]];
     let gemm = gemm(&conv, c.filter_hw, in_hw, |g| g.patch_values(xd[3]), xd[0], ctx)?;
     let outputs = c.filter_hw[0] * c.filter_hw[1] * xd[3] * gd[3];
-    let what = format!("filter gradient x{xd:?} gy{gd:?}");
+    let what = format!("filter gradient x{xd:?} gy{gd:?} k{:?}", c.filter_hw);
     let pass = pass(&conv, what, gemm.is_some(), outputs, xd[0] * gd[1] * gd[2], &x);
     conv_form::run(&pass, ctx, &mut |form| {
         Ok(match form {

@@ -186,7 +186,9 @@ fn run_with(
             if measurable(ctx) {
                 let forms: Vec<Form> = Form::ALL.into_iter().filter(|f| applies(*f)).collect();
                 let (form, y) = measure(pass, ctx, &forms, run)?;
-                chosen().lock().unwrap_or_else(|e| e.into_inner()).insert(key, form);
+                if let Some(form) = form {
+                    chosen().lock().unwrap_or_else(|e| e.into_inner()).insert(key, form);
+                }
                 return Ok(y);
             }
         }
@@ -210,13 +212,15 @@ fn measurable(_: &KernelCtx<'_>) -> bool {
 }
 
 /// Each form's first run (its kernels compiled), those that disagree with the direct
-/// kernel dropped, the rest timed; the fastest form and its first run's result.
+/// kernel dropped, the rest timed; the fastest form and its first run's result. No form
+/// where the direct kernel's result is not finite (a step the numerics checks will stop
+/// says nothing about the forms): its result then, and the next pass measures again.
 fn measure(
     pass: &Pass,
     ctx: &KernelCtx<'_>,
     forms: &[Form],
     run: &mut dyn FnMut(Form) -> Result<Option<T>>,
-) -> Result<(Form, T)> {
+) -> Result<(Option<Form>, T)> {
     let mut results = Vec::new();
     for &form in forms {
         if let Some(y) = run(form)? {
@@ -226,9 +230,14 @@ fn measure(
     let Some(reference) = results.iter().find(|(f, _)| *f == Form::Direct).map(|(_, y)| y.clone()) else {
         return Err(ctx.err("the direct convolution did not run"));
     };
+    let size = largest(&reference)?;
+    if !size.is_finite() {
+        return Ok((None, reference));
+    }
     let mut agreed = Vec::new();
     for (form, y) in results {
-        let gap = if form == Form::Direct { 0.0 } else { relative_gap(&y, &reference)? };
+        let gap = if form == Form::Direct { 0.0 } else { largest(&B::float_sub(y.clone(), reference.clone()))? };
+        let gap = gap / size.max(f64::MIN_POSITIVE);
         if gap <= tolerance(&reference) {
             agreed.push((form, y));
         } else {
@@ -241,7 +250,8 @@ fn measure(
         }
     }
     if agreed.len() == 1 {
-        return Ok(agreed.remove(0));
+        let (form, y) = agreed.remove(0);
+        return Ok((Some(form), y));
     }
     let mut times = Vec::with_capacity(agreed.len());
     for (form, _) in &agreed {
@@ -250,7 +260,8 @@ fn measure(
     let best = (0..agreed.len()).min_by_key(|&i| times[i]).unwrap_or(0);
     let said: Vec<String> = agreed.iter().zip(&times).map(|((f, _), t)| format!("{} {t:.1?}", f.name())).collect();
     log::debug!("{} ({}): {} → {}", ctx.node.name, pass.key, said.join(", "), agreed[best].0.name());
-    Ok(agreed.swap_remove(best))
+    let (form, y) = agreed.swap_remove(best);
+    Ok((Some(form), y))
 }
 
 /// The fastest of a few runs of `f`, each waited for on the device: as many as fit in
@@ -275,14 +286,16 @@ fn timed(device: &DispatchDevice, mut f: impl FnMut() -> Result<()>) -> Result<D
 const MEASURE_FOR: Duration = Duration::from_millis(3);
 const MOST_RUNS: usize = 5;
 
-/// `max |y − reference| / max |reference|`, read back in one transfer.
-fn relative_gap(y: &T, reference: &T) -> Result<f64> {
-    let gap = B::float_max(B::float_abs(B::float_sub(y.clone(), reference.clone())));
-    let size = B::float_max(B::float_abs(reference.clone()));
-    let both = B::float_cat(vec![B::float_reshape(gap, [1].into()), B::float_reshape(size, [1].into())], 0);
+/// `max |t|`, read back; infinite where `t` holds a value that is not finite. The sum of
+/// `|t|` is read with it since a device's max may pass over a NaN, where a sum cannot
+/// (the numerics probes' reason too).
+fn largest(t: &T) -> Result<f64> {
+    let abs = B::float_abs(t.clone());
+    let (max, sum) = (B::float_max(abs.clone()), B::float_sum(abs));
+    let both = B::float_cat(vec![B::float_reshape(max, [1].into()), B::float_reshape(sum, [1].into())], 0);
     let v = Value::Float(both).to_f64_vec()?;
-    let (gap, size) = (v[0], v[1]);
-    Ok(if gap.is_nan() { f64::INFINITY } else { gap / size.max(f64::MIN_POSITIVE) })
+    let (max, sum) = (v.first().copied().unwrap_or(f64::NAN), v.get(1).copied().unwrap_or(f64::NAN));
+    Ok(if max.is_finite() && sum.is_finite() { max } else { f64::INFINITY })
 }
 
 /// How far a form may stray from the direct kernel's result, relative to its largest

@@ -2,8 +2,8 @@ use super::*;
 use crate::Precision;
 use crate::kernels::{Memo, conv};
 use crate::value::{float_from_f64, float_values};
-use burn::backend::FlexDevice;
 use burn::backend::ops::{ConvOptions, ModuleOps};
+use burn::backend::{FlexDevice, TensorMetadata};
 use engine_graph::ops::{Conv2d, Conv2dBackpropFilter, Conv2dBackpropInput, Padding};
 use engine_graph::{Node, Op};
 use std::cell::RefCell;
@@ -128,6 +128,26 @@ fn a_device_keeps_the_fastest_form_that_agrees_with_the_direct_kernel() {
             let y = run_with(&key("b"), &ctx(&n, &device, &memo, false), measure, &mut forms(false)).unwrap();
             assert!(same(&y, &right), "{name}: the direct kernel");
             ran.take();
+            // One NaN in an instant answer is a disagreement too, however a device's max
+            // treats it.
+            let mut values = float_values(right.clone());
+            values[7] = f64::NAN;
+            let poisoned = float_from_f64(&right.shape().to_vec(), values, &device, Precision::F32);
+            let mut nan_form = |form: Form| -> Result<Option<T>> {
+                Ok(Some(if form == Form::Direct { direct(&device) } else { poisoned.clone() }))
+            };
+            let y = run_with(&key("f"), &ctx(&n, &device, &memo, false), measure, &mut nan_form).unwrap();
+            assert!(same(&y, &right), "{name}: a NaN is not an answer");
+            // A direct result that is not finite says nothing about the forms: nothing is
+            // kept, and the next pass of the shape measures again.
+            let mut count = 0;
+            let mut not_finite = |_: Form| -> Result<Option<T>> {
+                count += 1;
+                Ok(Some(poisoned.clone()))
+            };
+            run_with(&key("g"), &ctx(&n, &device, &memo, false), measure, &mut not_finite).unwrap();
+            run_with(&key("g"), &ctx(&n, &device, &memo, false), measure, &mut not_finite).unwrap();
+            assert_eq!(count, 6, "{name}: three forms run each time, none kept");
         }
         let recorded = run_with(&key("c"), &ctx(&n, &device, &memo, true), measure, &mut forms(true)).unwrap();
         assert!(same(&recorded, &wrong), "{name}: recorded");
