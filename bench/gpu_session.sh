@@ -142,8 +142,8 @@ for row in residual:256 vgg:128 resnet:128 cnn:512; do
   for form in rules implicit gemm; do engine_row "$best" "$form-$m$b" "$m" "$b" ENGINE_CONV_KERNELS=$form; done
   [ "$(left)" -gt 60 ] && ENGINE_LOG=debug timeout -k 5 40 "$G/$best" run "specs/fashion_mnist_$m.ron" --device cuda:0 \
     --model-dir "/tmp/gpu_session_forms_$m" --max-steps 3 --set eval_input=None --set "train_input.batch_size=$b" 2>&1 |
-    grep ' → \|not used' >"$R/forms-$m$b.txt"
-  say "  forms measured, $m $b: $(grep -o '→ [a-z]*' "$R/forms-$m$b.txt" | sort | uniq -c | tr -s ' \n' ' ')"
+    grep ' → \|not used\|measured in this step' >"$R/forms-$m$b.txt"
+  say "  forms measured, $m $b: $(grep -o 'passes measured in this step, [0-9.]* s\|→ [a-z]*' "$R/forms-$m$b.txt" | sort | uniq -c | tr -s ' \n' ' ')"
 done
 rules_wins=0
 for row in residual:256 vgg:128 resnet:128 cnn:512; do

@@ -63,6 +63,14 @@ pub(super) enum Form {
 impl Form {
     const ALL: [Form; 3] = [Form::Gemm, Form::Implicit, Form::Direct];
 
+    fn index(self) -> usize {
+        match self {
+            Form::Direct => 0,
+            Form::Gemm => 1,
+            Form::Implicit => 2,
+        }
+    }
+
     fn name(self) -> &'static str {
         match self {
             Form::Direct => "direct",
@@ -221,6 +229,22 @@ fn measure(
     forms: &[Form],
     run: &mut dyn FnMut(Form) -> Result<Option<T>>,
 ) -> Result<(Option<Form>, T)> {
+    let start = Instant::now();
+    let out = measure_forms(pass, ctx, forms, run);
+    let mut m = measured().lock().unwrap_or_else(|e| e.into_inner());
+    m.took += start.elapsed();
+    if let Ok((Some(form), _)) = &out {
+        m.kept[form.index()] += 1;
+    }
+    out
+}
+
+fn measure_forms(
+    pass: &Pass,
+    ctx: &KernelCtx<'_>,
+    forms: &[Form],
+    run: &mut dyn FnMut(Form) -> Result<Option<T>>,
+) -> Result<(Option<Form>, T)> {
     let mut results = Vec::new();
     for &form in forms {
         if let Some(y) = run(form)? {
@@ -262,6 +286,51 @@ fn measure(
     log::debug!("{} ({}): {} → {}", ctx.node.name, pass.key, said.join(", "), agreed[best].0.name());
     let (form, y) = agreed.swap_remove(best);
     Ok((Some(form), y))
+}
+
+/// What the passes measured since the last [`report`]: the forms kept, and the time the
+/// measuring took (every form's first run and its timing runs).
+#[derive(Debug, Default, Clone, PartialEq)]
+struct Measured {
+    /// Passes that kept each form, by [`Form::index`].
+    kept: [usize; 3],
+    took: Duration,
+}
+
+fn measured() -> &'static Mutex<Measured> {
+    static MEASURED: OnceLock<Mutex<Measured>> = OnceLock::new();
+    MEASURED.get_or_init(Default::default)
+}
+
+impl Measured {
+    /// The log line: what a first step spent its extra time on.
+    fn line(&self, device: &str) -> Option<String> {
+        let passes: usize = self.kept.iter().sum();
+        if passes == 0 && self.took.is_zero() {
+            return None;
+        }
+        let kept: Vec<String> = [Form::Direct, Form::Gemm, Form::Implicit]
+            .into_iter()
+            .filter(|f| self.kept[f.index()] > 0)
+            .map(|f| format!("{} {}", f.name(), self.kept[f.index()]))
+            .collect();
+        Some(format!(
+            "{device}: {passes} convolution pass{} measured in this step, {:.2} s of it; each keeps its fastest \
+             form ({}; ENGINE_LOG=debug lists them, ENGINE_CONV_KERNELS=rules measures none)",
+            if passes == 1 { "" } else { "es" },
+            self.took.as_secs_f64(),
+            kept.join(", ")
+        ))
+    }
+}
+
+/// Logs, once, what the convolution passes measured since the last report (nothing when
+/// none did): called after each eager step, so a first step that took longer says why.
+pub(crate) fn report(device: &str) {
+    let m = std::mem::take(&mut *measured().lock().unwrap_or_else(|e| e.into_inner()));
+    if let Some(line) = m.line(device) {
+        log::info!("{line}");
+    }
 }
 
 /// The fastest of a few runs of `f`, each waited for on the device: as many as fit in

@@ -19,6 +19,7 @@ pub(crate) use dropout::step_seed as dropout_seed;
 pub(crate) use row_sparse::all_gather_rows;
 mod conv;
 mod conv_form;
+pub(crate) use conv_form::report as report_conv_forms;
 mod conv_gemm;
 mod conv_implicit;
 mod cpu;

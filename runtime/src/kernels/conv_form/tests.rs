@@ -218,3 +218,16 @@ fn every_pass_in_its_chosen_form_equals_the_direct_kernels() {
         }
     }
 }
+
+/// The first step's log line says how many passes measured, what they kept and how long
+/// it took; nothing is said when none measured.
+#[test]
+fn a_step_that_measured_says_what_and_how_long() {
+    assert_eq!(Measured::default().line("wgpu:0"), None);
+    let m = Measured { kept: [2, 1, 0], took: Duration::from_millis(1250) };
+    let line = m.line("cuda:0").unwrap();
+    assert!(line.starts_with("cuda:0: 3 convolution passes measured in this step, 1.25 s of it"), "{line}");
+    assert!(line.contains("(direct 2, gemm 1;"), "{line}");
+    let one = Measured { kept: [0, 0, 1], took: Duration::from_millis(10) }.line("cuda:0").unwrap();
+    assert!(one.contains("1 convolution pass measured") && one.contains("(implicit 1;"), "{one}");
+}
