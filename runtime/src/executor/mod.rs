@@ -510,7 +510,10 @@ impl Executor {
         let batch = self.admit(feeds, fetches, options)?;
         let t0 = comm.map(|c| c.1).unwrap_or_else(Instant::now);
         let flight = self.walk(vars, feeds, fetches, options, comm, batch, None, t0)?;
-        kernels::report_conv_forms(&self.device.name().to_string());
+        // Only a queued device measures convolution forms: the CPU's steps skip the lock.
+        if self.device.is_queued() {
+            kernels::report_conv_forms(&self.device.name().to_string());
+        }
         self.finish(flight, vars, fetches, batch)
     }
 

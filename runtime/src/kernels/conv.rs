@@ -13,10 +13,10 @@ use burn::backend::ops::{ConvOptions, FloatTensorOps, ModuleOps};
 use burn::tensor::Shape as BurnShape;
 use engine_graph::ops::{Conv2d, Conv2dBackpropFilter, Conv2dBackpropInput};
 
-const NHWC_TO_NCHW: [usize; 4] = [0, 3, 1, 2];
-const NCHW_TO_NHWC: [usize; 4] = [0, 2, 3, 1];
-const HWIO_TO_OIHW: [usize; 4] = [3, 2, 0, 1];
-const OIHW_TO_HWIO: [usize; 4] = [2, 3, 1, 0];
+pub(super) const NHWC_TO_NCHW: [usize; 4] = [0, 3, 1, 2];
+pub(super) const NCHW_TO_NHWC: [usize; 4] = [0, 2, 3, 1];
+pub(super) const HWIO_TO_OIHW: [usize; 4] = [3, 2, 0, 1];
+pub(super) const OIHW_TO_HWIO: [usize; 4] = [2, 3, 1, 0];
 
 fn options(c: &Conv2d, kernel: [usize; 2], hw: [usize; 2], ctx: &KernelCtx<'_>) -> Result<ConvOptions<2>> {
     let (_, p) = c.window(kernel).output(hw).map_err(|e| ctx.err(e))?;

@@ -17,17 +17,15 @@ pub(super) const BUILT: bool = cfg!(all(any(feature = "wgpu", feature = "cuda"),
 
 #[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
 mod cubecl_form {
+    use super::super::conv::{HWIO_TO_OIHW, NCHW_TO_NHWC, NHWC_TO_NCHW, OIHW_TO_HWIO};
     use crate::device::cube::{cube, float_tensor, launched};
     use crate::value::{B, T};
     use burn::backend::ops::{ConvOptions, FloatTensorOps};
     use burn::tensor::Shape as BurnShape;
     use burn_cubecl::kernel::conv::{ConvStrategy, conv_data_backward, conv_forward_nhwc, conv_weight_backward};
 
-    const NHWC_TO_NCHW: [usize; 4] = [0, 3, 1, 2];
-    const NCHW_TO_NHWC: [usize; 4] = [0, 2, 3, 1];
+    /// burn-cubecl's forward entry takes its weight as OHWI.
     const HWIO_TO_OHWI: [usize; 4] = [3, 0, 1, 2];
-    const HWIO_TO_OIHW: [usize; 4] = [3, 2, 0, 1];
-    const OIHW_TO_HWIO: [usize; 4] = [2, 3, 1, 0];
 
     /// `y = conv(x, w)`, x `[n, h, w, c]`, w `[kh, kw, c, o]`, y `[n, oh, ow, o]`.
     pub(in super::super) fn forward(x: &T, w: &T, opts: &ConvOptions<2>) -> Option<T> {
