@@ -170,7 +170,10 @@ pub(super) fn chunks(n: usize) -> usize {
 /// The items each partial sum of a reduction covers: fixed by the problem size and the
 /// machine (`HostCpu::sum_parts`), never by the pool's thread count, so that a gradient or
 /// a batch statistic rounds the same at one thread as at two, and the thread count can be
-/// chosen by timing without changing a run's last bits.
+/// chosen by timing without changing a run's last bits. A loop over these parts takes
+/// `with_min_len(min_len())` too: at one thread the parts are then summed in turn on the
+/// calling thread (the same parts, so the same bits) instead of being handed to the pool,
+/// which cost the tutorial CNN's 64-element loss `Sum` 30 µs where 3 would do.
 pub(super) fn sum_chunks(n: usize) -> usize {
     n.div_ceil(crate::HostCpu::get().sum_parts()).max(1)
 }

@@ -410,6 +410,7 @@ pub(super) fn backprop_filter<E: Elem>(
     let shape = [g.kh, g.kw, ch, f];
     let partials: Vec<Option<(Vec<E>, Vec<E>)>> = (0..n.div_ceil(per_task))
         .into_par_iter()
+        .with_min_len(min_len())
         .map(|t| {
             let mut acc = vec![E::zero(); method.grad_len(shape)];
             let mut bias = vec![E::zero(); if c.with_bias { f } else { 0 }];

@@ -7,7 +7,7 @@
 //! result does not depend on the thread count or timing.
 
 use super::{
-    buffer::{Elem, chunks, into_vec, is_whole_and_unique, sum_chunks, tensor, view, zeroed},
+    buffer::{Elem, chunks, into_vec, is_whole_and_unique, min_len, sum_chunks, tensor, view, zeroed},
     reduce::{add_rows, sum_parts},
     simd::multiversion,
 };
@@ -66,6 +66,7 @@ fn blocked_sums<E: Elem>(rows: usize, width: usize, f: impl Fn(&mut [E], std::op
     let per = sum_chunks(rows).div_ceil(BLOCK) * BLOCK;
     let partials: Vec<Vec<E>> = (0..rows.div_ceil(per))
         .into_par_iter()
+        .with_min_len(min_len())
         .map(|part| {
             let mut total = vec![E::zero(); width];
             let mut acc = vec![E::zero(); width];
@@ -331,6 +332,7 @@ fn layer_backward<E: Elem>(
         .par_chunks_mut(per * c)
         .zip(xs.par_chunks(per * c))
         .zip(mean.par_chunks(per).zip(rstd.par_chunks(per)))
+        .with_min_len(min_len())
         .map(|((ds, xs), (ms, rs))| {
             // [dgamma | dbeta] partial sums of this part's rows.
             let mut acc = vec![E::zero(); 2 * c];

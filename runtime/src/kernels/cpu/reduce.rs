@@ -3,7 +3,7 @@
 
 use super::{
     Outcome,
-    buffer::{Elem, sum_chunks, tensor, view},
+    buffer::{Elem, min_len, sum_chunks, tensor, view},
     simd::multiversion,
 };
 use crate::{
@@ -30,6 +30,7 @@ pub(super) fn sum<E: Elem>(axes: &[usize], mean: bool, inputs: Vec<Value>, ctx: 
     let per = sum_chunks(rows);
     let partials: Vec<Vec<E>> = xs
         .par_chunks((per * cols).max(1))
+        .with_min_len(min_len())
         .map(|block| {
             if cols == 1 {
                 return vec![sum_all(block)];
