@@ -276,6 +276,12 @@ def workload_note(result):
                      f"kernel {peak.get('corename') or '?'}, {peak['n']}³, pinned to CPU {peak['cpus'][0]}). "
                      "GFLOP/s per core = flops per step / wall s per step / threads; % of peak = that / the "
                      "best GEMM figure.")
+    after = result.get("gemm_peak_after")
+    if peak and after:
+        drift = after["gflops_per_core_best"] / peak["gflops_per_core_best"] - 1.0
+        parts.append(f"Measured again after the runs: best {after['gflops_per_core_best']:.1f} "
+                     f"(median {after['gflops_per_core_median']:.1f}), {drift:+.0%}: how far the machine's "
+                     "own speed moved during the comparison.")
     return " ".join(parts)
 
 
@@ -316,7 +322,8 @@ def markdown(result):
         if impl != "gemm_peak":
             lines.append(f"- {NAMES[impl]}: `{' '.join(cmd)}`")
     if "gemm_peak" in result["commands"]:
-        lines.append(f"- once, before the runs, the GEMM peak: `{' '.join(result['commands']['gemm_peak'])}`")
+        when = "before and after the runs" if result.get("gemm_peak_after") else "once, before the runs"
+        lines.append(f"- {when}, the GEMM peak: `{' '.join(result['commands']['gemm_peak'])}`")
     return "\n".join(lines) + "\n"
 
 
@@ -437,6 +444,9 @@ def run_all(args, engine, revision, binary, name, facts, flops):
                       f"{report['wall_ms_per_step']:.2f} ms/step, {report['gflops_per_core']:.1f} GFLOP/s per core, "
                       f"others' CPU {report['others_cpu_cores']:.2f} cores", file=sys.stderr)
     result["loadavg_after"] = list(os.getloadavg())
+    # A shared VM's arithmetic can move by half within an hour (bench/results/*_intel*):
+    # the peak taken again says how far it moved while the runs were being timed.
+    result["gemm_peak_after"] = measure_peak(args) if peak else None
     summary = {}
     for threads in args.threads:
         per = {}
