@@ -185,15 +185,24 @@ fn split<E: Elem>(data: &mut [E], other: &[E], f: impl Fn(&mut [E], &[E]) + Sync
     }
 }
 
+// Neither ReLU loop is written `*v = if c { *v } else { 0 }`: LLVM turns that into
+// `vmaskmovps` stores of zero where `c` fails (the other lanes already hold their value),
+// and on AMD's cores a masked store is microcoded: such a loop ran at 29 GB/s in L1 and
+// 14.7 GB/s over 12.8 MB on a Zen 4, against 170 and 42 GB/s for a compare, an `and` and a
+// plain store (`bench/masked_store.c`). `max` (zero for NaN, as before) and an added zero
+// make the stored value a computed one, so every lane is stored; neither changes a value
+// but -0.0, which may become +0.0. (`relu(x) + 0` is folded back, since `x > 0` is never
+// -0.0; `ReluGrad`'s `d` can be.)
+
 multiversion! {
     fn relu_chunk<E: Elem>(d: &mut [E]) {
-        d.iter_mut().for_each(|v| *v = if *v > E::zero() { *v } else { E::zero() });
+        d.iter_mut().for_each(|v| *v = v.max(E::zero()));
     }
 }
 
 multiversion! {
     fn relu_grad_chunk<E: Elem>(d: &mut [E], y: &[E]) {
-        d.iter_mut().zip(y).for_each(|(d, y)| *d = if *y > E::zero() { *d } else { E::zero() });
+        d.iter_mut().zip(y).for_each(|(d, y)| *d = (if *y > E::zero() { *d } else { E::zero() }) + E::zero());
     }
 }
 
@@ -221,6 +230,34 @@ multiversion! {
                     *v = if s > E::zero() { s } else { E::zero() };
                 }),
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every kind of value at every lane position (a vector's body and its tail): the
+    /// loops written for full stores keep `Relu`'s and `ReluGrad`'s rules, NaN included.
+    #[test]
+    fn relu_loops_keep_their_rules() {
+        let kinds = [1.5f32, -2.0, 0.0, -0.0, f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 3e-39];
+        let n = 8 * 37 + 5;
+        let x: Vec<f32> = (0..n).map(|i| kinds[(i * 5 + i / 8) % kinds.len()]).collect();
+        let dy: Vec<f32> = (0..n).map(|i| kinds[(i * 3 + 1) % kinds.len()]).collect();
+        let mut relu = x.clone();
+        relu_chunk(&mut relu);
+        for (r, v) in relu.iter().zip(&x) {
+            let want = if *v > 0.0 { *v } else { 0.0 };
+            assert_eq!(r.to_bits() & !(1 << 31), want.to_bits(), "relu({v}) = {r}");
+        }
+        let mut grad = dy.clone();
+        relu_grad_chunk(&mut grad, &x);
+        for ((g, d), y) in grad.iter().zip(&dy).zip(&x) {
+            let want = if *y > 0.0 { *d } else { 0.0 };
+            let same = (g.is_nan() && want.is_nan()) || *g == want;
+            assert!(same, "relu_grad(y = {y}, dy = {d}) = {g}, want {want}");
         }
     }
 }
