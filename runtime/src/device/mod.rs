@@ -43,21 +43,13 @@ pub(crate) mod guarded {
 }
 mod reads;
 
-/// The devices named in `ENGINE_TEST_DEVICES` (comma-separated, e.g. `wgpu:0`), by name,
-/// for the unit tests that check a device kernel against the host on each of them.
 #[cfg(test)]
-pub(crate) fn test_devices() -> Vec<(String, DispatchDevice)> {
-    let names = std::env::var("ENGINE_TEST_DEVICES").unwrap_or_default();
-    names
-        .split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(|n| (n.to_string(), Device::open(n.parse().unwrap()).unwrap().dispatch().clone()))
-        .collect()
-}
+mod test_devices;
 pub use engine_graph::{BadDeviceName, DeviceKind, DeviceName, MAX_DEVICE_INDEX};
 pub(crate) use reads::count_read;
 pub use reads::device_reads;
+#[cfg(test)]
+pub(crate) use test_devices::test_devices;
 
 /// An opened device the executor can run on.
 #[derive(Clone)]

@@ -297,10 +297,11 @@ mod tests {
     }
 
     /// flex, and each device named in `ENGINE_TEST_DEVICES` (`wgpu:0` on lavapipe), in the
-    /// precision it computes in and the tolerance that goes with it.
-    fn devices() -> Vec<(String, DispatchDevice, Precision, f64)> {
-        let devices = crate::device::test_devices().into_iter().map(|(n, d)| (n, d, Precision::F32, 1e-4));
-        std::iter::once(("flex".to_string(), cpu(), Precision::F64, 1e-9)).chain(devices).collect()
+    /// precision it computes in and the tolerance that goes with it; their turn held while
+    /// iterated.
+    fn devices() -> impl Iterator<Item = (String, DispatchDevice, Precision, f64)> {
+        let devices = crate::device::test_devices().map(|(n, d)| (n, d, Precision::F32, 1e-4));
+        std::iter::once(("flex".to_string(), cpu(), Precision::F64, 1e-9)).chain(devices)
     }
 
     fn tensor(dims: &[usize], seed: u64, device: &DispatchDevice, precision: Precision) -> T {
@@ -391,7 +392,7 @@ mod tests {
         let g = Geometry::new(&c, [3, 3], [9, 8]).unwrap().unwrap();
         let x = tensor(&[2, 9, 8, 3], 1, &cpu(), Precision::F32);
         assert!(kernel_patches(&x, &g, Patches::Forward).is_none(), "flex");
-        for (name, device, precision, _) in devices().into_iter().skip(1) {
+        for (name, device, precision, _) in devices().skip(1) {
             let x = tensor(&[2, 9, 8, 3], 1, &device, precision);
             let gy = tensor(&[2, g.out_hw[0], g.out_hw[1], 4], 3, &device, precision);
             let cols = kernel_patches(&x, &g, Patches::Forward).unwrap_or_else(|| panic!("{name}: forward"));

@@ -115,10 +115,10 @@ mod tests {
     use crate::Precision;
     use crate::value::float_from_f64;
 
-    /// flex, and each device named in `ENGINE_TEST_DEVICES`.
-    fn devices() -> Vec<DispatchDevice> {
-        let devices = crate::device::test_devices().into_iter().map(|(_, d)| d);
-        std::iter::once(DispatchDevice::Flex(burn::backend::FlexDevice)).chain(devices).collect()
+    /// flex, and each device named in `ENGINE_TEST_DEVICES`, their turn held while iterated.
+    fn devices() -> impl Iterator<Item = DispatchDevice> {
+        let devices = crate::device::test_devices().map(|(_, d)| d);
+        std::iter::once(DispatchDevice::Flex(burn::backend::FlexDevice)).chain(devices)
     }
 
     fn read(t: T) -> Vec<f64> {

@@ -35,10 +35,11 @@ fn tensor(dims: &[usize], seed: u64, device: &DispatchDevice) -> T {
     float_from_f64(dims, data, device, Precision::F32)
 }
 
-/// flex, then each device of `ENGINE_TEST_DEVICES`.
-fn devices() -> Vec<(String, DispatchDevice)> {
+/// flex, then each device of `ENGINE_TEST_DEVICES`, the devices' turn held while iterated
+/// (the forms are timed, and another test's kernels would be timed with them).
+fn devices() -> impl Iterator<Item = (String, DispatchDevice)> {
     let flex = ("flex".to_string(), DispatchDevice::Flex(FlexDevice));
-    std::iter::once(flex).chain(crate::device::test_devices()).collect()
+    std::iter::once(flex).chain(crate::device::test_devices())
 }
 
 /// A real convolution in NCHW, big enough to take a measurable time on any device.
