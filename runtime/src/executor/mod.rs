@@ -154,6 +154,9 @@ struct Flight {
     waiting: HashMap<usize, usize>,
     /// Device profiling windows by timing index.
     pending: Vec<(usize, ProfileDuration)>,
+    /// Outputs their kernels found finite throughout as they wrote them: a check of one
+    /// reads nothing. Outlets, not slots, so nothing carries over to another value.
+    finite: HashSet<Outlet>,
     /// When the step started; the timings count from it.
     t0: Instant,
 }
@@ -171,6 +174,7 @@ impl Flight {
             launched: HashMap::new(),
             waiting: HashMap::new(),
             pending: Vec::new(),
+            finite: HashSet::new(),
         }
     }
 }
@@ -197,6 +201,9 @@ struct Step {
     inputs: Vec<Input>,
     outputs: Vec<usize>,
     free: Vec<usize>,
+    /// Whether a `CheckNumerics` reads the first output: its kernel is asked whether the
+    /// output is finite throughout (see [`kernels::Verdict`]).
+    checked: bool,
     /// Outputs another partition reads: sent to the exchange when produced.
     exports: Vec<(usize, Outlet)>,
 }
@@ -318,7 +325,11 @@ impl Executor {
                 }
                 _ => {}
             }
-            steps.push(Step { node: id, inputs, outputs, free, exports });
+            let checked = !node.outputs.is_empty()
+                && g.outlet_consumers(Outlet::new(id, 0))
+                    .iter()
+                    .any(|(c, _)| matches!(g.node(*c).op, Op::CheckNumerics(_)));
+            steps.push(Step { node: id, inputs, outputs, free, exports, checked });
         }
         let slots = slot_of.len();
         let replay = replay::Replay::new(&plan, &order, &device, partition.is_some());
@@ -477,6 +488,7 @@ impl Executor {
                         memo,
                         seed: None,
                         recording: false,
+                        verdict: None,
                     };
                     let result = match &node.op {
                         Op::AllReduce(a) => kernels::all_reduce(a, job.inputs, &ctx),
@@ -679,6 +691,7 @@ impl Executor {
                 vec![value]
             }
             op => {
+                let verdict = step.checked.then(kernels::Verdict::default);
                 let ctx = KernelCtx {
                     node,
                     device: self.device.dispatch(),
@@ -692,10 +705,14 @@ impl Executor {
                     memo: &self.memo,
                     seed: uploaded.and_then(|u| u.seeds.get(&step.node)),
                     recording: uploaded.is_some(),
+                    verdict: verdict.as_ref(),
                 };
                 match op {
                     Op::CheckNumerics(check) => {
                         let value = inputs.pop().ok_or_else(|| ctx.err("missing input"))?;
+                        if node.inputs.first().is_some_and(|o| flight.finite.contains(o)) {
+                            return Ok(vec![value]);
+                        }
                         match kernels::finiteness(&value, &ctx) {
                             Finiteness::Counted(nan, infinite) if nan + infinite > 0 => {
                                 flight.non_finite.push(NonFinite::new(check, node, nan, infinite, &value));
@@ -705,7 +722,13 @@ impl Executor {
                         }
                         vec![value]
                     }
-                    op => kernels::run(op, inputs, &ctx)?,
+                    op => {
+                        let outputs = kernels::run(op, inputs, &ctx)?;
+                        if verdict.as_ref().is_some_and(kernels::Verdict::finite) {
+                            flight.finite.insert(Outlet::new(step.node, 0));
+                        }
+                        outputs
+                    }
                 }
             }
         })

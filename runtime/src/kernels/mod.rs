@@ -73,6 +73,34 @@ pub(crate) struct KernelCtx<'a> {
     /// that changes from step to step must then come from the device, never be baked into
     /// a kernel's arguments.
     pub recording: bool,
+    /// Where the executor asks the kernel whether its first output is finite throughout,
+    /// because a `CheckNumerics` reads that output: a kernel that sees every value as it
+    /// stores it (the CPU's fused elementwise pass) answers, and the check then reads
+    /// nothing, where reading the value again went back to memory (an optimizer's update
+    /// is as large as its variable). `None`: nobody asks.
+    pub verdict: Option<&'a Verdict>,
+}
+
+/// A kernel's answer to "is every value of your first output finite?": unknown until a
+/// kernel that can tell for free says so. Atomic because a context is shared with the
+/// kernel's worker threads.
+#[derive(Default)]
+pub(crate) struct Verdict(std::sync::atomic::AtomicU8);
+
+impl Verdict {
+    const FINITE: u8 = 1;
+    const NOT_FINITE: u8 = 2;
+
+    pub(crate) fn tell(&self, finite: bool) {
+        let v = if finite { Self::FINITE } else { Self::NOT_FINITE };
+        self.0.store(v, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether a kernel said its output is finite throughout; `false` when it said
+    /// otherwise or said nothing (the check then counts).
+    pub(crate) fn finite(&self) -> bool {
+        self.0.load(std::sync::atomic::Ordering::Relaxed) == Self::FINITE
+    }
 }
 
 /// Device constants that kernels make from host values (an index range, an element

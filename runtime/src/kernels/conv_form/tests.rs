@@ -26,6 +26,7 @@ fn ctx<'a>(node: &'a Node, device: &'a DispatchDevice, memo: &'a Memo, recording
         memo,
         seed: None,
         recording,
+        verdict: None,
     }
 }
 

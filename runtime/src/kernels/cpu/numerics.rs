@@ -21,7 +21,7 @@ multiversion! {
     /// `x - x` is 0 for a finite `x` and NaN otherwise, and a sum with a NaN is NaN: one
     /// branch-free pass over independent lanes, which the compiler vectorizes.
     #[allow(clippy::eq_op)]
-    fn all_finite<E: Elem>(data: &[E]) -> bool {
+    pub(super) fn all_finite<E: Elem>(data: &[E]) -> bool {
         let mut lanes = [E::zero(); 16];
         let mut chunks = data.chunks_exact(16);
         for chunk in &mut chunks {
