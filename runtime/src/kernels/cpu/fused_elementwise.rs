@@ -258,7 +258,9 @@ multiversion! {
     /// [`store`], and whether every value stored is finite, in the same pass over the
     /// chunk while it is in L1 (a check after the pass reads it from memory): `x - x` is 0
     /// for a finite `x` and NaN otherwise (as `numerics::all_finite`), summed in
-    /// independent lanes.
+    /// independent lanes. `all_finite`'s loop is repeated here rather than called after
+    /// [`store`]: the two passes over the chunk cost a 0.8 MB update about 25 µs more
+    /// (`fused_elementwise_probe`, the forms alternated).
     #[allow(clippy::eq_op)]
     fn store_checked<E: Elem>(result: &[E], out: &mut [MaybeUninit<E>]) -> bool {
         let mut lanes = [E::zero(); 16];
