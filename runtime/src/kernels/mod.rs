@@ -81,25 +81,20 @@ pub(crate) struct KernelCtx<'a> {
     pub verdict: Option<&'a Verdict>,
 }
 
-/// A kernel's answer to "is every value of your first output finite?": unknown until a
-/// kernel that can tell for free says so. Atomic because a context is shared with the
-/// kernel's worker threads.
+/// A kernel's answer to "is every value of your first output finite?": no until a kernel
+/// that can tell for free says yes (a "no" and no answer both leave the check to count).
+/// Atomic because a context is shared with the kernel's worker threads.
 #[derive(Default)]
-pub(crate) struct Verdict(std::sync::atomic::AtomicU8);
+pub(crate) struct Verdict(std::sync::atomic::AtomicBool);
 
 impl Verdict {
-    const FINITE: u8 = 1;
-    const NOT_FINITE: u8 = 2;
-
     pub(crate) fn tell(&self, finite: bool) {
-        let v = if finite { Self::FINITE } else { Self::NOT_FINITE };
-        self.0.store(v, std::sync::atomic::Ordering::Relaxed);
+        self.0.store(finite, std::sync::atomic::Ordering::Relaxed);
     }
 
-    /// Whether a kernel said its output is finite throughout; `false` when it said
-    /// otherwise or said nothing (the check then counts).
+    /// Whether a kernel said its output is finite throughout.
     pub(crate) fn finite(&self) -> bool {
-        self.0.load(std::sync::atomic::Ordering::Relaxed) == Self::FINITE
+        self.0.load(std::sync::atomic::Ordering::Relaxed)
     }
 }
 
