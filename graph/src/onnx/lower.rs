@@ -227,7 +227,13 @@ impl Lowering<'_> {
                 let y = self.pool(n, "AveragePool", x, &p.window, hw)?;
                 self.back_to_nhwc(n, y)
             }
-            Op::FusedElementwise(f) => self.elementwise(n, &f.program, &ins),
+            Op::FusedElementwise(f) => {
+                let temps = self.elementwise(n, &f.program, &ins);
+                for (j, t) in f.output_temps().enumerate().skip(1) {
+                    self.names.insert(Outlet::new(id, j), temps[t].clone());
+                }
+                temps.last().cloned().unwrap_or_default()
+            }
             Op::ArgMax(a) => self.w.node(
                 "ArgMax",
                 n,
@@ -435,7 +441,9 @@ impl Lowering<'_> {
         Ok(self.w.node(op, n, vec![x], attrs))
     }
 
-    fn elementwise(&mut self, n: &str, program: &[crate::ops::Instr], ins: &[String]) -> String {
+    /// Every instruction's result, in order: the last is output 0, the side outputs name
+    /// others.
+    fn elementwise(&mut self, n: &str, program: &[crate::ops::Instr], ins: &[String]) -> Vec<String> {
         let mut temps: Vec<String> = Vec::new();
         for ins_ in program {
             let arg = |a: Operand| match a {
@@ -470,7 +478,7 @@ impl Lowering<'_> {
             };
             temps.push(y);
         }
-        temps.pop().unwrap_or_default()
+        temps
     }
 }
 

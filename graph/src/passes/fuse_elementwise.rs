@@ -153,7 +153,7 @@ fn fuse_tree(g: &mut Graph, root: NodeId) -> Result<bool> {
         return Ok(false);
     }
     let name = g.unique_name(&format!("{}/fused", g.node(root).name));
-    let op = FusedElementwise { program: tree.program, inputs: tree.inputs.len() };
+    let op = FusedElementwise::new(tree.program, tree.inputs.len());
     let fused = g.add_node(name, op.into(), tree.inputs)?;
     g.set_placement(fused, tree.placement);
     g.replace_uses(Outlet::from(root), Outlet::from(fused))?;

@@ -201,9 +201,10 @@ struct Step {
     inputs: Vec<Input>,
     outputs: Vec<usize>,
     free: Vec<usize>,
-    /// Whether a `CheckNumerics` reads the first output: its kernel is asked whether the
-    /// output is finite throughout (see [`kernels::Verdict`]).
-    checked: bool,
+    /// The outputs a `CheckNumerics` reads, as a mask (outputs past 64 are not asked
+    /// about): its kernel is asked whether they are finite throughout (see
+    /// [`kernels::Verdict`]).
+    checked: u64,
     /// Outputs another partition reads: sent to the exchange when produced.
     exports: Vec<(usize, Outlet)>,
 }
@@ -325,10 +326,13 @@ impl Executor {
                 }
                 _ => {}
             }
-            let checked = !node.outputs.is_empty()
-                && g.outlet_consumers(Outlet::new(id, 0))
-                    .iter()
-                    .any(|(c, _)| matches!(g.node(*c).op, Op::CheckNumerics(_)));
+            let checked = (0..node.outputs.len().min(64))
+                .filter(|&j| {
+                    g.outlet_consumers(Outlet::new(id, j))
+                        .iter()
+                        .any(|(c, _)| matches!(g.node(*c).op, Op::CheckNumerics(_)))
+                })
+                .fold(0u64, |mask, j| mask | 1 << j);
             steps.push(Step { node: id, inputs, outputs, free, exports, checked });
         }
         let slots = slot_of.len();
@@ -691,7 +695,7 @@ impl Executor {
                 vec![value]
             }
             op => {
-                let verdict = step.checked.then(kernels::Verdict::default);
+                let verdict = (step.checked != 0).then(|| kernels::Verdict::asking(step.checked));
                 let ctx = KernelCtx {
                     node,
                     device: self.device.dispatch(),
@@ -724,8 +728,10 @@ impl Executor {
                     }
                     op => {
                         let outputs = kernels::run(op, inputs, &ctx)?;
-                        if verdict.as_ref().is_some_and(kernels::Verdict::finite) {
-                            flight.finite.insert(Outlet::new(step.node, 0));
+                        if let Some(verdict) = &verdict {
+                            for j in (0..outputs.len().min(64)).filter(|&j| verdict.finite(j)) {
+                                flight.finite.insert(Outlet::new(step.node, j));
+                            }
                         }
                         outputs
                     }

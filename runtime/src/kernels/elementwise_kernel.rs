@@ -28,7 +28,11 @@ pub(super) fn chosen() -> bool {
 /// cannot take a sequence of them, and each slot is an argument. A program with more
 /// inputs of either kind runs op by op.
 const WIDE_SLOTS: usize = 8;
-const SINGLE_SLOTS: usize = 4;
+const SINGLE_SLOTS: usize = 8;
+/// The output slots: output 0 and up to three side outputs (a multi-output fusion's,
+/// `engine_graph::passes::MergeElementwise`, which merges no further than these slots).
+/// A slot past the program's outputs is bound to output 0's buffer and never written.
+const OUT_SLOTS: usize = 4;
 
 /// How an input is read, as the kernel's comptime code for it: an element per output
 /// element, one element for all, a row of the output's last axis for every row (a bias,
@@ -38,14 +42,15 @@ const SINGLE: u32 = 1;
 const ROW: u32 = 2;
 const COLUMN: u32 = 3;
 
-/// The program's result of `out_shape`, or `None` where the kernel does not apply (a
-/// value not in a cubecl float buffer, inputs of different types, an input that is
-/// neither of the output's size nor a single element nor a row or column of it, a
-/// strided one, more inputs than the slots, a refused launch): the caller then runs the
-/// instructions one by one.
-pub(super) fn fused(f: &FusedElementwise, inputs: &[Value], out_shape: &[usize]) -> Option<T> {
+/// The program's outputs of `out_shape` (the last instruction's result, then the side
+/// outputs), or `None` where the kernel does not apply (a value not in a cubecl float
+/// buffer, inputs of different types, an input that is neither of the output's size nor a
+/// single element nor a row or column of it, a strided one, more inputs or outputs than the
+/// slots, a refused launch): the caller then runs the instructions one by one.
+pub(super) fn fused(f: &FusedElementwise, inputs: &[Value], out_shape: &[usize]) -> Option<Vec<T>> {
     let total: usize = out_shape.iter().product();
-    if inputs.is_empty() || inputs.len() != f.inputs || total == 0 {
+    let outputs: Vec<usize> = f.output_temps().collect();
+    if inputs.is_empty() || inputs.len() != f.inputs || total == 0 || outputs.len() > OUT_SLOTS {
         return None;
     }
     let last = out_shape.last().copied().unwrap_or(1);
@@ -86,12 +91,14 @@ pub(super) fn fused(f: &FusedElementwise, inputs: &[Value], out_shape: &[usize])
     let client = first.client.clone();
     if wide.len() > WIDE_SLOTS
         || single.len() > SINGLE_SLOTS
-        || WIDE_SLOTS + SINGLE_SLOTS + 1 > client.properties().hardware.max_bindings as usize
+        || WIDE_SLOTS + SINGLE_SLOTS + OUT_SLOTS > client.properties().hardware.max_bindings as usize
     {
         return None;
     }
     let code = compile(f)?;
-    let out = empty_contiguous(first, out_shape.to_vec());
+    let registers: Vec<u32> = outputs.iter().map(|t| u32::try_from(f.inputs + t).ok()).collect::<Option<_>>()?;
+    let outs: Vec<Cube> = outputs.iter().map(|_| empty_contiguous(first, out_shape.to_vec())).collect();
+    let out = |j: usize| outs.get(j).unwrap_or(&outs[0]).clone().into_tensor_arg();
     let elem_size = first.dtype.size();
     let row = if rows { last } else { total };
     let width = vector_width(client.io_optimized_vector_sizes(elem_size), elem_size, row, &wide);
@@ -122,16 +129,24 @@ pub(super) fn fused(f: &FusedElementwise, inputs: &[Value], out_shape: &[usize])
             s(1),
             s(2),
             s(3),
-            out.clone().into_tensor_arg(),
+            s(4),
+            s(5),
+            s(6),
+            s(7),
+            out(0),
+            out(1),
+            out(2),
+            out(3),
             units,
             row / width,
             kind,
             slot,
             code,
+            registers,
             elem,
         )
     });
-    ok.then(|| float_tensor(out))
+    ok.then(|| outs.into_iter().map(float_tensor).collect())
 }
 
 /// `activation(y + bias + skip)`, the bias a row of `y`'s last axis, as one kernel: a
@@ -158,7 +173,7 @@ pub(super) fn epilogue(y: &T, bias: &T, skip: Option<&T>, relu: bool) -> Option<
 /// steps (normalization's); `None` as for [`fused`].
 pub(super) fn program(code: Vec<Instr>, inputs: &[&T], out_shape: &[usize]) -> Option<T> {
     let values: Vec<Value> = inputs.iter().map(|t| Value::Float((*t).clone())).collect();
-    fused(&FusedElementwise { inputs: values.len(), program: code }, &values, out_shape)
+    fused(&FusedElementwise::new(code, values.len()), &values, out_shape)?.pop()
 }
 
 /// How many neighbouring elements one thread computes: the widest of the device's
@@ -216,7 +231,8 @@ fn op_code(op: ElementOp) -> u32 {
     }
 }
 
-/// `N` neighbouring output values per thread. Input `k` is read as `kind[k]` says: from
+/// `N` neighbouring output values per thread, into `out` and the side outputs `out1..`
+/// (register `outs[j]` into output `j`; `outs` says how many are written). Input `k` is read as `kind[k]` says: from
 /// wide slot `slot[k]` at the thread's place (`FULL`) or at its place in the row (`ROW`,
 /// rows of `row_units` vectors), or from single slot `slot[k]`, at 0 (`SINGLE`) or at the
 /// thread's row (`COLUMN`), broadcast to every lane. Each op keeps the unfused kernel's rule: `Maximum`/`Minimum` keep `a`
@@ -237,12 +253,20 @@ fn elementwise_kernel<E: Float, N: Size>(
     s1: &Tensor<E>,
     s2: &Tensor<E>,
     s3: &Tensor<E>,
+    s4: &Tensor<E>,
+    s5: &Tensor<E>,
+    s6: &Tensor<E>,
+    s7: &Tensor<E>,
     out: &mut Tensor<Vector<E, N>>,
+    out1: &mut Tensor<Vector<E, N>>,
+    out2: &mut Tensor<Vector<E, N>>,
+    out3: &mut Tensor<Vector<E, N>>,
     units: usize,
     row_units: usize,
     #[comptime] kind: Vec<u32>,
     #[comptime] slot: Vec<u32>,
     #[comptime] code: Vec<u32>,
+    #[comptime] outs: Vec<u32>,
     #[define(E)] _elem: ElemType,
 ) {
     let pos = ABSOLUTE_POS;
@@ -266,8 +290,16 @@ fn elementwise_kernel<E: Float, N: Size>(
                 regs.push(Vector::new(s1[i]));
             } else if comptime!(at == 2) {
                 regs.push(Vector::new(s2[i]));
-            } else {
+            } else if comptime!(at == 3) {
                 regs.push(Vector::new(s3[i]));
+            } else if comptime!(at == 4) {
+                regs.push(Vector::new(s4[i]));
+            } else if comptime!(at == 5) {
+                regs.push(Vector::new(s5[i]));
+            } else if comptime!(at == 6) {
+                regs.push(Vector::new(s6[i]));
+            } else {
+                regs.push(Vector::new(s7[i]));
             }
         } else {
             let mut i = pos;
@@ -330,7 +362,16 @@ fn elementwise_kernel<E: Float, N: Size>(
         }
         regs.push(r);
     }
-    out[pos] = *regs.index(comptime!(inputs + steps - 1));
+    out[pos] = *regs.index(comptime!(outs[0] as usize));
+    if comptime!(outs.len() > 1) {
+        out1[pos] = *regs.index(comptime!(outs[1] as usize));
+    }
+    if comptime!(outs.len() > 2) {
+        out2[pos] = *regs.index(comptime!(outs[2] as usize));
+    }
+    if comptime!(outs.len() > 3) {
+        out3[pos] = *regs.index(comptime!(outs[3] as usize));
+    }
 }
 
 #[cfg(test)]
@@ -340,8 +381,13 @@ mod tests {
     use crate::value::{float_from_f64, float_values};
     use burn::backend::{DispatchDevice, FlexDevice};
 
-    /// The program on the host, op by op, with the unfused kernels' rules.
+    /// The program's result on the host, op by op, with the unfused kernels' rules.
     fn reference(f: &FusedElementwise, inputs: &[Vec<f64>], n: usize) -> Vec<f64> {
+        reference_at(f, inputs, n, f.program.len() - 1)
+    }
+
+    /// Instruction `t`'s result on the host.
+    fn reference_at(f: &FusedElementwise, inputs: &[Vec<f64>], n: usize, t: usize) -> Vec<f64> {
         (0..n)
             .map(|p| {
                 let mut regs: Vec<f32> =
@@ -392,13 +438,14 @@ mod tests {
                         }
                     });
                 }
-                f64::from(*regs.last().unwrap())
+                f64::from(regs[f.inputs + t])
             })
             .collect()
     }
 
     /// Every op, operands from inputs and from earlier results, a single-element input
-    /// broadcast, NaN through ReLU, and an Adam-shaped update: the generated kernel equals
+    /// broadcast, NaN through ReLU, an Adam-shaped update and a program with every output
+    /// slot used: each output of the generated kernel equals
     /// the host's evaluation on every device named in `ENGINE_TEST_DEVICES`, and a value on
     /// flex is left to the ops.
     #[test]
@@ -407,9 +454,8 @@ mod tests {
         use Operand::{Input as I, Temp as Tm};
         let programs = [
             // Every binary op, then every unary op on positive values.
-            FusedElementwise {
-                inputs: 3,
-                program: vec![
+            FusedElementwise::new(
+                vec![
                     ins(Add, I(0), I(2)),
                     ins(Sub, Tm(0), I(1)),
                     ins(Mul, Tm(1), I(2)),
@@ -425,30 +471,51 @@ mod tests {
                     ins(ReluGrad, I(0), Tm(11)),
                     ins(Add, Tm(12), Tm(11)),
                 ],
-            },
+                3,
+            ),
             // Adam's update: var - lr * m / (sqrt(v) + eps), lr and eps single elements.
-            FusedElementwise {
-                inputs: 5,
-                program: vec![
+            FusedElementwise::new(
+                vec![
                     ins(Sqrt, I(2), I(2)),
                     ins(Add, Tm(0), I(4)),
                     ins(Div, I(1), Tm(1)),
                     ins(Mul, I(3), Tm(2)),
                     ins(Sub, I(0), Tm(3)),
                 ],
+                5,
+            ),
+            // Every output slot: three side outputs beside the result (a merged optimizer
+            // update's moments), NaN among them.
+            FusedElementwise {
+                inputs: 2,
+                program: vec![
+                    ins(Add, I(0), I(1)),
+                    ins(Mul, Tm(0), I(0)),
+                    ins(Relu, Tm(1), Tm(1)),
+                    ins(Sub, Tm(2), Tm(0)),
+                ],
+                side_outputs: vec![0, 1, 2],
             },
             // ReLU of a NaN is zero; a residual's skip add then ReLU.
-            FusedElementwise { inputs: 2, program: vec![ins(Add, I(0), I(1)), ins(Relu, Tm(0), Tm(0))] },
+            FusedElementwise::new(vec![ins(Add, I(0), I(1)), ins(Relu, Tm(0), Tm(0))], 2),
             // Four single elements around one full-size input, the first of them before it:
             // (s0 + x · s1 - s2) / s3.
+            FusedElementwise::new(
+                vec![ins(Mul, I(1), I(2)), ins(Add, I(0), Tm(0)), ins(Sub, Tm(1), I(3)), ins(Div, Tm(2), I(4))],
+                5,
+            ),
+            // Six single elements (a merged Adam update's constants) and a side output.
             FusedElementwise {
-                inputs: 5,
+                inputs: 7,
                 program: vec![
-                    ins(Mul, I(1), I(2)),
-                    ins(Add, I(0), Tm(0)),
-                    ins(Sub, Tm(1), I(3)),
-                    ins(Div, Tm(2), I(4)),
+                    ins(Mul, I(0), I(1)),
+                    ins(Add, Tm(0), I(2)),
+                    ins(Mul, Tm(1), I(3)),
+                    ins(Sub, Tm(2), I(4)),
+                    ins(Div, Tm(3), I(5)),
+                    ins(Add, Tm(4), I(6)),
                 ],
+                side_outputs: vec![1],
             },
         ];
         let flex = DispatchDevice::Flex(FlexDevice);
@@ -466,6 +533,7 @@ mod tests {
                     (3, _) => vec![x.clone(), finite_y.clone(), vec![0.5]],
                     (5, 5) => vec![x.clone(), x.clone(), finite_y.clone(), vec![0.01], vec![1e-7]],
                     (5, _) => vec![vec![0.25], x.clone(), vec![3.0], vec![-1.5], vec![0.5]],
+                    (7, _) => vec![x.clone(), vec![0.5], vec![1.5], vec![2.0], vec![0.25], vec![4.0], vec![-1.0]],
                     _ => vec![x.clone(), y.clone()],
                 }
             };
@@ -474,11 +542,14 @@ mod tests {
                     let data = data(f);
                     let on = |dev: &DispatchDevice| data.iter().map(|d| host(d, dev)).collect::<Vec<_>>();
                     assert!(fused(f, &on(&flex), &[n]).is_none(), "flex");
-                    let got = float_values(fused(f, &on(&device), &[n]).unwrap_or_else(|| panic!("{name}: {f}")));
-                    let want = reference(f, &data, n);
-                    for (i, (a, b)) in got.iter().zip(&want).enumerate() {
-                        let close = (a - b).abs() <= 1e-5 * (1.0 + b.abs()) || (a.is_nan() && b.is_nan());
-                        assert!(close, "{name}, {n} elements: {f}: [{i}] {a} against {b}");
+                    let got = fused(f, &on(&device), &[n]).unwrap_or_else(|| panic!("{name}: {f}"));
+                    assert_eq!(got.len(), f.output_temps().count(), "{name}: {f}");
+                    for (got, t) in got.into_iter().zip(f.output_temps()) {
+                        let (got, want) = (float_values(got), reference_at(f, &data, n, t));
+                        for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+                            let close = (a - b).abs() <= 1e-5 * (1.0 + b.abs()) || (a.is_nan() && b.is_nan());
+                            assert!(close, "{name}, {n} elements: {f}: t{t}[{i}] {a} against {b}");
+                        }
                     }
                 }
             }
@@ -514,7 +585,7 @@ mod tests {
                     if relu {
                         program.push(ins(Relu, Tm(program.len() - 1), Tm(program.len() - 1)));
                     }
-                    let want = reference(&FusedElementwise { inputs: data.len(), program }, &data, n);
+                    let want = reference(&FusedElementwise::new(program, data.len()), &data, n);
                     let got = float_values(got);
                     assert!(want.contains(&0.0) || !relu, "the ReLU clips something");
                     for (i, (a, b)) in got.iter().zip(&want).enumerate() {
@@ -534,10 +605,7 @@ mod tests {
     fn a_column_is_read_once_per_row() {
         use ElementOp::*;
         use Operand::{Input as I, Temp as Tm};
-        let f = FusedElementwise {
-            inputs: 4,
-            program: vec![ins(Sub, I(0), I(1)), ins(Mul, Tm(0), I(2)), ins(Add, Tm(1), I(3))],
-        };
+        let f = FusedElementwise::new(vec![ins(Sub, I(0), I(1)), ins(Mul, Tm(0), I(2)), ins(Add, Tm(1), I(3))], 4);
         for (name, device) in crate::device::test_devices() {
             for c in [8, 6, 5] {
                 let rows = 36;
@@ -548,7 +616,8 @@ mod tests {
                     Value::Float(float_from_f64(shape, d.to_vec(), &device, Precision::F32))
                 };
                 let inputs = [on(&x, &[rows, c]), on(&col, &[rows, 1]), on(&row, &[c]), on(&[0.5], &[1])];
-                let got = float_values(fused(&f, &inputs, &[rows, c]).unwrap_or_else(|| panic!("{name}: rows of {c}")));
+                let got = fused(&f, &inputs, &[rows, c]).and_then(|mut v| v.pop());
+                let got = float_values(got.unwrap_or_else(|| panic!("{name}: rows of {c}")));
                 for (i, v) in got.iter().enumerate() {
                     let want = f64::from((x[i] as f32 - col[i / c] as f32) * row[i % c] as f32 + 0.5);
                     assert!(
@@ -571,14 +640,16 @@ mod tests {
         for k in 2..=WIDE_SLOTS {
             program.push(ins(ElementOp::Add, Tm(k - 2), I(k)));
         }
-        let f = FusedElementwise { inputs: WIDE_SLOTS + 1, program };
+        let f = FusedElementwise::new(program, WIDE_SLOTS + 1);
         for (name, device) in crate::device::test_devices() {
             let inputs: Vec<Value> = (0..f.inputs)
                 .map(|k| Value::Float(float_from_f64(&[8], vec![k as f64; 8], &device, Precision::F32)))
                 .collect();
             assert!(fused(&f, &inputs, &[8]).is_none(), "{name}");
-            let fewer = FusedElementwise { inputs: WIDE_SLOTS, program: f.program[..WIDE_SLOTS - 1].to_vec() };
-            let sum = fused(&fewer, &inputs[..WIDE_SLOTS], &[8]).unwrap_or_else(|| panic!("{name}"));
+            let fewer = FusedElementwise::new(f.program[..WIDE_SLOTS - 1].to_vec(), WIDE_SLOTS);
+            let sum = fused(&fewer, &inputs[..WIDE_SLOTS], &[8])
+                .and_then(|mut v| v.pop())
+                .unwrap_or_else(|| panic!("{name}"));
             let want = (0..WIDE_SLOTS).sum::<usize>() as f64;
             assert_eq!(float_values(sum), vec![want; 8], "{name}: every slot read once");
         }

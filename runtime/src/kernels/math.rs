@@ -59,7 +59,7 @@ pub(super) fn binary(op: &Op, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Result
 /// same lavapipe: MLP 7.61 and 7.92 steps/s against 6.57 and 7.59 op by op, ResNet at batch
 /// 16 0.639 and 0.641 against 0.614 and 0.633 (BENCHMARKS.md, "The device kernels").
 #[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
-fn generated(f: &engine_graph::ops::FusedElementwise, inputs: &[Value], ctx: &KernelCtx<'_>) -> Result<Option<T>> {
+fn generated(f: &engine_graph::ops::FusedElementwise, inputs: &[Value], ctx: &KernelCtx<'_>) -> Result<Option<Vec<T>>> {
     if !super::elementwise_kernel::chosen() {
         return Ok(None);
     }
@@ -69,20 +69,21 @@ fn generated(f: &engine_graph::ops::FusedElementwise, inputs: &[Value], ctx: &Ke
 /// Without a cubecl device (or under burn's `fusion`, which generates its own kernels) the
 /// instructions run one by one.
 #[cfg(not(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion"))))]
-fn generated(_: &engine_graph::ops::FusedElementwise, _: &[Value], _: &KernelCtx<'_>) -> Result<Option<T>> {
+fn generated(_: &engine_graph::ops::FusedElementwise, _: &[Value], _: &KernelCtx<'_>) -> Result<Option<Vec<T>>> {
     Ok(None)
 }
 
 /// `_FusedElementwise` on any backend: the program's instructions one kernel at a time, or
-/// one generated kernel on a cubecl device where chosen.
+/// one generated kernel on a cubecl device where chosen. Its outputs, the last
+/// instruction's result first, then the side outputs.
 pub(super) fn fused_elementwise(
     f: &engine_graph::ops::FusedElementwise,
     inputs: Vec<Value>,
     ctx: &KernelCtx<'_>,
-) -> Result<Value> {
+) -> Result<Vec<Value>> {
     use engine_graph::ops::{self, ElementOp, Operand};
-    if let Some(t) = generated(f, &inputs, ctx)? {
-        return Ok(Value::Float(t));
+    if let Some(ts) = generated(f, &inputs, ctx)? {
+        return Ok(ts.into_iter().map(Value::Float).collect());
     }
     let mut temps: Vec<Value> = Vec::with_capacity(f.program.len());
     for ins in &f.program {
@@ -122,12 +123,17 @@ pub(super) fn fused_elementwise(
         };
         temps.push(value);
     }
-    let out = temps.pop().ok_or_else(|| ctx.err("empty fused elementwise program"))?;
-    // A program of single-element inputs broadcasts to the output's shape.
-    Ok(match out {
-        Value::Float(t) => Value::Float(super::expand_float(t, &ctx.out_shape(0)?)),
-        other => other,
-    })
+    let shape = ctx.out_shape(0)?;
+    f.output_temps()
+        .map(|t| {
+            let out = temps.get(t).cloned().ok_or_else(|| ctx.err("empty fused elementwise program"))?;
+            // A program of single-element inputs broadcasts to the output's shape.
+            Ok(match out {
+                Value::Float(t) => Value::Float(super::expand_float(t, &shape)),
+                other => other,
+            })
+        })
+        .collect()
 }
 
 pub(super) fn add_n(inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Result<T> {

@@ -73,28 +73,41 @@ pub(crate) struct KernelCtx<'a> {
     /// that changes from step to step must then come from the device, never be baked into
     /// a kernel's arguments.
     pub recording: bool,
-    /// Where the executor asks the kernel whether its first output is finite throughout,
-    /// because a `CheckNumerics` reads that output: a kernel that sees every value as it
+    /// Where the executor asks the kernel whether some of its outputs are finite
+    /// throughout, because a `CheckNumerics` reads them: a kernel that sees every value as it
     /// stores it (the CPU's fused elementwise pass) answers, and the check then reads
     /// nothing, where reading the value again went back to memory (an optimizer's update
     /// is as large as its variable). `None`: nobody asks.
     pub verdict: Option<&'a Verdict>,
 }
 
-/// A kernel's answer to "is every value of your first output finite?": no until a kernel
+/// A kernel's answer to "is every value of these outputs finite?", asked about the
+/// outputs a `CheckNumerics` reads (bit `j` of `asked` for output `j`): no until a kernel
 /// that can tell for free says yes (a "no" and no answer both leave the check to count).
 /// Atomic because a context is shared with the kernel's worker threads.
-#[derive(Default)]
-pub(crate) struct Verdict(std::sync::atomic::AtomicBool);
+pub(crate) struct Verdict {
+    asked: u64,
+    finite: std::sync::atomic::AtomicU64,
+}
 
 impl Verdict {
-    pub(crate) fn tell(&self, finite: bool) {
-        self.0.store(finite, std::sync::atomic::Ordering::Relaxed);
+    pub(crate) fn asking(outputs: u64) -> Self {
+        Verdict { asked: outputs, finite: std::sync::atomic::AtomicU64::new(0) }
     }
 
-    /// Whether a kernel said its output is finite throughout.
-    pub(crate) fn finite(&self) -> bool {
-        self.0.load(std::sync::atomic::Ordering::Relaxed)
+    /// The outputs asked about, as a mask.
+    pub(crate) fn asked(&self) -> u64 {
+        self.asked
+    }
+
+    /// The outputs a kernel found finite throughout, as a mask.
+    pub(crate) fn tell(&self, finite: u64) {
+        self.finite.store(finite & self.asked, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether a kernel said output `j` is finite throughout.
+    pub(crate) fn finite(&self, j: usize) -> bool {
+        j < 64 && self.finite.load(std::sync::atomic::Ordering::Relaxed) & (1 << j) != 0
     }
 }
 
@@ -262,7 +275,7 @@ pub(crate) fn generic(op: &Op, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Resul
             let y = math::matmul(&f.matmul(), head, ctx)?;
             one(epilogue(y, bias, None, f.activation))
         }
-        FusedElementwise(f) => Ok(vec![math::fused_elementwise(f, inputs, ctx)?]),
+        FusedElementwise(f) => math::fused_elementwise(f, inputs, ctx),
         MaxPool2d(p) => pool::max_forward(p, inputs, ctx),
         MaxPool2dGrad(p) => {
             let x = match (p.relu_mask, inputs.first()) {

@@ -60,15 +60,30 @@ pub struct Instr {
 }
 
 /// Inputs: tensors of the output's shape, or single-element tensors broadcast over it.
-/// The output is the last instruction's result.
+/// Output 0 is the last instruction's result; outputs 1.. are the instructions that
+/// `side_outputs` names, in its order (a multi-output fusion: an optimizer's moment is
+/// assigned and also read by the variable's update, so both leave the same pass).
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct FusedElementwise {
     pub program: Vec<Instr>,
     pub inputs: usize,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub side_outputs: Vec<usize>,
 }
 
 impl FusedElementwise {
-    /// Whether every operand refers to an input or an earlier instruction.
+    /// One output, the last instruction's.
+    pub fn new(program: Vec<Instr>, inputs: usize) -> Self {
+        FusedElementwise { program, inputs, side_outputs: Vec::new() }
+    }
+
+    /// The instruction whose result each output is, output 0 first.
+    pub fn output_temps(&self) -> impl Iterator<Item = usize> + '_ {
+        std::iter::once(self.program.len().saturating_sub(1)).chain(self.side_outputs.iter().copied())
+    }
+
+    /// Whether every operand refers to an input or an earlier instruction, and every side
+    /// output to an instruction other than the last (output 0 already is).
     fn well_formed(&self) -> bool {
         !self.program.is_empty()
             && self.program.iter().enumerate().all(|(i, ins)| {
@@ -77,6 +92,7 @@ impl FusedElementwise {
                     Operand::Temp(t) => *t < i,
                 })
             })
+            && self.side_outputs.iter().all(|&t| t + 1 < self.program.len())
     }
 }
 
@@ -89,6 +105,10 @@ impl fmt::Display for FusedElementwise {
         for (i, ins) in self.program.iter().enumerate() {
             let args: Vec<String> = ins.args[..ins.op.arity()].iter().map(name).collect();
             write!(f, "{}t{i} = {:?}({})", if i > 0 { "; " } else { "" }, ins.op, args.join(", "))?;
+        }
+        if !self.side_outputs.is_empty() {
+            let temps: Vec<String> = self.side_outputs.iter().map(|t| format!("t{t}")).collect();
+            write!(f, "; also {}", temps.join(", "))?;
         }
         Ok(())
     }
@@ -114,7 +134,7 @@ impl OpDef for FusedElementwise {
                 return Err(format!("input {i} {} is neither {} nor a single element", f.shape, full.shape));
             }
         }
-        Ok(vec![full.clone()])
+        Ok(vec![full.clone(); 1 + self.side_outputs.len()])
     }
     fn flops(&self, _inputs: &[Fact], outputs: &[Fact], batch: usize) -> u64 {
         (self.program.len() * outputs[0].shape.num_elements(batch)) as u64
