@@ -166,6 +166,21 @@ impl Graph {
         self.inner[node].inputs[input] = src;
     }
 
+    /// Gives a node another name, one no other node has.
+    pub fn rename(&mut self, id: NodeId, name: impl Into<String>) -> Result<()> {
+        let name = name.into();
+        match self.by_name.get(&name) {
+            Some(&other) if other == id => return Ok(()),
+            Some(_) => return Err(GraphError::DuplicateName(name)),
+            None => {}
+        }
+        let node = self.inner.node_weight_mut(id).ok_or_else(|| GraphError::UnknownNode(format!("#{}", id.index())))?;
+        self.by_name.remove(&node.name);
+        node.name = name.clone();
+        self.by_name.insert(name, id);
+        Ok(())
+    }
+
     /// Removes a node that nothing consumes.
     pub fn remove_node(&mut self, id: NodeId) -> Result<Node> {
         if !self.consumers(id).is_empty() {

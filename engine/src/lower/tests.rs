@@ -119,6 +119,7 @@ fn the_training_plan_differentiates_every_variable_but_not_the_input() -> TestRe
             "fuse-bias-into-filter-grad",
             "fuse-conv-pool",
             "fuse-elementwise",
+            "merge-elementwise",
             "dead-code-elimination"
         ]
     );

@@ -16,6 +16,7 @@ mod fuse_normalization;
 mod fuse_relu_into_pool_grad;
 mod fuse_residual_add;
 mod liveness;
+mod merge_elementwise;
 mod replace;
 mod schedule;
 pub mod strategy;
@@ -32,6 +33,7 @@ pub use fuse_normalization::FuseNormalization;
 pub use fuse_relu_into_pool_grad::FuseReluIntoPoolGrad;
 pub use fuse_residual_add::FuseResidualAdd;
 pub use liveness::{Liveness, liveness};
+pub use merge_elementwise::MergeElementwise;
 pub use schedule::schedule;
 
 use crate::{Graph, GraphError, Result};
@@ -53,6 +55,7 @@ pub fn optimization_passes() -> Vec<Box<dyn Pass>> {
         Box::new(FuseBiasIntoFilterGrad),
         Box::new(FuseConvPool),
         Box::new(FuseElementwise),
+        Box::new(MergeElementwise),
         Box::new(DeadCodeElimination),
     ]
 }
