@@ -47,6 +47,16 @@ impl Plane {
         (clip(y0, self.win.kernel[0], self.h), clip(x0, self.win.kernel[1], self.w))
     }
 
+    /// Whether the windows tile the image: no two share a cell and together they cover
+    /// every one (a 2x2 pool of stride 2 on an even image, or SAME-padded), so a gradient
+    /// put back on the windows writes each cell exactly once.
+    pub(super) fn tiles(&self) -> bool {
+        let disjoint = (0..2).all(|d| self.win.strides[d] >= self.win.kernel[d]);
+        let rows: usize = (0..self.oh).map(|oy| self.cells(oy, 0).0.len()).sum();
+        let cols: usize = (0..self.ow).map(|ox| self.cells(0, ox).1.len()).sum();
+        disjoint && rows == self.h && cols == self.w
+    }
+
     /// Most cells a window covers (edge windows may cover fewer).
     pub(super) fn window_cells(&self) -> usize {
         self.win.kernel[0] * self.win.kernel[1]
@@ -208,6 +218,26 @@ pub(super) fn unpool_plane<E: Elem>(dx: &mut [E], a: &[i64], dy: &[E], pl: &Plan
     unpool_image(dx, a, dy, pl.c, (pl.h * pl.w) as i64, pooled);
 }
 
+/// `unpool_plane` where the windows tile the image, into an unwritten `dx`: each cell
+/// gets its window's gradient or zero, stored once. False, having written nothing, where
+/// the SIMD kernel does not apply (the caller then zeroes `dx` and scatters).
+fn unpool_tiled<E: Elem>(
+    dx: &mut [std::mem::MaybeUninit<E>],
+    a: &[i64],
+    dy: &[E],
+    pl: &Plane,
+    pooled: Option<&[E]>,
+) -> bool {
+    let relu = match pooled {
+        None => Some(Relu::None),
+        Some(p) => as_f32(p).map(Relu::Pooled),
+    };
+    match (super::buffer::as_f32_uninit(dx), as_f32(dy), relu) {
+        (Some(dx), Some(dy), Some(relu)) => super::unpool512::unpool_tiled_f32(dx, a, dy, pl, relu),
+        _ => false,
+    }
+}
+
 /// The pooled gradient `dy` of one image put back on the cells its argmax names, in a
 /// zeroed `dx`. With `pooled`, the pool read a ReLU's output: a gradient whose pooled value
 /// is not positive is dropped (`MaxPoolGradWithArgmax`'s mask).
@@ -241,6 +271,7 @@ pub(super) fn max_backward_with_argmax<E: Elem>(
     let total = n * pl.image();
     let mut out: Vec<E> = Vec::with_capacity(total);
     let lines = OutputLines::of(&out.spare_capacity_mut()[..total]);
+    let tiles = pl.tiles();
     out.spare_capacity_mut()[..total]
         .par_chunks_mut(pl.image())
         .zip(idx.par_chunks(pl.pooled()))
@@ -250,10 +281,14 @@ pub(super) fn max_backward_with_argmax<E: Elem>(
         .with_min_len(min_len())
         .for_each(|(i, (((dx, a), dy), p))| {
             lines.prefetch_next::<E>(i, pl.image());
-            unpool_plane(zeroed(dx), a, dy, &pl, m.relu_mask.then_some(p))
+            let mask = m.relu_mask.then_some(p);
+            // Windows that tile the image write every cell once, with no zeroing first.
+            if !(tiles && unpool_tiled(dx, a, dy, &pl, mask)) {
+                unpool_plane(zeroed(dx), a, dy, &pl, mask);
+            }
         });
-    // SAFETY: every image's part was zeroed (the chunks cover `0..total`, and the scatter
-    // only adds to them).
+    // SAFETY: every image's part was written: by `unpool_tiled` (every cell, the windows
+    // tiling the image) or zeroed and then only added to.
     unsafe { out.set_len(total) };
     Ok(tensor(out, &[n, pl.h, pl.w, c], ctx.device))
 }

@@ -45,10 +45,89 @@ pub(super) fn unpool_f32(dx: &mut [f32], a: &[i64], dy: &[f32], pl: &Plane, relu
     false
 }
 
+/// [`unpool_f32`] where the windows tile the plane (`Plane::tiles`), into an unwritten
+/// `dx`: each cell of each window is stored once, the gradient where the argmax names it
+/// (and `relu` keeps it), else zero. The same values as zeroing and adding (one gradient
+/// per cell at most, added to zero), with no zeroing pass and no load before each store.
+/// False, having written nothing, where it does not apply.
+pub(super) fn unpool_tiled_f32(
+    dx: &mut [std::mem::MaybeUninit<f32>],
+    a: &[i64],
+    dy: &[f32],
+    pl: &Plane,
+    relu: Relu<'_>,
+) -> bool {
+    let q = pl.pooled();
+    let mask_fits = match relu {
+        Relu::None => true,
+        Relu::Pooled(p) => p.len() >= q,
+        Relu::Input(_) => false,
+    };
+    let fits = dx.len() >= pl.image() && a.len() >= q && dy.len() >= q && mask_fits;
+    if !fits || pl.c == 0 || !pl.c.is_multiple_of(16) || pl.h * pl.w >= i32::MAX as usize || !pl.tiles() {
+        return false;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if super::simd::has_avx512() {
+        // SAFETY: AVX-512F is present; the slices hold the plane (checked above); cells
+        // come from `pl.cells`, inside the image.
+        unsafe { avx512::unpool_tiled(dx.as_mut_ptr().cast::<f32>(), a, dy, pl, relu) };
+        return true;
+    }
+    false
+}
+
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
     use super::{Plane, Relu};
     use std::arch::x86_64::*;
+
+    /// The argmax cells of sixteen channels as 32-bit integers, saturated: the plane has
+    /// fewer than 2^31 - 1 cells (checked by the callers), so no index out of it can alias
+    /// a cell.
+    #[target_feature(enable = "avx512f")]
+    unsafe fn cells16(a: *const i64) -> __m512i {
+        // SAFETY: the caller's: sixteen readable i64s at `a`.
+        unsafe {
+            let lo = _mm512_cvtsepi64_epi32(_mm512_loadu_si512(a.cast()));
+            let hi = _mm512_cvtsepi64_epi32(_mm512_loadu_si512(a.add(8).cast()));
+            _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi)
+        }
+    }
+
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn unpool_tiled(dx: *mut f32, a: &[i64], dy: &[f32], pl: &Plane, relu: Relu<'_>) {
+        let c = pl.c;
+        // SAFETY (whole function): the caller's checks; `dx` holds the plane.
+        unsafe {
+            for oy in 0..pl.oh {
+                for ox in 0..pl.ow {
+                    let q = (oy * pl.ow + ox) * c;
+                    let (rows, cols) = pl.cells(oy, ox);
+                    for c0 in (0..c).step_by(16) {
+                        let g = _mm512_loadu_ps(dy.as_ptr().add(q + c0));
+                        let cell = cells16(a.as_ptr().add(q + c0));
+                        let keep = match relu {
+                            Relu::Pooled(p) => _mm512_cmp_ps_mask::<_CMP_GT_OQ>(
+                                _mm512_loadu_ps(p.as_ptr().add(q + c0)),
+                                _mm512_setzero_ps(),
+                            ),
+                            Relu::None | Relu::Input(_) => 0xffff,
+                        };
+                        for iy in rows.clone() {
+                            for ix in cols.clone() {
+                                let at = iy * pl.w + ix;
+                                let hit = _mm512_mask_cmpeq_epi32_mask(keep, cell, _mm512_set1_epi32(at as i32));
+                                // Zero plus the gradient, as the scatter into zeroes adds it.
+                                let v = _mm512_maskz_add_ps(hit, _mm512_setzero_ps(), g);
+                                _mm512_storeu_ps(dx.add(at * c + c0), v);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
 
     #[target_feature(enable = "avx512f")]
     pub(super) unsafe fn unpool(dx: &mut [f32], a: &[i64], dy: &[f32], pl: &Plane, relu: Relu<'_>) {
@@ -107,6 +186,48 @@ mod tests {
     use crate::kernels::cpu::pool::{pool_image, scatter_image, unpool_image};
     use engine_graph::ops::{Padding, Window};
 
+    /// Windows that tile the plane write every cell once, the same bits as zeroing and
+    /// scattering (ties, negative values, -0.0 and NaN gradients, with and without the
+    /// ReLU mask); windows that overlap or leave cells out do not tile, and are refused.
+    #[test]
+    fn tiled_windows_write_what_the_scatter_into_zeroes_adds() -> Result<(), crate::RuntimeError> {
+        let window = |k, s, padding| Window { kernel: [k, k], strides: [s, s], padding };
+        for (k, s, padding, h, w, tiles) in [
+            (2, 2, Padding::Valid, 8, 6, true),
+            (2, 2, Padding::Same, 7, 9, true),
+            (3, 3, Padding::Same, 8, 7, true),
+            (2, 2, Padding::Valid, 7, 6, false),
+            (3, 2, Padding::Same, 8, 8, false),
+            (2, 3, Padding::Valid, 8, 8, false),
+        ] {
+            let pl = Plane::for_probe(&window(k, s, padding), [h, w], 32)?;
+            assert_eq!(pl.tiles(), tiles, "window {k} stride {s} on {h}x{w}");
+            if !crate::kernels::cpu::simd::has_avx512() {
+                continue;
+            }
+            let x: Vec<f32> = (0..pl.image()).map(|i| ((i * 37) % 11) as f32 - 5.0).collect();
+            let (mut pooled, mut at, mut pos) = (vec![0f32; pl.pooled()], vec![0i64; pl.pooled()], vec![0i32; pl.c]);
+            pool_image(&x, &mut pooled, &mut at, &mut pos, &pl);
+            let mut dy: Vec<f32> = (0..pl.pooled()).map(|i| ((i * 13) % 7) as f32 * 0.37 - 1.1).collect();
+            dy[3] = -0.0;
+            dy[40] = f32::NAN;
+            for mask in [None, Some(&pooled[..])] {
+                let mut want = vec![0f32; pl.image()];
+                unpool_image(&mut want, &at, &dy, pl.c, (h * w) as i64, mask);
+                let mut got = vec![std::mem::MaybeUninit::<f32>::uninit(); pl.image()];
+                let relu = mask.map_or(Relu::None, Relu::Pooled);
+                assert_eq!(unpool_tiled_f32(&mut got, &at, &dy, &pl, relu), tiles);
+                if tiles {
+                    // SAFETY: a tiling plane's every cell was written.
+                    let got: Vec<u32> = got.iter().map(|v| unsafe { v.assume_init() }.to_bits()).collect();
+                    let want: Vec<u32> = want.iter().map(|v| v.to_bits()).collect();
+                    assert_eq!(got, want, "window {k} stride {s} on {h}x{w}, mask {}", mask.is_some());
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Against the portable loop, bit for bit: overlapping and clipped windows, with and
     /// without the ReLU mask, argmaxes from the pooling forward.
     #[test]
@@ -136,6 +257,7 @@ mod tests {
             }
         }
         let pl = Plane::for_probe(&Window { kernel: [2, 2], strides: [2, 2], padding: Padding::Valid }, [4, 4], 8)?;
+        assert!(pl.tiles());
         assert!(
             !unpool_f32(&mut [0f32; 128], &[0i64; 32], &[0f32; 32], &pl, Relu::None),
             "8 channels are not whole registers"
