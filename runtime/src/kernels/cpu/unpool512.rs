@@ -25,14 +25,7 @@ pub(super) enum Relu<'a> {
 /// dropping what `relu` drops. False, having done nothing, where it does not apply: no
 /// AVX-512, channels not in sixteens, or a buffer shorter than the plane.
 pub(super) fn unpool_f32(dx: &mut [f32], a: &[i64], dy: &[f32], pl: &Plane, relu: Relu<'_>) -> bool {
-    let q = pl.pooled();
-    let mask_fits = match relu {
-        Relu::None => true,
-        Relu::Pooled(p) => p.len() >= q,
-        Relu::Input(x) => x.len() >= pl.image(),
-    };
-    let fits = dx.len() >= pl.image() && a.len() >= q && dy.len() >= q && mask_fits;
-    if !fits || pl.c == 0 || !pl.c.is_multiple_of(16) || pl.h * pl.w >= i32::MAX as usize {
+    if !applies(dx.len(), a, dy, pl, relu) {
         return false;
     }
     #[cfg(target_arch = "x86_64")]
@@ -57,14 +50,8 @@ pub(super) fn unpool_tiled_f32(
     pl: &Plane,
     relu: Relu<'_>,
 ) -> bool {
-    let q = pl.pooled();
-    let mask_fits = match relu {
-        Relu::None => true,
-        Relu::Pooled(p) => p.len() >= q,
-        Relu::Input(_) => false,
-    };
-    let fits = dx.len() >= pl.image() && a.len() >= q && dy.len() >= q && mask_fits;
-    if !fits || pl.c == 0 || !pl.c.is_multiple_of(16) || pl.h * pl.w >= i32::MAX as usize || !pl.tiles() {
+    // The input's mask needs the input at the argmax cell, which only the scatter reads.
+    if matches!(relu, Relu::Input(_)) || !pl.tiles() || !applies(dx.len(), a, dy, pl, relu) {
         return false;
     }
     #[cfg(target_arch = "x86_64")]
@@ -77,22 +64,57 @@ pub(super) fn unpool_tiled_f32(
     false
 }
 
+/// Whether the sixteen-channel kernels apply: every buffer holds the plane, channels come
+/// in sixteens, and a cell's index fits an `i32`.
+fn applies(dx: usize, a: &[i64], dy: &[f32], pl: &Plane, relu: Relu<'_>) -> bool {
+    let q = pl.pooled();
+    let mask_fits = match relu {
+        Relu::None => true,
+        Relu::Pooled(p) => p.len() >= q,
+        Relu::Input(x) => x.len() >= pl.image(),
+    };
+    dx >= pl.image()
+        && a.len() >= q
+        && dy.len() >= q
+        && mask_fits
+        && pl.c > 0
+        && pl.c.is_multiple_of(16)
+        && pl.h * pl.w < i32::MAX as usize
+}
+
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
     use super::{Plane, Relu};
     use std::arch::x86_64::*;
 
-    /// The argmax cells of sixteen channels as 32-bit integers, saturated: the plane has
-    /// fewer than 2^31 - 1 cells (checked by the callers), so no index out of it can alias
-    /// a cell.
+    /// Sixteen channels of one pooled cell at `q`: the gradients, the argmax cells as
+    /// 32-bit integers (saturated: the plane has fewer than 2^31 - 1 cells, checked by the
+    /// callers, so no index out of it can alias a cell), and the channels a pooled ReLU
+    /// mask keeps.
+    ///
+    /// # Safety
+    /// AVX-512F; sixteen values at `q` in `dy`, `a` and a pooled mask.
     #[target_feature(enable = "avx512f")]
-    unsafe fn cells16(a: *const i64) -> __m512i {
-        // SAFETY: the caller's: sixteen readable i64s at `a`.
+    unsafe fn pooled16(dy: &[f32], a: &[i64], relu: Relu<'_>, q: usize) -> (__m512, __m512i, __mmask16) {
+        // SAFETY: the caller's.
         unsafe {
-            let lo = _mm512_cvtsepi64_epi32(_mm512_loadu_si512(a.cast()));
-            let hi = _mm512_cvtsepi64_epi32(_mm512_loadu_si512(a.add(8).cast()));
-            _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi)
+            let g = _mm512_loadu_ps(dy.as_ptr().add(q));
+            let lo = _mm512_cvtsepi64_epi32(_mm512_loadu_si512(a.as_ptr().add(q).cast()));
+            let hi = _mm512_cvtsepi64_epi32(_mm512_loadu_si512(a.as_ptr().add(q + 8).cast()));
+            let cell = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi);
+            let keep = match relu {
+                Relu::Pooled(p) => positive(p.as_ptr().add(q)),
+                Relu::None | Relu::Input(_) => 0xffff,
+            };
+            (g, cell, keep)
         }
+    }
+
+    /// The lanes of the sixteen values at `v` that are above zero.
+    #[target_feature(enable = "avx512f")]
+    unsafe fn positive(v: *const f32) -> __mmask16 {
+        // SAFETY: the caller's: sixteen readable floats at `v`.
+        unsafe { _mm512_cmp_ps_mask::<_CMP_GT_OQ>(_mm512_loadu_ps(v), _mm512_setzero_ps()) }
     }
 
     #[target_feature(enable = "avx512f")]
@@ -105,15 +127,7 @@ mod avx512 {
                     let q = (oy * pl.ow + ox) * c;
                     let (rows, cols) = pl.cells(oy, ox);
                     for c0 in (0..c).step_by(16) {
-                        let g = _mm512_loadu_ps(dy.as_ptr().add(q + c0));
-                        let cell = cells16(a.as_ptr().add(q + c0));
-                        let keep = match relu {
-                            Relu::Pooled(p) => _mm512_cmp_ps_mask::<_CMP_GT_OQ>(
-                                _mm512_loadu_ps(p.as_ptr().add(q + c0)),
-                                _mm512_setzero_ps(),
-                            ),
-                            Relu::None | Relu::Input(_) => 0xffff,
-                        };
+                        let (g, cell, keep) = pooled16(dy, a, relu, q + c0);
                         for iy in rows.clone() {
                             for ix in cols.clone() {
                                 let at = iy * pl.w + ix;
@@ -139,19 +153,7 @@ mod avx512 {
                     let q = (oy * pl.ow + ox) * c;
                     let (rows, cols) = pl.cells(oy, ox);
                     for c0 in (0..c).step_by(16) {
-                        let g = _mm512_loadu_ps(dy.as_ptr().add(q + c0));
-                        // The sixteen argmax cells as 32-bit integers, saturated: the plane
-                        // has fewer than 2^31 - 1 cells (checked by the caller), so no
-                        // index out of it can alias a cell.
-                        let lo = _mm512_cvtsepi64_epi32(_mm512_loadu_si512(a.as_ptr().add(q + c0).cast()));
-                        let hi = _mm512_cvtsepi64_epi32(_mm512_loadu_si512(a.as_ptr().add(q + c0 + 8).cast()));
-                        let cell = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi);
-                        let positive =
-                            |v: *const f32| _mm512_cmp_ps_mask::<_CMP_GT_OQ>(_mm512_loadu_ps(v), _mm512_setzero_ps());
-                        let keep = match relu {
-                            Relu::Pooled(p) => positive(p.as_ptr().add(q + c0)),
-                            Relu::None | Relu::Input(_) => 0xffff,
-                        };
+                        let (g, cell, keep) = pooled16(dy, a, relu, q + c0);
                         if keep == 0 {
                             continue;
                         }
