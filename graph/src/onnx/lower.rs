@@ -230,7 +230,7 @@ impl Lowering<'_> {
             Op::FusedElementwise(f) => {
                 let temps = self.elementwise(n, &f.program, &ins);
                 for (j, t) in f.output_temps().enumerate().skip(1) {
-                    self.names.insert(Outlet::new(id, j), temps[t].clone());
+                    self.names.insert(Outlet::new(id, j), temps.get(t).cloned().unwrap_or_default());
                 }
                 temps.last().cloned().unwrap_or_default()
             }
