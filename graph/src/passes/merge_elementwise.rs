@@ -68,6 +68,7 @@ fn merge_into(g: &mut Graph, reader: NodeId) -> Result<bool> {
         return Ok(false);
     }
     let mut producers: Vec<NodeId> = g.node(reader).inputs.iter().map(|o| o.node).collect();
+    producers.sort_unstable();
     producers.dedup();
     let upstream = ancestors(g, reader);
     for producer in producers {

@@ -109,12 +109,13 @@ pub(super) fn fused<E: Elem>(f: &FusedElementwise, inputs: Vec<Value>, ctx: &Ker
     let all = u64::MAX >> (64 - outputs.len());
     let asked = ctx.verdict.map_or(0, |v| v.asked()) & all;
     let outs: Vec<OutBase<E>> = bufs.iter_mut().map(|b| OutBase(b.as_mut_ptr().cast())).collect();
+    let temps = allocate(&f.program, &outputs);
     let part = |i: usize| {
         let start = i * per_task;
         // SAFETY: every buffer holds `n` elements (taken ones initialized, fresh ones with
         // that capacity), the parts' ranges are disjoint, and a taken buffer is an input
         // the executor handed over for the last time, read only through `Src::Out`.
-        unsafe { region(&f.program, &srcs, &outputs, &outs, start, per_task.min(n - start), asked) }
+        unsafe { region(&f.program, &temps, &srcs, &outputs, &outs, start, per_task.min(n - start), asked) }
     };
     // One part runs on the calling thread: handed to the pool it would cost two context
     // switches at one thread (see `buffer::min_len`).
@@ -136,13 +137,16 @@ pub(super) fn fused<E: Elem>(f: &FusedElementwise, inputs: Vec<Value>, ctx: &Ker
 
 /// Elements `start..start + len` of every output, each element written; with bit `j` of
 /// `asked`, whether output `j`'s elements are all finite, tested on each chunk while it is
-/// in L1. Returns `asked` with the bits of outputs found not finite cleared.
+/// in L1. Returns `asked` with the bits of outputs found not finite cleared. `(slots,
+/// count)` is [`allocate`]'s answer for `program` and `outputs`.
 ///
 /// # Safety
 /// Each of `outs` is valid for writes of `start + len` elements and initialized where a
 /// source is its [`Src::Out`]; nothing else reads or writes that range while this runs.
+#[allow(clippy::too_many_arguments, reason = "one pass's program, its buffers and its range")]
 unsafe fn region<E: Elem>(
     program: &[Instr],
+    (slots, count): &(Vec<usize>, usize),
     srcs: &[Src<'_, E>],
     outputs: &[usize],
     outs: &[OutBase<E>],
@@ -151,11 +155,10 @@ unsafe fn region<E: Elem>(
     asked: u64,
 ) -> u64 {
     let mut finite = asked;
-    let (slots, count) = allocate(program, outputs);
-    let mut temps = vec![[E::zero(); CHUNK]; count];
+    let mut temps = vec![[E::zero(); CHUNK]; *count];
     for at in (start..start + len).step_by(CHUNK) {
         let n = CHUNK.min(start + len - at);
-        eval_chunk(program, &slots, &Chunk { srcs, outs, at, len: n }, &mut temps);
+        eval_chunk(program, slots, &Chunk { srcs, outs, at, len: n }, &mut temps);
         for (j, (&t, out)) in outputs.iter().zip(outs).enumerate() {
             let Some(result) = slots.get(t).and_then(|&s| temps.get(s)) else { continue };
             // SAFETY: the caller's range; `eval_chunk` above has finished reading it.
@@ -377,7 +380,9 @@ mod tests {
         // SAFETY: one buffer of `out.len()` elements, initialized where a source is
         // `Src::Out(0)` (the callers' `as_uninit` of initialized floats).
         unsafe {
-            region(program, srcs, &[program.len() - 1], &outs, 0, out.len(), u64::from(check)) == u64::from(check)
+            let outputs = [program.len() - 1];
+            region(program, &allocate(program, &outputs), srcs, &outputs, &outs, 0, out.len(), u64::from(check))
+                == u64::from(check)
         }
     }
 
@@ -562,7 +567,7 @@ mod tests {
         let mut outs = vec![vec![MaybeUninit::<f32>::uninit(); n]; 3];
         let bases: Vec<OutBase<f32>> = outs.iter_mut().map(|o| OutBase(o.as_mut_ptr())).collect();
         // SAFETY: three fresh buffers of n elements, no `Src::Out`.
-        let finite = unsafe { region(&program, &srcs, &outputs, &bases, 0, n, 0b111) };
+        let finite = unsafe { region(&program, &(slots, count), &srcs, &outputs, &bases, 0, n, 0b111) };
         assert_eq!(finite, 0b111);
         for (j, &t) in outputs.iter().enumerate() {
             for i in 0..n {
@@ -627,7 +632,7 @@ mod tests {
                 Src::Single(0.1),
             ];
             // SAFETY: a fresh buffer and `g`, both of n elements, `g` initialized.
-            let finite = unsafe { region(&program, &srcs, &[3, 1], &bases, 0, n, 0b11) };
+            let finite = unsafe { region(&program, &allocate(&program, &[3, 1]), &srcs, &[3, 1], &bases, 0, n, 0b11) };
             assert_eq!(finite, if bad_v { 0b10 } else { 0b11 }, "bad v: {bad_v}");
             // SAFETY: every element was written.
             let got_v: Vec<f32> = fresh.iter().map(|x| unsafe { x.assume_init() }).collect();
@@ -745,10 +750,10 @@ mod tests {
                     match form {
                         0 => {
                             let srcs = [one, Src::Full(Cow::Borrowed(&a[..])), Src::Out(0)];
-                            let f1 = region(&accum, &srcs, &[1], &[g_out], 0, n, 1);
+                            let f1 = region(&accum, &allocate(&accum, &[1]), &srcs, &[1], &[g_out], 0, n, 1);
                             let srcs =
                                 [Src::Full(Cow::Borrowed(&v[..])), Src::Single(0.1), Src::Full(Cow::Borrowed(&g[..]))];
-                            f1 & region(&update, &srcs, &[1], &[fresh_out], 0, n, 1)
+                            f1 & region(&update, &allocate(&update, &[1]), &srcs, &[1], &[fresh_out], 0, n, 1)
                         }
                         _ => {
                             let srcs = [
@@ -759,7 +764,7 @@ mod tests {
                                 Src::Single(0.1),
                             ];
                             let outs = if form == 1 { [g_out, fresh_out] } else { [fresh_out, g_out] };
-                            region(&merged, &srcs, &[3, 1], &outs, 0, n, 3) & 1
+                            region(&merged, &allocate(&merged, &[3, 1]), &srcs, &[3, 1], &outs, 0, n, 3) & 1
                         }
                     }
                 };

@@ -32,7 +32,7 @@ pub(super) fn unpool_f32(dx: &mut [f32], a: &[i64], dy: &[f32], pl: &Plane, relu
     if super::simd::has_avx512() {
         // SAFETY: AVX-512F is present; the slices hold the plane (checked above); cells
         // come from `pl.cells`, inside the image.
-        unsafe { avx512::unpool(dx, a, dy, pl, relu) };
+        unsafe { avx512::unpool::<false>(dx.as_mut_ptr(), a, dy, pl, relu) };
         return true;
     }
     false
@@ -58,7 +58,7 @@ pub(super) fn unpool_tiled_f32(
     if super::simd::has_avx512() {
         // SAFETY: AVX-512F is present; the slices hold the plane (checked above); cells
         // come from `pl.cells`, inside the image.
-        unsafe { avx512::unpool_tiled(dx.as_mut_ptr().cast::<f32>(), a, dy, pl, relu) };
+        unsafe { avx512::unpool::<true>(dx.as_mut_ptr().cast::<f32>(), a, dy, pl, relu) };
         return true;
     }
     false
@@ -117,10 +117,19 @@ mod avx512 {
         unsafe { _mm512_cmp_ps_mask::<_CMP_GT_OQ>(_mm512_loadu_ps(v), _mm512_setzero_ps()) }
     }
 
+    /// Both unpoolings over one plane, window after window. `TILED` (the windows tile the
+    /// plane, `dx` unwritten): every cell of every window is stored once, zero plus the
+    /// gradient under the mask, as the scatter into zeroes adds it. Otherwise (`dx`
+    /// zeroed): the gradient is added to the cells the argmax names, in the portable
+    /// loop's order.
+    ///
+    /// # Safety
+    /// AVX-512F; the callers' checks (`applies`, and `Plane::tiles` with `TILED`); `dx`
+    /// holds the plane.
     #[target_feature(enable = "avx512f")]
-    pub(super) unsafe fn unpool_tiled(dx: *mut f32, a: &[i64], dy: &[f32], pl: &Plane, relu: Relu<'_>) {
+    pub(super) unsafe fn unpool<const TILED: bool>(dx: *mut f32, a: &[i64], dy: &[f32], pl: &Plane, relu: Relu<'_>) {
         let c = pl.c;
-        // SAFETY (whole function): the caller's checks; `dx` holds the plane.
+        // SAFETY (whole function): the caller's.
         unsafe {
             for oy in 0..pl.oh {
                 for ox in 0..pl.ow {
@@ -128,46 +137,24 @@ mod avx512 {
                     let (rows, cols) = pl.cells(oy, ox);
                     for c0 in (0..c).step_by(16) {
                         let (g, cell, keep) = pooled16(dy, a, relu, q + c0);
-                        for iy in rows.clone() {
-                            for ix in cols.clone() {
-                                let at = iy * pl.w + ix;
-                                let hit = _mm512_mask_cmpeq_epi32_mask(keep, cell, _mm512_set1_epi32(at as i32));
-                                // Zero plus the gradient, as the scatter into zeroes adds it.
-                                let v = _mm512_maskz_add_ps(hit, _mm512_setzero_ps(), g);
-                                _mm512_storeu_ps(dx.add(at * c + c0), v);
-                            }
-                        }
-                    }
-                }
-            }
-        }
-    }
-
-    #[target_feature(enable = "avx512f")]
-    pub(super) unsafe fn unpool(dx: &mut [f32], a: &[i64], dy: &[f32], pl: &Plane, relu: Relu<'_>) {
-        let c = pl.c;
-        // SAFETY (whole function): the caller's checks.
-        unsafe {
-            for oy in 0..pl.oh {
-                for ox in 0..pl.ow {
-                    let q = (oy * pl.ow + ox) * c;
-                    let (rows, cols) = pl.cells(oy, ox);
-                    for c0 in (0..c).step_by(16) {
-                        let (g, cell, keep) = pooled16(dy, a, relu, q + c0);
-                        if keep == 0 {
+                        if !TILED && keep == 0 {
                             continue;
                         }
                         for iy in rows.clone() {
                             for ix in cols.clone() {
                                 let at = iy * pl.w + ix;
+                                let d = dx.add(at * c + c0);
                                 let mut hit = _mm512_mask_cmpeq_epi32_mask(keep, cell, _mm512_set1_epi32(at as i32));
+                                if TILED {
+                                    _mm512_storeu_ps(d, _mm512_maskz_add_ps(hit, _mm512_setzero_ps(), g));
+                                    continue;
+                                }
                                 if let Relu::Input(x) = relu
                                     && hit != 0
                                 {
                                     hit &= positive(x.as_ptr().add(at * c + c0));
                                 }
                                 if hit != 0 {
-                                    let d = dx.as_mut_ptr().add(at * c + c0);
                                     _mm512_storeu_ps(
                                         d,
                                         _mm512_mask_add_ps(_mm512_loadu_ps(d), hit, _mm512_loadu_ps(d), g),
