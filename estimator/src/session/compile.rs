@@ -15,7 +15,7 @@ use engine_graph::{
     autodiff::Autodiff,
     ops::ReduceOp,
     optimizer::{ApplyOptimizer, OptimizerConfig},
-    passes::{CheckNumericsPass, FuseAttention, FuseNormalization, PassManager, optimization_passes},
+    passes::{CheckNumericsPass, FuseAttention, FuseNormalization, Fusions, PassManager, optimization_passes_with},
 };
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -283,11 +283,19 @@ fn run_passes_with(
         passes.push(Box::new(CheckNumericsPass));
     }
     strategy(Stage::AfterOptimizer, training).into_iter().for_each(|p| passes.push(p));
-    for p in optimization_passes() {
+    for p in optimization_passes_with(fusions_from_env()) {
         passes.push(p);
     }
     passes.run(graph)?;
     Ok(passes.log().to_vec())
+}
+
+/// The optional fusions a benchmark turns on: `ENGINE_FUSE_INPUT_GRAD=1` adds
+/// `fuse-relu-grad-into-input-grad` (a lever for measuring it on another core kind with
+/// one binary, as `ENGINE_CPU_GEMM=packed` is for the packed GEMM).
+fn fusions_from_env() -> Fusions {
+    let on = |name: &str| std::env::var(name).is_ok_and(|v| v.trim() == "1");
+    Fusions { relu_grad_into_input_grad: on("ENGINE_FUSE_INPUT_GRAD") }
 }
 
 /// The plan `train`, `evaluate` or `predict` compiles for `mode` (placeholders from

@@ -141,7 +141,8 @@ op_set! {
     // state
     Assign, Group,
     // formed by fusion passes after autodiff
-    FusedConv2d, FusedMatMul, FusedConv2dMaxPool, FusedMaxPoolConv2dBackpropFilter, FusedElementwise,
+    FusedConv2d, FusedMatMul, FusedConv2dMaxPool, FusedMaxPoolConv2dBackpropFilter, FusedConv2dBackpropInput,
+    FusedElementwise,
     // inserted by strategies
     AllReduce, AllGatherRows, Transfer,
     // inserted by the check-numerics pass

@@ -13,6 +13,7 @@ mod fuse_bias_into_filter_grad;
 mod fuse_conv_pool;
 mod fuse_elementwise;
 mod fuse_normalization;
+mod fuse_relu_grad_into_input_grad;
 mod fuse_relu_into_pool_grad;
 mod fuse_residual_add;
 mod liveness;
@@ -30,6 +31,7 @@ pub use fuse_bias_into_filter_grad::FuseBiasIntoFilterGrad;
 pub use fuse_conv_pool::FuseConvPool;
 pub use fuse_elementwise::FuseElementwise;
 pub use fuse_normalization::FuseNormalization;
+pub use fuse_relu_grad_into_input_grad::FuseReluGradIntoInputGrad;
 pub use fuse_relu_into_pool_grad::FuseReluIntoPoolGrad;
 pub use fuse_residual_add::FuseResidualAdd;
 pub use liveness::{Liveness, liveness};
@@ -47,17 +49,39 @@ pub trait Pass {
 /// The optimizations every compiled graph gets after its rewrites: merge duplicates,
 /// fuse what kernels can do in one pass, drop what no role needs.
 pub fn optimization_passes() -> Vec<Box<dyn Pass>> {
-    vec![
+    optimization_passes_with(Fusions::default())
+}
+
+/// Fusions that are built and tested but not on by default, because they measured no
+/// faster where they were tried (see each field).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Fusions {
+    /// `fuse-relu-grad-into-input-grad`: on a Zen 4 the residual model's step ran slower
+    /// with it (docs/performance-history.md, "the ReLU gradient in the input gradient's
+    /// epilogue"), where a pass over memory is cheap; it is kept for the cores where such
+    /// a pass costs two to four times as much (the Intel VM), to be measured there.
+    pub relu_grad_into_input_grad: bool,
+}
+
+/// [`optimization_passes`] with the optional fusions `fusions` turns on.
+pub fn optimization_passes_with(fusions: Fusions) -> Vec<Box<dyn Pass>> {
+    let mut passes: Vec<Box<dyn Pass>> = vec![
         Box::new(CommonSubexpressionElimination),
         Box::new(FuseBiasActivation),
         Box::new(FuseResidualAdd),
         Box::new(FuseReluIntoPoolGrad),
-        Box::new(FuseBiasIntoFilterGrad),
+    ];
+    if fusions.relu_grad_into_input_grad {
+        passes.push(Box::new(FuseReluGradIntoInputGrad));
+    }
+    passes.extend([
+        Box::new(FuseBiasIntoFilterGrad) as Box<dyn Pass>,
         Box::new(FuseConvPool),
         Box::new(FuseElementwise),
         Box::new(MergeElementwise),
         Box::new(DeadCodeElimination),
-    ]
+    ]);
+    passes
 }
 
 /// Runs passes in order, checking consistency after each.

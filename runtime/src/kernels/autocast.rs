@@ -24,6 +24,7 @@ pub(crate) fn contracts(op: &Op) -> bool {
             | Op::FusedConv2d(_)
             | Op::FusedConv2dMaxPool(_)
             | Op::Conv2dBackpropInput(_)
+            | Op::FusedConv2dBackpropInput(_)
             | Op::Conv2dBackpropFilter(_)
             | Op::FusedMaxPoolConv2dBackpropFilter(_)
             | Op::FusedAttention(_)

@@ -242,6 +242,15 @@ pub(crate) fn generic(op: &Op, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Resul
         RowsTouched(r) => Ok(vec![row_sparse::rows_touched(r.rows, inputs, ctx)?]),
         Conv2d(c) => one(conv::forward(c, inputs, ctx)?),
         Conv2dBackpropInput(c) => one(conv::backprop_input(c, inputs, ctx)?),
+        FusedConv2dBackpropInput(f) => {
+            // The input gradient, then its mask (and sum) as one elementwise program: a
+            // generated kernel on devices, the fused loop elsewhere.
+            let mut rest = inputs;
+            let head: Vec<Value> = rest.drain(..2.min(rest.len())).collect();
+            let dx = conv::backprop_input(&f.input_grad, head, ctx)?;
+            rest.insert(0, Value::Float(dx));
+            math::fused_elementwise(&f.epilogue(), rest, ctx)
+        }
         Conv2dBackpropFilter(c) => filter_grad_with_bias(c, inputs, ctx),
         FusedMaxPoolConv2dBackpropFilter(f) => {
             let mut it = inputs.into_iter();

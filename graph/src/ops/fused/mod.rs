@@ -5,6 +5,7 @@
 
 mod fused_activation;
 mod fused_conv2d;
+mod fused_conv2d_backprop_input;
 mod fused_conv2d_max_pool;
 mod fused_elementwise;
 mod fused_matmul;
@@ -12,6 +13,7 @@ mod fused_max_pool_conv2d_backprop_filter;
 
 pub use fused_activation::FusedActivation;
 pub use fused_conv2d::FusedConv2d;
+pub use fused_conv2d_backprop_input::FusedConv2dBackpropInput;
 pub use fused_conv2d_max_pool::FusedConv2dMaxPool;
 pub use fused_elementwise::{ElementOp, FusedElementwise, Instr, Operand, is_single};
 pub use fused_matmul::FusedMatMul;

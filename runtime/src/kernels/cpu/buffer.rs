@@ -134,6 +134,15 @@ pub(super) unsafe fn as_uninit<T>(s: &mut [T]) -> &mut [MaybeUninit<T>] {
     unsafe { &mut *(s as *mut [T] as *mut [MaybeUninit<T>]) }
 }
 
+/// Slots a kernel has written in full, as initialized elements.
+///
+/// # Safety
+/// Every element of `part` must have been written.
+pub(super) unsafe fn assume_init<E>(part: &mut [MaybeUninit<E>]) -> &mut [E] {
+    // SAFETY: `MaybeUninit<E>` has `E`'s layout, and the caller wrote every element.
+    unsafe { &mut *(part as *mut [MaybeUninit<E>] as *mut [E]) }
+}
+
 /// `s` as f32 slots, when `E` is f32 (an output the SIMD kernels write in full).
 pub(super) fn as_f32_uninit<E: Elem>(s: &mut [MaybeUninit<E>]) -> Option<&mut [MaybeUninit<f32>]> {
     if std::any::TypeId::of::<E>() != std::any::TypeId::of::<f32>() {

@@ -12,7 +12,8 @@ use super::{
 };
 use crate::{Result, Value, kernels::KernelCtx, value::T};
 use engine_graph::ops::{
-    Conv2d, Conv2dBackpropFilter, Conv2dBackpropInput, FusedActivation, FusedConv2d, Padding, Window,
+    Conv2d, Conv2dBackpropFilter, Conv2dBackpropInput, FusedActivation, FusedConv2d, FusedConv2dBackpropInput, Padding,
+    Window,
 };
 use rayon::prelude::*;
 use std::borrow::Cow;
@@ -322,7 +323,7 @@ pub(super) fn conv_image_uninit<E: Elem>(
     match method {
         Method::Winograd(tile) => {
             y.len() == g.pixels() * f
-                && super::winograd::forward_image_uninit(*tile, x, g, ws, f, post, None, y, scratch, threads)
+                && super::winograd::forward_image_uninit(*tile, x, g, ws, f, post, None, None, y, scratch, threads)
         }
         _ => conv_image(x, g, method, ws, f, post, zeroed(y), scratch, threads),
     }
@@ -466,6 +467,68 @@ pub(super) fn sum_filter_grads<E: Elem>(
 
 pub(super) fn backprop_input<E: Elem>(c: &Conv2dBackpropInput, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -> Result<T> {
     let [w, gy] = ctx.floats(inputs)?;
+    input_grad::<E>(c, w, gy, None, ctx)
+}
+
+/// `ReluGrad(y, conv2d_backprop_input(w, dy) [+ addend])`: the mask (and the sum) applied
+/// to each image's gradient right after it is computed, while it is in cache.
+pub(super) fn fused_backprop_input<E: Elem>(
+    c: &FusedConv2dBackpropInput,
+    inputs: Vec<Value>,
+    ctx: &KernelCtx<'_>,
+) -> Result<T> {
+    let mut inputs = inputs;
+    let addend = if c.addend { Some(inputs.pop().ok_or_else(|| ctx.err("missing the addend"))?) } else { None };
+    let [w, gy, y] = ctx.floats(inputs)?;
+    let addend = addend.map(|a| ctx.floats::<1>(vec![a])).transpose()?;
+    let y = view::<E>(&y);
+    let addend = addend.as_ref().map(|[a]| view::<E>(a));
+    input_grad::<E>(&c.input_grad, w, gy, Some(ReluGradEpilogue { y: &y, addend: addend.as_deref() }), ctx)
+}
+
+/// What a fused input gradient does to each image's gradient once it is written:
+/// `dx = ReluGrad(y, dx [+ addend])`, with the whole batch's `y` and addend.
+#[derive(Clone, Copy)]
+struct ReluGradEpilogue<'a, E> {
+    y: &'a [E],
+    addend: Option<&'a [E]>,
+}
+
+impl<E: Elem> ReluGradEpilogue<'_, E> {
+    fn fits(&self, len: usize) -> bool {
+        self.y.len() == len && self.addend.is_none_or(|a| a.len() == len)
+    }
+
+    /// Brings image `i + 1`'s operands into L2 as image `i` starts (as the convolution's own
+    /// inputs are): read only at the end of each image, they would otherwise stall it.
+    fn prefetch_next(&self, i: usize, len: usize) {
+        prefetch_next_image(self.y, i, len);
+        if let Some(a) = self.addend {
+            prefetch_next_image(a, i, len);
+        }
+    }
+
+    /// Image `i`'s addend (if any) and ReLU output, for images of `len` elements.
+    fn image(&self, i: usize, len: usize) -> (Option<&[E]>, &[E]) {
+        (self.addend.map(|a| &a[i * len..][..len]), &self.y[i * len..][..len])
+    }
+
+    /// Applies the epilogue to image `i` (of `len` elements), written in `dx`.
+    fn apply(&self, i: usize, len: usize, dx: &mut [E]) {
+        match self.image(i, len) {
+            (Some(a), y) => super::elementwise::relu_grad_sum(dx, y, a),
+            (None, y) => super::elementwise::relu_grad_chunk(dx, y),
+        }
+    }
+}
+
+fn input_grad<E: Elem>(
+    c: &Conv2dBackpropInput,
+    w: T,
+    gy: T,
+    post: Option<ReluGradEpilogue<'_, E>>,
+    ctx: &KernelCtx<'_>,
+) -> Result<T> {
     let [kh, kw, ch, f] = shape4(&super::super::dims(&w), "filter", ctx)?;
     let n = super::super::dims(&gy).first().copied().unwrap_or(0);
     let g = Geometry::new(n, c.input_hw, ch, [kh, kw], c.strides, c.padding, ctx)?;
@@ -474,22 +537,32 @@ pub(super) fn backprop_input<E: Elem>(c: &Conv2dBackpropInput, inputs: Vec<Value
     if gys.len() != n * p * f || ws.len() != k * f {
         return Err(ctx.err("output gradient does not match the convolution"));
     }
+    if post.is_some_and(|e| !e.fits(n * g.image())) {
+        return Err(ctx.err("the ReLU's output or the addend differs from the input gradient's shape"));
+    }
     let mut out = Vec::with_capacity(n * g.image());
     let parts = &mut out.spare_capacity_mut()[..n * g.image()];
     let ok = if g.sh == 1 && g.sw == 1 {
-        input_grad_as_convolution(&g, &ws, f, &gys, parts)
+        input_grad_as_convolution(&g, &ws, f, &gys, post, parts)
     } else {
         let threads = inner_threads(&g);
         parts
             .par_chunks_mut(g.image())
             .zip(gys.par_chunks(p * f))
+            .enumerate()
             .with_min_len(min_len())
             .map_init(
                 || vec![E::zero(); p * k],
-                |cols, (dx, dy)| {
+                |cols, (i, (dx, dy))| {
+                    if let Some(e) = post {
+                        e.prefetch_next(i, g.image());
+                    }
                     let dx = zeroed(dx);
                     let ok = gemm(p, k, f, cols, false, Mat::row_major(dy, f), Mat::transposed(&ws, f), threads);
                     col2im(cols, &g, dx);
+                    if let Some(e) = post {
+                        e.apply(i, g.image(), dx);
+                    }
                     ok
                 },
             )
@@ -514,6 +587,7 @@ fn input_grad_as_convolution<E: Elem>(
     w: &[E],
     f: usize,
     dy: &[E],
+    post: Option<ReluGradEpilogue<'_, E>>,
     dx: &mut [std::mem::MaybeUninit<E>],
 ) -> bool {
     let (kh, kw, c) = (g.kh, g.kw, g.c);
@@ -555,7 +629,36 @@ fn input_grad_as_convolution<E: Elem>(
         .map_init(Vec::new, |scratch, (i, (dx, dy_image))| {
             prefetch_next_image(dy, i, gradient.image());
             lines.prefetch_next::<E>(i, g.image());
-            conv_image_uninit(dy_image, &gradient, &method, &rotated, c, None, dx, scratch, threads)
+            if let Some(e) = post {
+                e.prefetch_next(i, g.image());
+            }
+            match (post, &method) {
+                // Winograd's output transform adds the addend and applies the mask itself.
+                (Some(e), Method::Winograd(tile)) => {
+                    let (skip, gate) = e.image(i, g.image());
+                    super::winograd::forward_image_uninit(
+                        *tile,
+                        dy_image,
+                        &gradient,
+                        &rotated,
+                        c,
+                        None,
+                        skip,
+                        Some(gate),
+                        dx,
+                        scratch,
+                        threads,
+                    )
+                }
+                _ => {
+                    let ok = conv_image_uninit(dy_image, &gradient, &method, &rotated, c, None, dx, scratch, threads);
+                    if let Some(e) = post.filter(|_| ok) {
+                        // SAFETY: `conv_image_uninit` returned true: it wrote every element.
+                        e.apply(i, g.image(), unsafe { super::buffer::assume_init(dx) });
+                    }
+                    ok
+                }
+            }
         })
         .all(|ok| ok)
 }

@@ -201,8 +201,18 @@ multiversion! {
 }
 
 multiversion! {
-    fn relu_grad_chunk<E: Elem>(d: &mut [E], y: &[E]) {
+    /// `d = ReluGrad(y, d)`.
+    pub(super) fn relu_grad_chunk<E: Elem>(d: &mut [E], y: &[E]) {
         d.iter_mut().zip(y).for_each(|(d, y)| *d = (if *y > E::zero() { *d } else { E::zero() }) + E::zero());
+    }
+}
+
+multiversion! {
+    /// `d = ReluGrad(y, d + a)`: a fused input gradient's epilogue at a skip connection.
+    pub(super) fn relu_grad_sum<E: Elem>(d: &mut [E], y: &[E], a: &[E]) {
+        d.iter_mut().zip(y).zip(a).for_each(|((d, y), a)| {
+            *d = (if *y > E::zero() { *d + *a } else { E::zero() }) + E::zero();
+        });
     }
 }
 

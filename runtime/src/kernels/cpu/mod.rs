@@ -90,6 +90,9 @@ fn dispatch<E: buffer::Elem>(op: &Op, inputs: Vec<Value>, ctx: &KernelCtx<'_>) -
         Op::MaxPoolGradWithArgmax(m) => float(pool::max_backward_with_argmax::<E>(m, inputs, ctx)),
         Op::FusedMatMul(m) => float(matmul::fused::<E>(m, inputs, ctx)),
         Op::Conv2dBackpropInput(c) if c.conv().is_plain() => float(conv::backprop_input::<E>(c, inputs, ctx)),
+        Op::FusedConv2dBackpropInput(c) if c.input_grad.conv().is_plain() => {
+            float(conv::fused_backprop_input::<E>(c, inputs, ctx))
+        }
         Op::MaxPool2d(p) => Ok(pool::max_forward::<E>(&p.window, inputs, ctx)),
         Op::MaxPool2dGrad(p) => float(pool::max_backward::<E>(&p.window, p.relu_mask, inputs, ctx)),
         Op::AvgPool2d(p) => float(pool::avg_forward::<E>(&p.window, inputs, ctx)),

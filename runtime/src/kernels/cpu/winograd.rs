@@ -218,12 +218,14 @@ pub(super) fn forward_image<E: Elem>(
 ) -> bool {
     // SAFETY: `forward_image_uninit` writes only initialized values.
     let y = unsafe { super::buffer::as_uninit(y) };
-    forward_image_uninit(kind, x, g, u, f, post, skip, y, scratch, threads)
+    forward_image_uninit(kind, x, g, u, f, post, skip, None, y, scratch, threads)
 }
 
 /// [`forward_image`] into an output that may be uninitialized: F(4×4)'s output transform
-/// writes every pixel; F(2×2)'s output is zeroed first. True when every element of the
-/// image's output was written.
+/// writes every pixel; F(2×2)'s output is zeroed first. With `gate` (a ReLU's output of the
+/// image's layout), the result is then masked as `ReluGrad(gate, y)`: inside F(4×4)'s
+/// output transform, in a pass over the image in cache after F(2×2)'s. True when every
+/// element of the image's output was written.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn forward_image_uninit<E: Elem>(
     kind: Tile,
@@ -233,6 +235,7 @@ pub(super) fn forward_image_uninit<E: Elem>(
     f: usize,
     post: Option<(&[E], FusedActivation)>,
     skip: Option<&[E]>,
+    gate: Option<&[E]>,
     y: &mut [std::mem::MaybeUninit<E>],
     scratch: &mut Vec<E>,
     threads: usize,
@@ -242,7 +245,7 @@ pub(super) fn forward_image_uninit<E: Elem>(
     if u.len() != kind.positions() * c * f || y.len() < pixels || x.len() < g.image() {
         return false;
     }
-    if skip.is_some_and(|s| s.len() < pixels) {
+    if skip.is_some_and(|s| s.len() < pixels) || gate.is_some_and(|s| s.len() < pixels) {
         return false;
     }
     let Some((t, v, m)) = transformed_image(kind, x, g, f, scratch) else { return false };
@@ -255,16 +258,19 @@ pub(super) fn forward_image_uninit<E: Elem>(
     };
     let relu = act == FusedActivation::Relu;
     if kind == Tile::F4 {
-        return winograd4::transform_output(m, &t.layout(g), f, bias, skip, relu, &mut y[..pixels]);
+        return winograd4::transform_output(m, &t.layout(g), f, bias, skip, relu, gate, &mut y[..pixels]);
     }
     let y = super::buffer::zeroed(&mut y[..pixels]);
     // F(2×2, 3×3) adds the skip in a pass of its own, after the bias, before the activation.
     if let Some(s) = skip {
         forward_output_f2(m, g, &t, f, bias, FusedActivation::Linear, y);
         super::elementwise::add_activation(&mut y[..pixels], &s[..pixels], act);
-        return true;
+    } else {
+        forward_output_f2(m, g, &t, f, bias, act, y);
     }
-    forward_output_f2(m, g, &t, f, bias, act, y);
+    if let Some(gate) = gate {
+        super::elementwise::relu_grad_chunk(y, &gate[..pixels]);
+    }
     true
 }
 
@@ -801,7 +807,7 @@ mod tests {
                 products(&v, &u, &mut m, t.count(), c, f, 1);
             }));
             let out = time(Box::new(|| {
-                winograd4::transform_output(&m, &t.layout(&g), f, None, None, true, &mut y);
+                winograd4::transform_output(&m, &t.layout(&g), f, None, None, true, None, &mut y);
             }));
             println!("{h}x{h} {c}->{f}: input {input:.2} us, products {prod:.2} us, output {out:.2} us");
         }

@@ -177,10 +177,12 @@ fn input_1d<E: Elem>(d: [E; IN]) -> [E; IN] {
 }
 
 /// `y` = `Aᵀ m A` of every tile (`m`: 36 `tiles x f` matrices), plus `bias`, plus `skip`
-/// (an addend of `y`'s layout), then ReLU if `relu`; pixels past the output's edge are
-/// dropped. Every pixel of the plane is written and none is read, so `y` may start
+/// (an addend of `y`'s layout), then ReLU if `relu`, then zero wherever `gate` (a ReLU's
+/// output, of `y`'s layout) is not positive, as `ReluGrad(gate, y)`; pixels past the
+/// output's edge are dropped. Every pixel of the plane is written and none is read, so `y` may start
 /// uninitialized (zeroing a batch's convolution output first was 2.5 % of the residual
 /// model's step). False if a buffer does not fit.
+#[allow(clippy::too_many_arguments, reason = "the output transform's epilogue operands, each optional")]
 pub(super) fn transform_output<E: Elem>(
     m: &[E],
     l: &Layout,
@@ -188,17 +190,23 @@ pub(super) fn transform_output<E: Elem>(
     bias: Option<&[E]>,
     skip: Option<&[E]>,
     relu: bool,
+    gate: Option<&[E]>,
     y: &mut [std::mem::MaybeUninit<E>],
 ) -> bool {
-    if !output_fits(l, f, y.len(), m.len(), bias.map(<[E]>::len)) || skip.is_some_and(|s| s.len() < l.oh * l.ow * f) {
+    let image = l.oh * l.ow * f;
+    if !output_fits(l, f, y.len(), m.len(), bias.map(<[E]>::len))
+        || skip.is_some_and(|s| s.len() < image)
+        || gate.is_some_and(|s| s.len() < image)
+    {
         return false;
     }
-    if let (Some(mf), Some(yf), Some(bf), Some(sf)) = (
+    if let (Some(mf), Some(yf), Some(bf), Some(sf), Some(gf)) = (
         super::buffer::as_f32(m),
         super::buffer::as_f32_uninit(y),
         super::buffer::optional_f32(bias),
         super::buffer::optional_f32(skip),
-    ) && winograd4_512::transform_output(mf, l, f, bf, sf, relu, yf)
+        super::buffer::optional_f32(gate),
+    ) && winograd4_512::transform_output(mf, l, f, bf, sf, relu, gf, yf)
     {
         return true;
     }
@@ -223,6 +231,9 @@ pub(super) fn transform_output<E: Elem>(
                         v = skip.map_or(v, |sk| v + sk[at]);
                         if relu {
                             v = v.max(E::zero());
+                        }
+                        if gate.is_some_and(|g| g[at] <= E::zero() || g[at].is_nan()) {
+                            v = E::zero();
                         }
                         y[at].write(v);
                     }

@@ -27,8 +27,10 @@ pub(super) fn transform_input(x: &[f32], l: &Layout, c: usize, v: &mut [f32]) ->
     true
 }
 
-/// `y` = `Aᵀ m A` of every tile, plus `bias` and `skip`, then ReLU if `relu`, as
+/// `y` = `Aᵀ m A` of every tile, plus `bias` and `skip`, then ReLU if `relu`, masked by
+/// `gate`, as
 /// `winograd4::transform_output`: every pixel of the `oh x ow` plane stored, none read.
+#[allow(clippy::too_many_arguments, reason = "the output transform's epilogue operands, each optional")]
 pub(super) fn transform_output(
     m: &[f32],
     l: &Layout,
@@ -36,19 +38,22 @@ pub(super) fn transform_output(
     bias: Option<&[f32]>,
     skip: Option<&[f32]>,
     relu: bool,
+    gate: Option<&[f32]>,
     y: &mut [std::mem::MaybeUninit<f32>],
 ) -> bool {
     let image = l.oh * l.ow * f;
     if !applies(f)
         || !output_fits(l, f, y.len(), m.len(), bias.map(<[f32]>::len))
         || skip.is_some_and(|s| s.len() < image)
+        || gate.is_some_and(|s| s.len() < image)
     {
         return false;
     }
     #[cfg(target_arch = "x86_64")]
-    // SAFETY: as above; pixels are stored only inside `oh x ow`, and `skip` is read there.
+    // SAFETY: as above; pixels are stored only inside `oh x ow`, and `skip` and `gate` are
+    // read there.
     unsafe {
-        avx512::transform_output(m, l, f, bias, skip, relu, y)
+        avx512::transform_output(m, l, f, bias, skip, relu, gate, y)
     };
     true
 }
@@ -202,6 +207,7 @@ mod avx512 {
     }
 
     #[target_feature(enable = "avx512f")]
+    #[allow(clippy::too_many_arguments, reason = "the output transform's epilogue operands, each optional")]
     pub(super) unsafe fn transform_output(
         m: &[f32],
         l: &Layout,
@@ -209,6 +215,7 @@ mod avx512 {
         bias: Option<&[f32]>,
         skip: Option<&[f32]>,
         relu: bool,
+        gate: Option<&[f32]>,
         y: &mut [std::mem::MaybeUninit<f32>],
     ) {
         let count = l.count();
@@ -249,6 +256,14 @@ mod avx512 {
                             }
                             if relu {
                                 v = _mm512_max_ps(v, _mm512_setzero_ps());
+                            }
+                            if let Some(g) = gate {
+                                // Ordered: a NaN in `gate` is not positive either.
+                                let keep = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(
+                                    _mm512_loadu_ps(g.as_ptr().add(at)),
+                                    _mm512_setzero_ps(),
+                                );
+                                v = _mm512_maskz_mov_ps(keep, v);
                             }
                             _mm512_storeu_ps(dst.add(at), v);
                         }
