@@ -482,6 +482,38 @@ fn tutorial_cnn() -> Model {
     }
 }
 
+/// A model of `batch` images `side` pixels square with `channels` channels and three
+/// classes, whose layers a test builds itself (no generated convolution, dense layers or
+/// normalization).
+fn image_model(side: usize, channels: usize, batch: usize) -> Model {
+    Model {
+        side,
+        channels,
+        conv: None,
+        dense: vec![],
+        classes: 3,
+        batch,
+        loss: 0,
+        adam: false,
+        norm: (0, false, false),
+        attention: None,
+    }
+}
+
+/// The optimized step's loss and variables (`got`) against the plain step's (`want`).
+fn same_step(
+    (want_loss, want): (f64, &BTreeMap<String, HostTensor>),
+    (loss, got): (f64, &BTreeMap<String, HostTensor>),
+    what: &str,
+) -> Result<()> {
+    anyhow::ensure!((loss - want_loss).abs() <= 1e-5 * (1.0 + want_loss.abs()), "{loss} vs {want_loss} ({what})");
+    for (name, a) in want {
+        let b = got.get(name).ok_or_else(|| anyhow!("{name} missing ({what})"))?;
+        anyhow::ensure!(close(a, b), "{name} differs ({what})");
+    }
+    Ok(())
+}
+
 /// `out` flattened (`features` values an example) through a dense layer into the mean
 /// sparse cross-entropy over `classes`: the loss and the labels' placeholder.
 fn dense_head(b: &mut GraphBuilder<'_>, out: Outlet, features: usize, classes: usize) -> Result<(Outlet, Outlet)> {
@@ -511,18 +543,7 @@ fn plain_sgd() -> OptimizerConfig {
 /// native convolution is Winograd's F(4×4, 3×3) where the CPU has AVX-512, which adds the
 /// skip in its output transform.
 fn residual_block_is_equivalent(channels: usize, pool: bool) -> Result<()> {
-    let m = Model {
-        side: 6,
-        channels,
-        conv: None,
-        dense: vec![],
-        classes: 3,
-        batch: 4,
-        loss: 0,
-        adam: false,
-        norm: (0, false, false),
-        attention: None,
-    };
+    let m = image_model(6, channels, 4);
     let mut g = Graph::new();
     let mut b = GraphBuilder::new(&mut g);
     let x = b.placeholder("x", DType::F32, Shape::batched(&[m.side, m.side, m.channels]))?;
@@ -558,10 +579,7 @@ fn residual_block_is_equivalent(channels: usize, pool: bool) -> Result<()> {
     anyhow::ensure!(convs == if pool { (1, 1) } else { (2, 0) }, "convolutions {convs:?}: {ops:?}");
     for native in [true, false] {
         let (loss, vars, _) = train_step(g.clone(), &m, config.clone(), true, native)?;
-        anyhow::ensure!((loss - loss_plain).abs() <= 1e-5 * (1.0 + loss_plain.abs()), "{loss} vs {loss_plain}");
-        for (name, a) in &plain {
-            anyhow::ensure!(close(a, &vars[name]), "{name} differs (native kernels: {native})");
-        }
+        same_step((loss_plain, &plain), (loss, &vars), &format!("native kernels: {native}"))?;
     }
     Ok(())
 }
@@ -583,18 +601,7 @@ fn a_wide_residual_block_and_its_pool_are_equivalent() -> Result<()> {
 /// applied inside Winograd's output transforms, after the direct kernel or after the
 /// strided `col2im`, natively and generically alike.
 fn relu_into_convolution_is_equivalent(side: usize, channels: usize, stride: usize, skip: bool) -> Result<()> {
-    let m = Model {
-        side,
-        channels,
-        conv: None,
-        dense: vec![],
-        classes: 3,
-        batch: 3,
-        loss: 0,
-        adam: false,
-        norm: (0, false, false),
-        attention: None,
-    };
+    let m = image_model(side, channels, 3);
     let mut g = Graph::new();
     let mut b = GraphBuilder::new(&mut g);
     let x = b.placeholder("x", DType::F32, Shape::batched(&[m.side, m.side, m.channels]))?;
@@ -617,10 +624,7 @@ fn relu_into_convolution_is_equivalent(side: usize, channels: usize, stride: usi
         let (loss, vars, ops) = train_step_with(g.clone(), &m, config.clone(), Some(fusions), native)?;
         let count = |op: &str| ops.iter().filter(|o| **o == op).count();
         anyhow::ensure!(count("_FusedConv2DBackpropInput") == 1 && count("ReluGrad") == 0, "{ops:?}");
-        anyhow::ensure!((loss - loss_plain).abs() <= 1e-5 * (1.0 + loss_plain.abs()), "{loss} vs {loss_plain}");
-        for (name, a) in &plain {
-            anyhow::ensure!(close(a, &vars[name]), "{name} differs (native kernels: {native}, stride {stride})");
-        }
+        same_step((loss_plain, &plain), (loss, &vars), &format!("native kernels: {native}, stride {stride}"))?;
     }
     Ok(())
 }

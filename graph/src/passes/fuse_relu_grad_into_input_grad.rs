@@ -126,6 +126,14 @@ mod tests {
         Ok(())
     }
 
+    /// The fused node's `addend` and input count, if there is one.
+    fn fused_form(g: &Graph) -> Option<(bool, usize)> {
+        g.nodes().find_map(|(_, n)| match &n.op {
+            Op::FusedConv2dBackpropInput(f) => Some((f.addend, n.inputs.len())),
+            _ => None,
+        })
+    }
+
     fn count(g: &Graph, name: &str) -> usize {
         g.nodes().filter(|(_, n)| n.op.name() == name).count()
     }
@@ -138,10 +146,7 @@ mod tests {
         assert!(FuseReluGradIntoInputGrad.run(&mut g)?);
         g.check()?;
         assert_eq!((count(&g, "ReluGrad"), count(&g, "Conv2DBackpropInput")), (0, 0));
-        let fused = g.nodes().find_map(|(_, n)| match &n.op {
-            Op::FusedConv2dBackpropInput(f) => Some((f.addend, n.inputs.len())),
-            _ => None,
-        });
+        let fused = fused_form(&g);
         assert_eq!(fused, Some((false, 3)));
         Ok(())
     }
@@ -153,10 +158,7 @@ mod tests {
         assert!(FuseReluGradIntoInputGrad.run(&mut g)?);
         g.check()?;
         assert_eq!(count(&g, "ReluGrad"), 0);
-        let fused = g.nodes().find_map(|(_, n)| match &n.op {
-            Op::FusedConv2dBackpropInput(f) => Some((f.addend, n.inputs.len())),
-            _ => None,
-        });
+        let fused = fused_form(&g);
         assert_eq!(fused, Some((true, 4)));
         Ok(())
     }

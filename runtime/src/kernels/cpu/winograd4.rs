@@ -179,9 +179,9 @@ fn input_1d<E: Elem>(d: [E; IN]) -> [E; IN] {
 /// `y` = `Aᵀ m A` of every tile (`m`: 36 `tiles x f` matrices), plus `bias`, plus `skip`
 /// (an addend of `y`'s layout), then ReLU if `relu`, then zero wherever `gate` (a ReLU's
 /// output, of `y`'s layout) is not positive, as `ReluGrad(gate, y)`; pixels past the
-/// output's edge are dropped. Every pixel of the plane is written and none is read, so `y` may start
-/// uninitialized (zeroing a batch's convolution output first was 2.5 % of the residual
-/// model's step). False if a buffer does not fit.
+/// output's edge are dropped. Every pixel of the plane is written and none is read, so `y`
+/// may start uninitialized (zeroing a batch's convolution output first was 2.5 % of the
+/// residual model's step). False if a buffer does not fit.
 #[allow(clippy::too_many_arguments, reason = "the output transform's epilogue operands, each optional")]
 pub(super) fn transform_output<E: Elem>(
     m: &[E],
