@@ -56,10 +56,11 @@ pub fn optimization_passes() -> Vec<Box<dyn Pass>> {
 /// faster where they were tried (see each field).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Fusions {
-    /// `fuse-relu-grad-into-input-grad`: on a Zen 4 the residual model's step ran slower
-    /// with it (docs/performance-history.md, "the ReLU gradient in the input gradient's
-    /// epilogue"), where a pass over memory is cheap; it is kept for the cores where such
-    /// a pass costs two to four times as much (the Intel VM), to be measured there.
+    /// `fuse-relu-grad-into-input-grad`: on a Zen 4 and a Zen 5 the residual model's step
+    /// ran slower with it (docs/performance-history.md, "the ReLU gradient in the input
+    /// gradient's epilogue" and "Issue 41 on a Zen 5 at 89bf64d"), where a pass over memory
+    /// is cheap; it is kept for the cores where such a pass costs two to four times as much
+    /// (the Intel VM), to be measured there.
     pub relu_grad_into_input_grad: bool,
 }
 
