@@ -101,10 +101,9 @@ pub(super) fn fused<E: Elem>(f: &FusedElementwise, inputs: Vec<Value>, ctx: &Ker
     if srcs.iter().any(|s| matches!(s, Src::Full(v) if v.len() != n)) {
         return Ok(Err(ctx.err("fused elementwise input has the wrong length")));
     }
-    let temps = allocate(&f.program, &outputs);
-    let chunk = chunk_len::<E>(temps.1, &srcs, outputs.len());
+    // Parts start at multiples of the longest chunk, so of whichever chunk `region` picks.
     let per_task = if n >= PARALLEL_MIN && rayon::current_num_threads() > 1 {
-        (n / rayon::current_num_threads()).div_ceil(chunk) * chunk
+        (n / rayon::current_num_threads()).div_ceil(MAX_CHUNK) * MAX_CHUNK
     } else {
         n.max(1)
     };
@@ -112,6 +111,7 @@ pub(super) fn fused<E: Elem>(f: &FusedElementwise, inputs: Vec<Value>, ctx: &Ker
     let all = u64::MAX >> (64 - outputs.len());
     let asked = ctx.verdict.map_or(0, |v| v.asked()) & all;
     let outs: Vec<OutBase<E>> = bufs.iter_mut().map(|b| OutBase(b.as_mut_ptr().cast())).collect();
+    let temps = allocate(&f.program, &outputs);
     let part = |i: usize| {
         let start = i * per_task;
         // SAFETY: every buffer holds `n` elements (taken ones initialized, fresh ones with
@@ -144,10 +144,7 @@ pub(super) fn fused<E: Elem>(f: &FusedElementwise, inputs: Vec<Value>, ctx: &Ker
 /// (a 0.8 MB update in cache ran at a quarter of a plain `a + b` pass's speed); an Adam
 /// update's fifteen instructions keep five temporaries and seven streams, which at 1024
 /// elements (44 KB) crowd a 48 KB L1.
-fn chunk_len<E>(temps: usize, srcs: &[Src<'_, E>], outputs: usize) -> usize
-where
-    E: Clone,
-{
+fn chunk_len<E: Clone>(temps: usize, srcs: &[Src<'_, E>], outputs: usize) -> usize {
     let l1 = match crate::HostCpu::get().caches[0] {
         0 => 32 << 10,
         bytes => bytes,
