@@ -39,7 +39,7 @@ pub fn from_torchrun(env: &dyn Fn(&str) -> Option<String>, timeout: Duration) ->
         )));
     }
     let workers = if world == 1 {
-        vec![format!("{master}:{}", free_port(None)?)]
+        vec![format!("{master}:{}", Reserved::any(None)?.port)]
     } else if rank == 0 {
         host(&master, port, world, timeout)?
     } else {
@@ -55,7 +55,9 @@ fn host(master: &str, port: u16, world: usize, timeout: Duration) -> Result<Vec<
         .map_err(|e| rendezvous(format!("rank 0 cannot listen on port {port} (MASTER_PORT): {e}")))?;
     listener.set_nonblocking(true).map_err(|e| rendezvous(e.to_string()))?;
     let mut addresses: Vec<Option<String>> = vec![None; world];
-    addresses[0] = Some(format!("{master}:{}", free_port(None)?));
+    // Held until every rank has the list, so no rank on this host can be handed it too.
+    let own = Reserved::any(None)?;
+    addresses[0] = Some(format!("{master}:{}", own.port));
     let mut peers = Vec::new();
     let deadline = Instant::now() + timeout;
     while peers.len() < world - 1 {
@@ -96,6 +98,7 @@ fn host(master: &str, port: u16, world: usize, timeout: Duration) -> Result<Vec<
     for mut peer in peers {
         peer.write_all(reply.as_bytes()).map_err(|e| rendezvous(format!("answering a peer: {e}")))?;
     }
+    drop(own);
     Ok(addresses)
 }
 
@@ -122,7 +125,10 @@ fn join(master: &str, port: u16, rank: usize, timeout: Duration) -> Result<Vec<S
     };
     // The address the master reached us from is the one the others can reach us at.
     let ip = stream.local_addr().map_err(|e| rendezvous(e.to_string()))?.ip();
-    let own = format!("{}:{}", host_text(ip), free_port(Some(ip))?);
+    // Held until the master's list arrives, which is after every rank has reserved its own:
+    // ranks sharing a host (torchrun's usual case) cannot be handed the same port.
+    let reserved = Reserved::any(Some(ip))?;
+    let own = format!("{}:{}", host_text(ip), reserved.port);
     (&stream).write_all(format!("{rank} {own}\n").as_bytes()).map_err(|e| rendezvous(e.to_string()))?;
     let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_secs(1));
     stream.set_read_timeout(Some(left)).map_err(|e| rendezvous(e.to_string()))?;
@@ -130,6 +136,7 @@ fn join(master: &str, port: u16, rank: usize, timeout: Duration) -> Result<Vec<S
     BufReader::new(&stream)
         .read_line(&mut line)
         .map_err(|e| rendezvous(format!("waiting for the master's list of tasks: {e}")))?;
+    drop(reserved);
     let workers: Vec<String> = line.trim().split(',').filter(|s| !s.is_empty()).map(str::to_string).collect();
     if workers.get(rank) != Some(&own) {
         return Err(rendezvous(format!("the master's list `{}` does not have this task as rank {rank}", line.trim())));
@@ -137,11 +144,22 @@ fn join(master: &str, port: u16, rank: usize, timeout: Duration) -> Result<Vec<S
     Ok(workers)
 }
 
-/// A port free on `ip` now (the collective server binds it next).
-fn free_port(ip: Option<IpAddr>) -> Result<u16, ClusterError> {
-    let ip = ip.unwrap_or(IpAddr::from([0, 0, 0, 0]));
-    let listener = TcpListener::bind((ip, 0)).map_err(|e| rendezvous(format!("no free port on {ip}: {e}")))?;
-    listener.local_addr().map(|a| a.port()).map_err(|e| rendezvous(e.to_string()))
+/// A port that the kernel handed out and that stays bound while this lives. The collective
+/// server binds it once the rendezvous is over. Releasing it at once (as an earlier version
+/// did) let the kernel hand the same port to the next rank on the host, and two workers
+/// ended up with one address.
+struct Reserved {
+    port: u16,
+    _listener: TcpListener,
+}
+
+impl Reserved {
+    fn any(ip: Option<IpAddr>) -> Result<Self, ClusterError> {
+        let ip = ip.unwrap_or(IpAddr::from([0, 0, 0, 0]));
+        let listener = TcpListener::bind((ip, 0)).map_err(|e| rendezvous(format!("no free port on {ip}: {e}")))?;
+        let port = listener.local_addr().map(|a| a.port()).map_err(|e| rendezvous(e.to_string()))?;
+        Ok(Self { port, _listener: listener })
+    }
 }
 
 fn host_text(ip: IpAddr) -> String {
@@ -180,7 +198,7 @@ mod tests {
 
     #[test]
     fn three_ranks_meet_at_the_master_and_agree_on_the_cluster() -> Result<(), ClusterError> {
-        let port = free_port(None)?;
+        let port = Reserved::any(None)?.port;
         let handles: Vec<_> = (0..3)
             .map(|rank| {
                 std::thread::spawn(move || {
@@ -210,6 +228,18 @@ mod tests {
         Ok(())
     }
 
+    /// Two ranks on one host once got the same port: each released its probe at once and the
+    /// kernel handed the number out again. A reserved port must stay unavailable.
+    #[test]
+    fn a_reserved_port_is_not_handed_out_again_while_the_rendezvous_runs() -> Result<(), ClusterError> {
+        let reserved = Reserved::any(None)?;
+        assert!(TcpListener::bind(("127.0.0.1", reserved.port)).is_err(), "port {} is held", reserved.port);
+        let others: Vec<Reserved> =
+            (0..64).map(|_| Reserved::any(Some(IpAddr::from([127, 0, 0, 1])))).collect::<Result<_, _>>()?;
+        assert!(others.iter().all(|o| o.port != reserved.port));
+        Ok(())
+    }
+
     #[test]
     fn missing_or_contradictory_variables_are_named() {
         let vars = [("MASTER_ADDR", "m".to_string()), ("RANK", "0".to_string())];
@@ -228,7 +258,7 @@ mod tests {
 
     #[test]
     fn a_missing_rank_is_named_when_the_rendezvous_times_out() {
-        let port = free_port(None).unwrap_or(29501);
+        let port = Reserved::any(None).map_or(29501, |r| r.port);
         let vars = [
             ("MASTER_ADDR", "127.0.0.1".to_string()),
             ("MASTER_PORT", port.to_string()),
