@@ -19,6 +19,7 @@ mod host_cpu;
 mod kernels;
 mod readback;
 mod shapes;
+mod step_threads;
 mod switch;
 mod threads;
 pub mod transport;
@@ -38,6 +39,7 @@ pub use host_cpu::{HostCpu, Isa, allowed_cpus};
 #[cfg(target_arch = "x86_64")]
 #[doc(hidden)]
 pub use kernels::{FAULT_IN_ALL_REDUCE_ENV, has_avx2};
+pub use step_threads::StepThreads;
 pub use switch::switched_off;
 pub use threads::{ComputeThreads, use_compute_threads};
 pub use value::{Precision, Value};

@@ -43,6 +43,17 @@ pub(crate) struct Compiled {
     pub replica_losses: ReplicaLosses,
 }
 
+impl Compiled {
+    /// What its steps are, for a log line.
+    pub fn purpose(&self) -> &'static str {
+        match (self.train_op, self.loss) {
+            (Some(_), _) => "training steps",
+            (None, Some(_)) => "evaluation steps",
+            (None, None) => "prediction steps",
+        }
+    }
+}
+
 /// How the losses the local replicas fetch make the mean over the global batch (what the
 /// loop logs, hooks see and `train` returns).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

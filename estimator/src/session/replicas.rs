@@ -13,7 +13,7 @@ use crate::{
 };
 use engine_graph::{HostData, HostTensor, Outlet, Placement, ops::ReduceOp};
 use engine_runtime::{
-    Device, Exchange, Executor, Precision, RunOptions, RuntimeError, StepOutput, Value, VariableStore,
+    Device, Exchange, Executor, Precision, RunOptions, RuntimeError, StepOutput, StepThreads, Value, VariableStore,
 };
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -34,6 +34,8 @@ pub(crate) struct Replicas {
     collectives: Vec<Arc<dyn engine_runtime::Collective>>,
     /// The ps tasks, when they hold the variables (parameter_server).
     remote: Option<Remote>,
+    /// The compute pool a single CPU replica's steps run on, chosen by timing them.
+    step_threads: Option<StepThreads>,
 }
 
 impl Replicas {
@@ -82,7 +84,9 @@ impl Replicas {
             let exec = Executor::for_partition(plan.clone(), Device::cpu(), precision, Placement::Host, x.clone())?;
             workers.push(Worker { exec, store: VariableStore::new(), pool: Some(pool(1)?), replica: None });
         }
-        Ok(Replicas { workers, replicas: devices.len(), exchange, collectives, remote: None })
+        let single_cpu = workers.len() == 1 && devices.iter().all(|d| d.kind() == engine_runtime::DeviceKind::Cpu);
+        let step_threads = single_cpu.then(|| StepThreads::new(compiled.purpose()));
+        Ok(Replicas { workers, replicas: devices.len(), exchange, collectives, remote: None, step_threads })
     }
 
     /// A parameter-server training task: one replica, its partition of the plan, the
@@ -119,6 +123,7 @@ impl Replicas {
             exchange: None,
             collectives: Vec::new(),
             remote: Some(remote),
+            step_threads: None,
         })
     }
 
@@ -344,8 +349,13 @@ impl Replicas {
         let wanted: Vec<Vec<Outlet>> =
             self.workers.iter().map(|w| fetches.iter().copied().filter(|o| w.exec.owns(*o)).collect()).collect();
         let results: Vec<Result<StepOutput, RuntimeError>> = if self.workers.len() == 1 {
-            let w = &mut self.workers[0];
-            vec![w.exec.run(&mut w.store, &feeds[0], &wanted[0], RunOptions { replica: 0, ..options })]
+            let Worker { exec, store, .. } = &mut self.workers[0];
+            let (feeds, wanted) = (&feeds[0], &wanted[0]);
+            let mut step = || exec.run(store, feeds, wanted, RunOptions { replica: 0, ..options });
+            vec![match &mut self.step_threads {
+                Some(threads) => threads.run(step),
+                None => step(),
+            }]
         } else {
             let exchange = self.exchange.clone();
             let collectives = self.collectives.clone();
