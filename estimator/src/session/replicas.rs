@@ -123,7 +123,8 @@ impl Replicas {
             exchange: None,
             collectives: Vec::new(),
             remote: Some(remote),
-            step_threads: None,
+            step_threads: (device.kind() == engine_runtime::DeviceKind::Cpu)
+                .then(|| StepThreads::new(compiled.purpose())),
         })
     }
 
@@ -495,7 +496,13 @@ impl Replicas {
         }
         remote.pull(w.exec.device(), w.exec.precision(), &extra)?;
         let local: Vec<Outlet> = fetches.iter().copied().filter(|o| w.exec.owns(*o)).collect();
-        let mut out = w.exec.run(&mut w.store, &feeds, &local, options)?;
+        let Worker { exec, store, .. } = w;
+        let mut step = || exec.run(store, &feeds, &local, options);
+        let mut out = match &mut self.step_threads {
+            Some(threads) => threads.run(step),
+            None => step(),
+        }?;
+        let w = &self.workers[0];
         let mut computed = std::mem::take(&mut out.fetched).into_iter();
         for o in fetches {
             let value = if w.exec.owns(*o) { computed.next() } else { remote.exchange.get(*o) };
