@@ -67,7 +67,7 @@ impl HostCpu {
     /// How many partial sums a reduction split over the threads makes: one per online CPU
     /// of the machine, at most 16, so that the split, and with it every rounding of a sum,
     /// is the same whatever the pool's thread count (`RAYON_NUM_THREADS`, a `taskset`, or
-    /// the pool a session's timed trial chose). Two runs of one job on one machine then agree to the
+    /// the thread probe's or a session's timed choice). Two runs of one job on one machine then agree to the
     /// last bit at any thread count; at fewer threads than parts a thread takes several in
     /// turn. The bound keeps a filter gradient's partial buffers few where a container sees
     /// a large host's CPUs; past 16 threads those reductions use 16 of them.

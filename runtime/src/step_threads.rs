@@ -1,41 +1,50 @@
-//! Which compute pool runs a step on the CPU, chosen by timing the step itself.
-//!
-//! The start-up default ([`ComputeThreads`]) knows the topology, not the step: a small
-//! model's step (the MLP's, under a millisecond) can run slower on two threads than on one
-//! where a large one gains 1.6×, and a virtual machine may give two vCPUs that are secretly
-//! one core's siblings, or one CPU that another guest is using. A multiply-add probe at
-//! start-up read 1.93×, 1.00× and 1.97× on one VM within a minute, so its choice flipped
-//! between runs. A session that runs one plan step after step can measure instead: it runs
-//! its first steps on each candidate pool in turn (all the compute threads, then halves of
-//! them down to one), alternating so that a change of load falls on every candidate alike,
-//! and keeps the one with the shortest median step. Fewer threads win a tie within 2 %:
-//! they leave a CPU to the input pipeline and to the machine's other work.
-//!
-//! Changing the pool changes no result, so a choice made by timing is safe: reductions
-//! split their partial sums by the machine's CPUs, not by the pool's threads
-//! ([`HostCpu::sum_parts`](crate::HostCpu::sum_parts), `tests/thread_count.rs`).
+//! The compute pool a step runs on, on the CPU.
 //!
 //! The whole step runs inside the pool (`install`), so its kernels fork their parallel
-//! parts from a worker of that pool and see its thread count; a caller already inside a
-//! rayon pool (an embedding program that chose its threads) runs the step there, untimed.
+//! parts from a worker of that pool and see its thread count; before, each parallel op was
+//! injected from the caller's thread, which then slept on a latch until it finished, and
+//! the MLP at two threads ran at 158–175k examples/s against 221–249k inside the pool. A
+//! caller already inside a rayon pool (an embedding program that chose its threads) runs
+//! the step there.
+//!
+//! With `ENGINE_STEP_THREADS=timed` a session also chooses its pool by timing its own
+//! steps: after a warm-up, blocks of steps on all the compute threads and on halves of
+//! them, alternated, the shortest median kept (fewer threads within 2 %), again every
+//! 1000 steps. It is off by default because on the 2-vCPU VM it was built on, the trial
+//! itself moved what it measured: after a block on one thread, the two-thread pool ran at
+//! 0.8–0.9 ms per MLP step instead of 0.5 for tens to hundreds of steps (the idle vCPU
+//! seemed to come back slower), and 3 runs in 10 chose one thread, 30 % slower for the
+//! rest of the run. Changing the pool changes no result, so a choice made by timing is
+//! safe: reductions split their partial sums by the machine's CPUs, not by the pool's
+//! threads ([`HostCpu::sum_parts`](crate::HostCpu::sum_parts), `tests/thread_count.rs`).
 
 use crate::ComputeThreads;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-/// Steps run on the largest pool before the first trial: the first steps allocate and
-/// fault in their buffers, and the loop's start-up work (the first checkpoint, the input's
-/// shuffle buffer) competes with them.
+/// The first trial waits for this many steps on the largest pool and for [`WARMUP_TIME`]:
+/// the first steps allocate and fault in their buffers, and the loop's start-up work (the
+/// first checkpoint, the summaries' graph, the input's shuffle buffer) runs beside them on
+/// the other CPUs. Timed in that window, the MLP's two-thread step measured 0.80–0.90 ms
+/// in some runs against 0.55 ms once it was over, and the trial chose one thread.
 const WARMUP: u32 = 10;
+const WARMUP_TIME: Duration = Duration::from_millis(250);
+/// Before its first trial each other pool runs this many untimed steps: a pool's first
+/// steps on new threads measured 1.5–3× its later ones (the threads' packing buffers).
+const PRIME: usize = 3;
 /// A trial runs each candidate for a block of consecutive steps, in this many rounds (the
 /// order reversed every other round). Switching pools every step measured both pools
 /// slower than either ran alone (the MLP at 0.93 ms on each, against 0.55 and 0.73 ms
-/// unswitched): the data moves between the cores' caches and the idle pool's threads
-/// sleep. So the first step of each block is not timed.
+/// unswitched), so candidates run in blocks, and a block's first steps are not timed:
+/// at least [`SETTLE`] of them and at least [`SETTLE_TIME`]. On the VM the two-thread
+/// pool, started after a block on one thread, ran 10–12 steps (about 10 ms) at 0.8 ms
+/// before it was back at 0.55: the idle vCPU had to be woken and kept busy again.
 const ROUNDS: usize = 2;
-/// Steps per block, for steps under [`LONG_STEP`]; 3 for longer ones, where a step's noise
-/// is small against it and a trial on a slow pool costs more.
-const BLOCK: usize = 6;
+const SETTLE: usize = 2;
+const SETTLE_TIME: Duration = Duration::from_millis(20);
+/// Timed steps per block for steps under [`LONG_STEP`]; 2 for longer ones (one untimed),
+/// where a step's noise is small against it and a trial on a slow pool costs more.
+const TIMED: usize = 6;
 const LONG_STEP: Duration = Duration::from_millis(20);
 /// Steps between trials: the machine's load changes (a neighbour's job starts), and one
 /// trial can be unlucky.
@@ -75,12 +84,13 @@ fn pools() -> &'static [Pool] {
 /// The pool one session's steps run on: chosen by a trial after its first steps, checked
 /// again by another every [`RECHECK`] steps.
 pub struct StepThreads {
+    pools: &'static [Pool],
     phase: Phase,
     /// The pool the steps run on between trials (the largest until the first).
     chosen: usize,
     decided: bool,
-    /// Steps per block in trials, set from the warm-up's last step.
-    block: usize,
+    /// Timed steps per block, set from the warm-up's last step.
+    timed: usize,
     samples: Vec<Vec<Duration>>,
     recheck: u32,
     /// What the choice was made for, in its log line ("training steps").
@@ -89,25 +99,35 @@ pub struct StepThreads {
 
 #[derive(Debug, Clone, Copy)]
 enum Phase {
-    Warmup(u32),
-    /// Step `k` of a trial.
-    Trial(usize),
+    /// Steps run, and when the first began.
+    Warmup(u32, Option<Instant>),
+    /// Step `k` of the other pools' untimed first steps.
+    Prime(usize),
+    /// A trial: block `block` (round `block / candidates`), its `steps` so far since
+    /// `since`, `timed` of them sampled.
+    Trial {
+        block: usize,
+        steps: usize,
+        timed: usize,
+        since: Option<Instant>,
+    },
     Chosen(u32),
 }
 
 impl StepThreads {
     pub fn new(what: &'static str) -> Self {
-        Self::with_recheck(what, RECHECK)
+        Self::with(what, RECHECK, pools())
     }
 
-    fn with_recheck(what: &'static str, recheck: u32) -> Self {
-        let candidates = pools().len();
-        let phase = if candidates <= 1 { Phase::Chosen(0) } else { Phase::Warmup(0) };
+    fn with(what: &'static str, recheck: u32, pools: &'static [Pool]) -> Self {
+        let candidates = pools.len();
+        let phase = if candidates <= 1 { Phase::Chosen(0) } else { Phase::Warmup(0, None) };
         StepThreads {
+            pools,
             phase,
             chosen: 0,
             decided: candidates <= 1,
-            block: BLOCK,
+            timed: TIMED,
             samples: vec![Vec::new(); candidates],
             recheck: if candidates <= 1 { u32::MAX } else { recheck },
             what,
@@ -116,17 +136,20 @@ impl StepThreads {
 
     /// The threads the steps run on, once a trial chose them.
     pub fn chosen_threads(&self) -> Option<usize> {
-        self.decided.then(|| pools().get(self.chosen).map(|p| p.threads)).flatten()
+        self.decided.then(|| self.pools.get(self.chosen).map(|p| p.threads)).flatten()
     }
 
     /// Runs one step on the pool its turn falls to.
     pub fn run<R: Send>(&mut self, step: impl FnOnce() -> R + Send) -> R {
-        let pools = pools();
+        let pools = self.pools;
         if pools.is_empty() || rayon::current_thread_index().is_some() {
             return step();
         }
         let (pool, timed) = self.turn();
         let start = Instant::now();
+        if let Phase::Warmup(_, first @ None) | Phase::Trial { since: first @ None, .. } = &mut self.phase {
+            *first = Some(start);
+        }
         let out = pools[pool].pool.install(step);
         self.after(pool, timed, start.elapsed(), pools);
         out
@@ -135,14 +158,15 @@ impl StepThreads {
     /// The pool of the next step, and whether its time is a sample.
     fn turn(&self) -> (usize, bool) {
         match self.phase {
-            Phase::Warmup(_) => (0, false),
+            Phase::Warmup(..) => (0, false),
+            Phase::Prime(k) => (1 + k / PRIME, false),
             Phase::Chosen(_) => (self.chosen, false),
-            Phase::Trial(k) => {
+            Phase::Trial { block, steps, since, .. } => {
                 let candidates = self.samples.len();
-                let (round, within) = (k / (candidates * self.block), k % (candidates * self.block));
-                let slot = within / self.block;
+                let (round, slot) = (block / candidates, block % candidates);
                 let pool = if round % 2 == 1 { candidates - 1 - slot } else { slot };
-                (pool, within % self.block != 0)
+                let settled = steps >= SETTLE && since.is_some_and(|s| s.elapsed() >= SETTLE_TIME);
+                (pool, settled)
             }
         }
     }
@@ -152,18 +176,28 @@ impl StepThreads {
             self.samples[pool].push(took);
         }
         self.phase = match self.phase {
-            Phase::Warmup(n) if n + 1 < WARMUP => Phase::Warmup(n + 1),
-            Phase::Warmup(_) => {
-                self.block = if took >= LONG_STEP { 3 } else { BLOCK };
-                Phase::Trial(0)
+            Phase::Warmup(n, first) if n + 1 < WARMUP || first.is_some_and(|f| f.elapsed() < WARMUP_TIME) => {
+                Phase::Warmup(n + 1, first)
             }
-            Phase::Trial(k) if k + 1 < ROUNDS * self.samples.len() * self.block => Phase::Trial(k + 1),
-            Phase::Trial(_) => {
-                self.choose(pools);
-                Phase::Chosen(0)
+            Phase::Warmup(..) => {
+                self.timed = if took >= LONG_STEP { 2 } else { TIMED };
+                Phase::Prime(0)
+            }
+            Phase::Prime(k) if k + 1 < PRIME * (self.samples.len() - 1) => Phase::Prime(k + 1),
+            Phase::Prime(_) => Phase::Trial { block: 0, steps: 0, timed: 0, since: None },
+            Phase::Trial { block, steps, timed: sampled, since } => {
+                let sampled = sampled + usize::from(timed);
+                if sampled < self.timed {
+                    Phase::Trial { block, steps: steps + 1, timed: sampled, since }
+                } else if block + 1 < ROUNDS * self.samples.len() {
+                    Phase::Trial { block: block + 1, steps: 0, timed: 0, since: None }
+                } else {
+                    self.choose(pools);
+                    Phase::Chosen(0)
+                }
             }
             Phase::Chosen(n) if n + 1 < self.recheck => Phase::Chosen(n + 1),
-            Phase::Chosen(_) => Phase::Trial(0),
+            Phase::Chosen(_) => Phase::Trial { block: 0, steps: 0, timed: 0, since: None },
         };
     }
 
@@ -178,11 +212,11 @@ impl StepThreads {
                 .collect();
             let again = if self.decided { ", changed by a later trial" } else { "" };
             log::info!(
-                "compute threads for {}: {}{again} (median step {}; blocks of {} steps, alternated)",
+                "compute threads for {}: {}{again} (median step {}; {} steps each, alternated in blocks)",
                 self.what,
                 pools[pick].threads,
                 timings.join(", "),
-                self.block
+                ROUNDS * self.timed
             );
         }
         self.chosen = pick;
@@ -236,9 +270,31 @@ mod tests {
         SERIAL.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Steps enough for the warm-up and one trial of short steps.
-    fn first_trial() -> usize {
-        WARMUP as usize + ROUNDS * pools().len() * BLOCK
+    /// Candidate pools of 2 and 1 threads, whatever the process's default (which times
+    /// nothing unless `ENGINE_STEP_THREADS=timed`).
+    fn two_and_one() -> &'static [Pool] {
+        static POOLS: OnceLock<Vec<Pool>> = OnceLock::new();
+        POOLS.get_or_init(|| {
+            [2, 1]
+                .map(|threads| Pool {
+                    threads,
+                    pool: rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("a test pool"),
+                })
+                .into()
+        })
+    }
+
+    /// Runs steps that take `step(threads)` until the warm-up and the first trial are over.
+    fn through_first_trial(chooser: &mut StepThreads, step: impl Fn(usize) -> Duration + Sync) {
+        let start = Instant::now();
+        while chooser.chosen_threads().is_none() {
+            assert!(start.elapsed() < Duration::from_secs(20), "no choice after {:?}", chooser.phase);
+            let inside = chooser.run(|| {
+                std::thread::sleep(step(rayon::current_num_threads()));
+                rayon::current_thread_index().is_some()
+            });
+            assert!(inside, "the step ran outside the pools");
+        }
     }
 
     /// A step that is slower on more threads (as the MLP's can be on a VM) ends on the
@@ -246,18 +302,10 @@ mod tests {
     #[test]
     fn a_step_that_more_threads_slow_down_ends_on_one_thread() {
         let _alone = alone();
-        let mut chooser = StepThreads::new("a test");
-        if pools().len() < 2 {
-            return; // RAYON_NUM_THREADS or a one-CPU machine: nothing to choose.
-        }
-        for _ in 0..first_trial() {
-            assert_eq!(chooser.chosen_threads(), None);
-            let inside = chooser.run(|| {
-                std::thread::sleep(Duration::from_micros(2000 * rayon::current_num_threads() as u64));
-                rayon::current_thread_index().is_some()
-            });
-            assert!(inside, "the step ran outside the pools");
-        }
+        let mut chooser = StepThreads::with("a test", RECHECK, two_and_one());
+        let start = Instant::now();
+        through_first_trial(&mut chooser, |threads| Duration::from_micros(2000 * threads as u64));
+        assert!(start.elapsed() >= WARMUP_TIME, "chosen before the warm-up was over");
         assert_eq!(chooser.chosen_threads(), Some(1));
     }
 
@@ -266,19 +314,14 @@ mod tests {
     #[test]
     fn a_later_trial_follows_a_change() {
         let _alone = alone();
-        let mut chooser = StepThreads::with_recheck("a test", 5);
-        if pools().len() < 2 {
-            return;
-        }
-        let speeds_up = |threads: usize| Duration::from_micros(4000 / threads as u64);
-        for _ in 0..first_trial() {
-            chooser.run(|| std::thread::sleep(speeds_up(rayon::current_num_threads())));
-        }
-        assert_eq!(chooser.chosen_threads(), Some(pools()[0].threads));
-        for _ in 0..(5 + ROUNDS * pools().len() * BLOCK) {
+        let mut chooser = StepThreads::with("a test", 5, two_and_one());
+        through_first_trial(&mut chooser, |threads| Duration::from_micros(4000 / threads as u64));
+        assert_eq!(chooser.chosen_threads(), Some(2));
+        let start = Instant::now();
+        while chooser.chosen_threads() != Some(1) {
+            assert!(start.elapsed() < Duration::from_secs(20), "still on {:?} threads", chooser.chosen_threads());
             chooser.run(|| std::thread::sleep(Duration::from_micros(2000 * rayon::current_num_threads() as u64)));
         }
-        assert_eq!(chooser.chosen_threads(), Some(1));
     }
 
     #[test]

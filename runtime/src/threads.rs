@@ -6,12 +6,9 @@
 //! on such a 2-vCPU machine. So the default is one thread per core, from sysfs' sibling
 //! lists. `RAYON_NUM_THREADS` overrides it, as it always did.
 //!
-//! A virtual machine may hide its siblings, and a second CPU may be busy with another
-//! guest's work. Where sysfs shows no siblings every CPU gets a thread, and the sessions
-//! time their steps on that pool and on halves of it ([`StepThreads`](crate::StepThreads)),
-//! keeping the fastest. A start-up probe (a multiply-add loop on one thread and on all)
-//! used to decide here; on one VM it read 1.93×, 1.00× and 1.97× within a minute, and it
-//! cannot see that a step of a small model is too short for a second thread to pay.
+//! A virtual machine may hide its siblings. Where sysfs shows none, [`probe`] measures
+//! what the other threads add (a multiply-add loop on one thread and on all, a few tens of
+//! milliseconds) and the default keeps only threads that add at least a third of a core.
 //! A timing may choose because the thread count changes no result: the reductions split
 //! their partial sums by the machine's CPUs, not by the pool's threads
 //! (`HostCpu::sum_parts`), so two processes of one job that chose differently, on a
@@ -21,14 +18,15 @@
 use crate::HostCpu;
 use std::fmt;
 use std::sync::OnceLock;
+use std::time::{Duration, Instant};
 
 /// The default thread count and why it was chosen.
 #[derive(Debug, Clone)]
 pub struct ComputeThreads {
     pub count: usize,
     pub reason: String,
-    /// Whether a session may run its steps on fewer threads where they measure faster
-    /// (not when `RAYON_NUM_THREADS` fixed the count).
+    /// Whether sessions time their steps on this pool and on smaller ones and keep the
+    /// fastest (`ENGINE_STEP_THREADS=timed`; [`StepThreads`](crate::StepThreads)).
     pub tunable: bool,
 }
 
@@ -57,7 +55,18 @@ pub fn use_compute_threads() -> &'static ComputeThreads {
     choice
 }
 
+/// Turns on the timed choice of each session's pool (`timed`).
+pub const STEP_THREADS_ENV: &str = "ENGINE_STEP_THREADS";
+
 fn choose() -> ComputeThreads {
+    let mut choice = guess();
+    choice.tunable = choice.count > 1
+        && choice.reason != "RAYON_NUM_THREADS"
+        && std::env::var(STEP_THREADS_ENV).is_ok_and(|v| v.trim() == "timed");
+    choice
+}
+
+fn guess() -> ComputeThreads {
     if let Some(n) =
         std::env::var("RAYON_NUM_THREADS").ok().and_then(|v| v.trim().parse::<usize>().ok()).filter(|&n| n > 0)
     {
@@ -65,14 +74,90 @@ fn choose() -> ComputeThreads {
     }
     let host = HostCpu::get();
     let cpus = host.cpus.len().max(1);
-    let (count, why) = if host.has_smt_siblings() {
-        (host.cores, format!("one per core: the {cpus} CPUs are {} cores with SMT siblings", host.cores))
-    } else {
-        (cpus, format!("{cpus} CPUs on {cpus} cores"))
-    };
-    if count == 1 {
-        return ComputeThreads { count, reason: why, tunable: false };
+    if host.has_smt_siblings() {
+        return ComputeThreads {
+            count: host.cores,
+            reason: format!("one per core: the {cpus} CPUs are {} cores with SMT siblings", host.cores),
+            tunable: false,
+        };
     }
-    let reason = format!("{why}; steps are timed on these and on fewer, and the fastest kept");
-    ComputeThreads { count, reason, tunable: true }
+    if cpus == 1 {
+        return ComputeThreads { count: 1, reason: "one CPU".into(), tunable: false };
+    }
+    let speedup = probe(cpus);
+    let count = useful_threads(cpus, speedup);
+    let mut reason = format!(
+        "{cpus} CPUs on {cpus} cores; a multiply-add probe ran {speedup:.2}× as fast on {cpus} threads as on one"
+    );
+    if count < cpus {
+        reason.push_str(
+            "; threads that add under a third of a core (SMT siblings the topology does not show, or busy CPUs) are not used",
+        );
+    }
+    ComputeThreads { count, reason, tunable: false }
+}
+
+/// The threads worth running when `cpus` threads reach `speedup` times one thread's rate:
+/// one per whole core's worth of rate, counting a thread that adds at least a third of a
+/// core's (less is a sibling in disguise, or a CPU someone else is using).
+fn useful_threads(cpus: usize, speedup: f64) -> usize {
+    ((speedup + 0.67).floor() as usize).clamp(1, cpus)
+}
+
+/// How many times one thread's multiply-add rate `threads` threads reach together (best
+/// of three tries each, so that a moment's interference does not decide).
+fn probe(threads: usize) -> f64 {
+    // About 4 ms per run on a 3 GHz core: long against a thread's start-up (tens of
+    // microseconds), short against a process's start.
+    const ROUNDS: usize = 750_000;
+    let timed = |n: usize| {
+        (0..3)
+            .map(|_| {
+                let start = Instant::now();
+                std::thread::scope(|s| {
+                    for _ in 0..n {
+                        s.spawn(|| std::hint::black_box(multiply_add(ROUNDS)));
+                    }
+                });
+                start.elapsed()
+            })
+            .min()
+            .unwrap_or(Duration::from_secs(1))
+    };
+    let one = timed(1).as_secs_f64();
+    let all = timed(threads).as_secs_f64();
+    if all <= 0.0 { threads as f64 } else { threads as f64 * one / all }
+}
+
+/// Independent multiply-add chains, enough of them to keep a core's vector units busy
+/// (one thread alone fills them; a sibling then has nothing left to use).
+fn multiply_add(rounds: usize) -> f32 {
+    let mut acc = [1.0f32; 64];
+    for _ in 0..rounds {
+        for a in acc.iter_mut() {
+            *a = *a * 0.999_9 + 0.000_1;
+        }
+    }
+    acc.iter().sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn threads_that_add_little_are_not_used() {
+        assert_eq!(useful_threads(2, 1.05), 1, "hyperthreads of one core");
+        assert_eq!(useful_threads(2, 1.4), 2);
+        assert_eq!(useful_threads(2, 1.97), 2);
+        assert_eq!(useful_threads(4, 2.1), 2, "two cores with two siblings each");
+        assert_eq!(useful_threads(4, 9.0), 4);
+        assert_eq!(useful_threads(3, 0.2), 1);
+    }
+
+    #[test]
+    fn the_probe_measures_a_positive_rate() {
+        let s = probe(2);
+        assert!(s > 0.0 && s.is_finite(), "{s}");
+    }
 }
