@@ -145,6 +145,9 @@ impl StepThreads {
         if pools.is_empty() || rayon::current_thread_index().is_some() {
             return step();
         }
+        if let [only] = pools {
+            return only.pool.install(step);
+        }
         let (pool, timed) = self.turn();
         let start = Instant::now();
         if let Phase::Warmup(_, first @ None) | Phase::Trial { since: first @ None, .. } = &mut self.phase {

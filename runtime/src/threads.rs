@@ -9,6 +9,8 @@
 //! A virtual machine may hide its siblings. Where sysfs shows none, [`probe`] measures
 //! what the other threads add (a multiply-add loop on one thread and on all, a few tens of
 //! milliseconds) and the default keeps only threads that add at least a third of a core.
+//! With `ENGINE_STEP_THREADS=timed` no probe runs: every CPU gets a thread and each session
+//! times its own steps on that pool and on halves of it ([`StepThreads`](crate::StepThreads)).
 //! A timing may choose because the thread count changes no result: the reductions split
 //! their partial sums by the machine's CPUs, not by the pool's threads
 //! (`HostCpu::sum_parts`), so two processes of one job that chose differently, on a
@@ -56,17 +58,17 @@ pub fn use_compute_threads() -> &'static ComputeThreads {
 }
 
 /// Turns on the timed choice of each session's pool (`timed`).
-pub const STEP_THREADS_ENV: &str = "ENGINE_STEP_THREADS";
+const STEP_THREADS_ENV: &str = "ENGINE_STEP_THREADS";
 
 fn choose() -> ComputeThreads {
-    let mut choice = guess();
-    choice.tunable = choice.count > 1
-        && choice.reason != "RAYON_NUM_THREADS"
-        && std::env::var(STEP_THREADS_ENV).is_ok_and(|v| v.trim() == "timed");
+    let timed = std::env::var(STEP_THREADS_ENV).is_ok_and(|v| v.trim() == "timed");
+    let mut choice = guess(timed);
+    choice.tunable &= timed;
     choice
 }
 
-fn guess() -> ComputeThreads {
+/// `timed`: the sessions will time their steps, so no probe guesses for them.
+fn guess(timed: bool) -> ComputeThreads {
     if let Some(n) =
         std::env::var("RAYON_NUM_THREADS").ok().and_then(|v| v.trim().parse::<usize>().ok()).filter(|&n| n > 0)
     {
@@ -78,11 +80,15 @@ fn guess() -> ComputeThreads {
         return ComputeThreads {
             count: host.cores,
             reason: format!("one per core: the {cpus} CPUs are {} cores with SMT siblings", host.cores),
-            tunable: false,
+            tunable: host.cores > 1,
         };
     }
     if cpus == 1 {
         return ComputeThreads { count: 1, reason: "one CPU".into(), tunable: false };
+    }
+    if timed {
+        let reason = format!("{cpus} CPUs on {cpus} cores; each session times its steps on them and on halves");
+        return ComputeThreads { count: cpus, reason, tunable: true };
     }
     let speedup = probe(cpus);
     let count = useful_threads(cpus, speedup);

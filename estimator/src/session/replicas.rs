@@ -34,7 +34,8 @@ pub(crate) struct Replicas {
     collectives: Vec<Arc<dyn engine_runtime::Collective>>,
     /// The ps tasks, when they hold the variables (parameter_server).
     remote: Option<Remote>,
-    /// The compute pool a single CPU replica's steps run on, chosen by timing them.
+    /// The compute pool a single CPU replica's steps run inside (and, with
+    /// `ENGINE_STEP_THREADS=timed`, which of its halves, timed).
     step_threads: Option<StepThreads>,
 }
 
