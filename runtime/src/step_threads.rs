@@ -86,9 +86,8 @@ fn pools() -> &'static [Pool] {
 pub struct StepThreads {
     pools: &'static [Pool],
     phase: Phase,
-    /// The pool the steps run on between trials (the largest until the first).
-    chosen: usize,
-    decided: bool,
+    /// The pool the steps run on between trials, once the first chose it.
+    chosen: Option<usize>,
     /// Timed steps per block, set from the warm-up's last step.
     timed: usize,
     samples: Vec<Vec<Duration>>,
@@ -120,23 +119,21 @@ impl StepThreads {
     }
 
     fn with(what: &'static str, recheck: u32, pools: &'static [Pool]) -> Self {
-        let candidates = pools.len();
-        let phase = if candidates <= 1 { Phase::Chosen(0) } else { Phase::Warmup(0, None) };
+        // One pool is run without any of this (`run`): it is the choice already.
         StepThreads {
             pools,
-            phase,
-            chosen: 0,
-            decided: candidates <= 1,
+            phase: Phase::Warmup(0, None),
+            chosen: (pools.len() == 1).then_some(0),
             timed: TIMED,
-            samples: vec![Vec::new(); candidates],
-            recheck: if candidates <= 1 { u32::MAX } else { recheck },
+            samples: vec![Vec::new(); pools.len()],
+            recheck,
             what,
         }
     }
 
     /// The threads the steps run on, once a trial chose them.
     pub fn chosen_threads(&self) -> Option<usize> {
-        self.decided.then(|| self.pools.get(self.chosen).map(|p| p.threads)).flatten()
+        self.chosen.and_then(|i| self.pools.get(i)).map(|p| p.threads)
     }
 
     /// Runs one step on the pool its turn falls to.
@@ -154,7 +151,7 @@ impl StepThreads {
             *first = Some(start);
         }
         let out = pools[pool].pool.install(step);
-        self.after(pool, timed, start.elapsed(), pools);
+        self.after(pool, timed, start.elapsed());
         out
     }
 
@@ -163,7 +160,7 @@ impl StepThreads {
         match self.phase {
             Phase::Warmup(..) => (0, false),
             Phase::Prime(k) => (1 + k / PRIME, false),
-            Phase::Chosen(_) => (self.chosen, false),
+            Phase::Chosen(_) => (self.chosen.unwrap_or(0), false),
             Phase::Trial { block, steps, since, .. } => {
                 let candidates = self.samples.len();
                 let (round, slot) = (block / candidates, block % candidates);
@@ -174,7 +171,7 @@ impl StepThreads {
         }
     }
 
-    fn after(&mut self, pool: usize, timed: bool, took: Duration, pools: &[Pool]) {
+    fn after(&mut self, pool: usize, timed: bool, took: Duration) {
         if timed {
             self.samples[pool].push(took);
         }
@@ -195,7 +192,7 @@ impl StepThreads {
                 } else if block + 1 < ROUNDS * self.samples.len() {
                     Phase::Trial { block: block + 1, steps: 0, timed: 0, since: None }
                 } else {
-                    self.choose(pools);
+                    self.choose();
                     Phase::Chosen(0)
                 }
             }
@@ -204,26 +201,26 @@ impl StepThreads {
         };
     }
 
-    fn choose(&mut self, pools: &[Pool]) {
+    fn choose(&mut self) {
         let medians: Vec<Duration> = self.samples.iter_mut().map(|t| median(t)).collect();
         let pick = pick(&medians);
-        if !self.decided || pick != self.chosen {
-            let timings: Vec<String> = pools
+        if self.chosen != Some(pick) {
+            let timings: Vec<String> = self
+                .pools
                 .iter()
                 .zip(&medians)
                 .map(|(p, m)| format!("{:.3} ms on {}", m.as_secs_f64() * 1e3, plural(p.threads)))
                 .collect();
-            let again = if self.decided { ", changed by a later trial" } else { "" };
+            let again = if self.chosen.is_some() { ", changed by a later trial" } else { "" };
             log::info!(
                 "compute threads for {}: {}{again} (median step {}; {} steps each, alternated in blocks)",
                 self.what,
-                pools[pick].threads,
+                self.pools[pick].threads,
                 timings.join(", "),
                 ROUNDS * self.timed
             );
         }
-        self.chosen = pick;
-        self.decided = true;
+        self.chosen = Some(pick);
         self.samples.iter_mut().for_each(Vec::clear);
     }
 }

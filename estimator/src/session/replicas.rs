@@ -353,11 +353,7 @@ impl Replicas {
         let results: Vec<Result<StepOutput, RuntimeError>> = if self.workers.len() == 1 {
             let Worker { exec, store, .. } = &mut self.workers[0];
             let (feeds, wanted) = (&feeds[0], &wanted[0]);
-            let mut step = || exec.run(store, feeds, wanted, RunOptions { replica: 0, ..options });
-            vec![match &mut self.step_threads {
-                Some(threads) => threads.run(step),
-                None => step(),
-            }]
+            vec![on(&mut self.step_threads, || exec.run(store, feeds, wanted, RunOptions { replica: 0, ..options }))]
         } else {
             let exchange = self.exchange.clone();
             let collectives = self.collectives.clone();
@@ -498,11 +494,7 @@ impl Replicas {
         remote.pull(w.exec.device(), w.exec.precision(), &extra)?;
         let local: Vec<Outlet> = fetches.iter().copied().filter(|o| w.exec.owns(*o)).collect();
         let Worker { exec, store, .. } = w;
-        let mut step = || exec.run(store, &feeds, &local, options);
-        let mut out = match &mut self.step_threads {
-            Some(threads) => threads.run(step),
-            None => step(),
-        }?;
+        let mut out = on(&mut self.step_threads, || exec.run(store, &feeds, &local, options))?;
         let w = &self.workers[0];
         let mut computed = std::mem::take(&mut out.fetched).into_iter();
         for o in fetches {
@@ -523,6 +515,15 @@ impl Replicas {
             });
         }
         Ok(vec![out])
+    }
+}
+
+/// Runs a step in the compute pool `threads` chooses, or where it is called when there is
+/// none (a device replica).
+fn on<R: Send>(threads: &mut Option<StepThreads>, step: impl FnOnce() -> R + Send) -> R {
+    match threads {
+        Some(threads) => threads.run(step),
+        None => step(),
     }
 }
 
