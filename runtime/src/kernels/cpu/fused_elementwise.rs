@@ -7,6 +7,7 @@ use super::{
     Outcome,
     buffer::{Elem, into_vec, is_whole_and_unique, tensor, view},
     simd::multiversion,
+    update_loops,
 };
 use crate::{
     Value,
@@ -112,12 +113,19 @@ pub(super) fn fused<E: Elem>(f: &FusedElementwise, inputs: Vec<Value>, ctx: &Ker
     let asked = ctx.verdict.map_or(0, |v| v.asked()) & all;
     let outs: Vec<OutBase<E>> = bufs.iter_mut().map(|b| OutBase(b.as_mut_ptr().cast())).collect();
     let temps = allocate(&f.program, &outputs);
+    let update = update_loops::recognize(&f.program, &outputs, |k| matches!(srcs.get(k), Some(Src::Single(_))));
     let part = |i: usize| {
         let start = i * per_task;
+        let len = per_task.min(n - start);
         // SAFETY: every buffer holds `n` elements (taken ones initialized, fresh ones with
         // that capacity), the parts' ranges are disjoint, and a taken buffer is an input
         // the executor handed over for the last time, read only through `Src::Out`.
-        unsafe { region(&f.program, &temps, &srcs, &outputs, &outs, start, per_task.min(n - start), asked) }
+        unsafe {
+            match &update {
+                Some(m) => update_loop(m, &srcs, &outs, start, len, asked),
+                None => region(&f.program, &temps, &srcs, &outputs, &outs, start, len, asked),
+            }
+        }
     };
     // One part runs on the calling thread: handed to the pool it would cost two context
     // switches at one thread (see `buffer::min_len`).
@@ -202,6 +210,46 @@ unsafe fn region<E: Elem>(
         }
     }
     finite
+}
+
+/// [`region`] as one loop, for a program [`update_loops::recognize`] matched.
+///
+/// # Safety
+/// As [`region`]'s.
+unsafe fn update_loop<E: Elem>(
+    m: &update_loops::Matched,
+    srcs: &[Src<'_, E>],
+    outs: &[OutBase<E>],
+    start: usize,
+    len: usize,
+    asked: u64,
+) -> u64 {
+    let single = |k: Option<usize>| match k.and_then(|k| srcs.get(k)) {
+        Some(Src::Single(v)) => *v,
+        _ => E::zero(),
+    };
+    // SAFETY (of each `add`): the caller's range is within every buffer of the pass.
+    let full = |k: Option<usize>| -> *const E {
+        match k.and_then(|k| srcs.get(k)) {
+            Some(Src::Full(v)) => unsafe { v.as_ptr().add(start) },
+            Some(Src::Out(j)) => {
+                outs.get(*j).map_or(std::ptr::null(), |o| unsafe { o.0.add(start).cast::<E>().cast_const() })
+            }
+            _ => std::ptr::null(),
+        }
+    };
+    // SAFETY: as above.
+    let out = |j: usize| outs.get(j).map_or(std::ptr::null_mut(), |o| unsafe { o.0.add(start).cast::<E>() });
+    let streams = update_loops::Streams {
+        singles: m.singles.map(single),
+        fulls: m.fulls.map(full),
+        outs: [out(0), out(1), out(2)],
+    };
+    // SAFETY: `recognize` bound every stream the update uses to an input of the pass (a
+    // full one, or the output buffer that took it over) or to one of its outputs, each
+    // valid for `start + len` elements; an output overlaps an input only as the buffer it
+    // took over, which the loop reads element by element before writing.
+    unsafe { update_loops::run(m.update, &streams, len, asked) }
 }
 
 /// Where one chunk's operands are: `len` elements from `at` of each full source, the
@@ -551,6 +599,81 @@ mod tests {
         }
         // Finite inputs, an overflowing product.
         assert!(!run(&x, 1e38, true).0);
+    }
+
+    /// Each optimizer's loop (`update_loops`) gives the interpreter's bits and finiteness
+    /// mask: over lengths with and without a tail, in one part or two (as threads split a
+    /// pass), into fresh buffers or with output 0 written over the input it took over, and
+    /// with a NaN or an infinity in an input at the start, the middle or the end.
+    #[test]
+    fn the_update_loops_equal_the_interpreter_bit_for_bit() {
+        use update_loops::Update;
+        for update in [Update::Sgd, Update::Momentum, Update::Nesterov, Update::Adam] {
+            let (program, outputs, singles) = update_loops::example(update);
+            let constants = [0.1f32, 0.9, 0.1, 0.999, 0.001, 1e-7];
+            for n in [5, 16, 16 * 37 + 11] {
+                let data: Vec<Vec<f32>> = (0..singles.len())
+                    .map(|k| (0..n).map(|i| ((i * 7 + k * 13) % 23) as f32 * 0.05 + 0.01).collect())
+                    .collect();
+                let first_full = singles.iter().position(|s| !s).expect("a full input");
+                for (bad, at) in [(None, 0), (Some(f32::NAN), 0), (Some(f32::INFINITY), n / 2), (Some(f32::NAN), n - 1)]
+                {
+                    let mut data = data.clone();
+                    if let Some(bad) = bad {
+                        data[first_full][at] = bad;
+                    }
+                    for take in [false, true] {
+                        let run = |with_loop: bool, split: usize| -> (u64, Vec<Vec<u32>>) {
+                            let mut taken = data[first_full].clone();
+                            let srcs: Vec<Src<'_, f32>> = (0..singles.len())
+                                .map(|k| match k {
+                                    k if singles[k] => Src::Single(constants[k % constants.len()]),
+                                    k if take && k == first_full => Src::Out(0),
+                                    k => Src::Full(Cow::Borrowed(&data[k][..])),
+                                })
+                                .collect();
+                            let mut fresh = vec![vec![MaybeUninit::<f32>::uninit(); n]; outputs.len()];
+                            let mut bases: Vec<OutBase<f32>> =
+                                fresh.iter_mut().map(|o| OutBase(o.as_mut_ptr())).collect();
+                            if take {
+                                bases[0] = OutBase(taken.as_mut_ptr().cast());
+                            }
+                            let asked = (1u64 << outputs.len()) - 1;
+                            let temps = allocate(&program, &outputs);
+                            let matched = update_loops::recognize(&program, &outputs, |k| singles[k]);
+                            assert_eq!(matched.as_ref().map(|m| m.update), Some(update));
+                            let mut finite = asked;
+                            for (start, len) in [(0, split), (split, n - split)] {
+                                // SAFETY: buffers of n elements, the taken one initialized.
+                                finite &= unsafe {
+                                    match (&matched, with_loop) {
+                                        (Some(m), true) => update_loop(m, &srcs, &bases, start, len, asked),
+                                        _ => region(&program, &temps, &srcs, &outputs, &bases, start, len, asked),
+                                    }
+                                };
+                            }
+                            let bits = (0..outputs.len())
+                                .map(|j| match j {
+                                    0 if take => taken.iter().map(|x| x.to_bits()).collect(),
+                                    // SAFETY: every element was written.
+                                    j => fresh[j].iter().map(|x| unsafe { x.assume_init() }.to_bits()).collect(),
+                                })
+                                .collect();
+                            (finite, bits)
+                        };
+                        let want = run(false, n);
+                        for split in [n, n / 3] {
+                            assert_eq!(
+                                run(true, split),
+                                want,
+                                "{update:?} n {n} bad {bad:?} at {at} take {take} split {split}"
+                            );
+                        }
+                        assert_eq!(want.0 == (1 << outputs.len()) - 1, bad.is_none(), "{update:?} {bad:?}");
+                    }
+                }
+            }
+        }
     }
 
     /// A momentum update (three temporaries, two full inputs, two outputs: 28 bytes an

@@ -31,6 +31,7 @@ mod reduce;
 mod simd;
 mod softmax;
 mod unpool512;
+mod update_loops;
 mod vmath;
 mod winograd;
 mod winograd4;

@@ -9,7 +9,8 @@
 //! The macro is exported (`engine_runtime::multiversion!`) for the other crates' hot
 //! loops, the input pipeline's decoding among them, so there is one dispatcher.
 
-/// Compiles a function body for baseline x86-64 and for AVX2 + FMA, picking at run time.
+/// Compiles a function body for baseline x86-64 and for AVX2 + FMA, picking at run time
+/// (an `unsafe fn` keeps its contract in both builds).
 #[macro_export]
 macro_rules! multiversion {
     (
@@ -34,6 +35,32 @@ macro_rules! multiversion {
                 return unsafe { wide($($arg),*) };
             }
             body($($arg),*)
+        }
+    };
+    (
+        $(#[$meta:meta])*
+        $vis:vis unsafe fn $name:ident $(<$($g:ident : $bound:path),*>)? ($($arg:ident : $ty:ty),* $(,)?) $(-> $ret:ty)? $body:block
+    ) => {
+        $(#[$meta])*
+        $vis unsafe fn $name $(<$($g: $bound),*>)? ($($arg: $ty),*) $(-> $ret)? {
+            #[inline(always)]
+            unsafe fn body $(<$($g: $bound),*>)? ($($arg: $ty),*) $(-> $ret)? $body
+
+            #[cfg(target_arch = "x86_64")]
+            #[target_feature(enable = "avx2,fma")]
+            unsafe fn wide $(<$($g: $bound),*>)? ($($arg: $ty),*) $(-> $ret)? {
+                // SAFETY: the caller's contract, passed on.
+                unsafe { body($($arg),*) }
+            }
+
+            #[cfg(target_arch = "x86_64")]
+            if $crate::has_avx2() {
+                // SAFETY: `wide` was compiled for AVX2 and FMA, which the CPU was just
+                // checked to support; the rest is the caller's contract.
+                return unsafe { wide($($arg),*) };
+            }
+            // SAFETY: the caller's contract.
+            unsafe { body($($arg),*) }
         }
     };
 }
