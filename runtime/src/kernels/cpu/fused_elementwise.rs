@@ -608,9 +608,9 @@ mod tests {
     #[test]
     fn the_update_loops_equal_the_interpreter_bit_for_bit() {
         use update_loops::Update;
-        for update in [Update::Sgd, Update::Momentum, Update::Nesterov, Update::Adam] {
+        for update in [Update::Sgd, Update::Momentum, Update::Nesterov, Update::Adam, Update::AdamW] {
             let (program, outputs, singles) = update_loops::example(update);
-            let constants = [0.1f32, 0.9, 0.1, 0.999, 0.001, 1e-7];
+            let constants = [0.1f32, 0.9, 0.1, 0.999, 0.001, 1e-7, 0.004];
             for n in [5, 16, 16 * 37 + 11] {
                 let data: Vec<Vec<f32>> = (0..singles.len())
                     .map(|k| (0..n).map(|i| ((i * 7 + k * 13) % 23) as f32 * 0.05 + 0.01).collect())

@@ -7,7 +7,7 @@
 //! kernel took 60–62 µs as four instructions and two copies and 37–41 µs as one loop, the
 //! CNN's SGD update of a 5408 × 64 kernel 55–57 and 37–38 µs, the residual model's Adam
 //! update of a 3136 × 64 kernel 287–309 and 144–150 µs. So the programs that SGD, momentum,
-//! Nesterov momentum and Adam lower to (`engine_graph::optimizer`, after `FuseElementwise`
+//! Nesterov momentum, Adam and AdamW lower to (`engine_graph::optimizer`, after `FuseElementwise`
 //! and `MergeElementwise`) are recognized here and run as one loop each, with the same
 //! operations in the same order (no contraction into fused multiply-adds), so the bits are
 //! the interpreter's; every other program is left to it.
@@ -30,8 +30,8 @@ enum Pat {
     None,
 }
 
-/// The most single and full inputs, and outputs, an update has (Adam's).
-const SINGLES: usize = 6;
+/// The most single and full inputs, and outputs, an update has (AdamW's).
+const SINGLES: usize = 7;
 const FULLS: usize = 4;
 const OUTS: usize = 3;
 
@@ -47,13 +47,15 @@ pub(super) enum Update {
     Nesterov,
     /// `m' = b1 m + (1 - b1) g; s' = b2 s + (1 - b2) g²; v' = v - lr m' / (sqrt(s') + eps)`.
     Adam,
+    /// Adam with `v` first losing `rate v` (decoupled weight decay).
+    AdamW,
 }
 
 impl Update {
-    const ALL: [Update; 4] = [Update::Sgd, Update::Momentum, Update::Nesterov, Update::Adam];
+    const ALL: [Update; 5] = [Update::Sgd, Update::Momentum, Update::Nesterov, Update::Adam, Update::AdamW];
 
-    /// Singles: `lr` is 0 and `m` (or `b1`) is 1, then Adam's `1 - b1`, `b2`, `1 - b2`
-    /// and `eps`; fulls: `g` is 0, `v` 1, `a` (or `m`) 2 and Adam's `s` 3.
+    /// Singles: `lr` is 0 and `m` (or `b1`) is 1, then Adam's `1 - b1`, `b2`, `1 - b2`,
+    /// `eps` and AdamW's `rate`; fulls: `g` is 0, `v` 1, `a` (or `m`) 2 and Adam's `s` 3.
     fn pattern(self) -> (&'static [(ElementOp, Pat, Pat)], &'static [usize]) {
         use ElementOp::*;
         use Pat::*;
@@ -95,6 +97,25 @@ impl Update {
                     (Sub, Full(1), Temp(10)),
                 ],
                 &[11, 6, 3],
+            ),
+            Update::AdamW => (
+                &[
+                    (Mul, Single(3), Full(3)),
+                    (Square, Full(0), None),
+                    (Mul, Single(4), Temp(1)),
+                    (Add, Temp(0), Temp(2)),
+                    (Mul, Single(1), Full(2)),
+                    (Mul, Single(2), Full(0)),
+                    (Add, Temp(4), Temp(5)),
+                    (Mul, Full(1), Single(6)),
+                    (Sub, Full(1), Temp(7)),
+                    (Sqrt, Temp(3), None),
+                    (Add, Temp(9), Single(5)),
+                    (Div, Temp(6), Temp(10)),
+                    (Mul, Single(0), Temp(11)),
+                    (Sub, Temp(8), Temp(12)),
+                ],
+                &[13, 6, 3],
             ),
         }
     }
@@ -177,9 +198,9 @@ pub(super) unsafe fn run<E: Elem>(update: Update, s: &Streams<E>, len: usize, as
             };
             u64::from(v) | u64::from(a) << 1
         }
-        Update::Adam => {
+        Update::Adam | Update::AdamW => {
             // SAFETY: as above.
-            let [v, m, s2] = unsafe { adam(s.singles, s.fulls, s.outs, len) };
+            let [v, m, s2] = unsafe { adam(s.singles, s.fulls, s.outs, len, update == Update::AdamW) };
             u64::from(v) | u64::from(m) << 1 | u64::from(s2) << 2
         }
     };
@@ -233,13 +254,14 @@ fn momentum_step<E: Elem>(lr: E, m: E, nesterov: bool, g: E, v: E, a: E) -> (E, 
     (v - lr * if nesterov { g + m * acc } else { acc }, acc)
 }
 
-/// `(v', m', s')` of Adam, in the program's order of operations.
+/// `(v', m', s')` of Adam (AdamW's with `decay`), in the program's order of operations.
 #[inline(always)]
-fn adam_step<E: Elem>(c: [E; SINGLES], g: E, v: E, m: E, s: E) -> (E, E, E) {
-    let [lr, b1, c1, b2, c2, eps] = c;
+fn adam_step<E: Elem>(c: [E; SINGLES], decay: bool, g: E, v: E, m: E, s: E) -> (E, E, E) {
+    let [lr, b1, c1, b2, c2, eps, rate] = c;
     let s2 = b2 * s + c2 * (g * g);
     let m2 = b1 * m + c1 * g;
-    (v - lr * (m2 / (s2.sqrt() + eps)), m2, s2)
+    let base = if decay { v - v * rate } else { v };
+    (base - lr * (m2 / (s2.sqrt() + eps)), m2, s2)
 }
 
 // The loops below take whole blocks of sixteen elements, then the rest one by one. A
@@ -323,11 +345,17 @@ multiversion! {
 }
 
 multiversion! {
-    /// Adam's `v'`, `m'` and `s'`; whether each is all finite.
+    /// Adam's (AdamW's with `decay`) `v'`, `m'` and `s'`; whether each is all finite.
     ///
     /// # Safety
     /// As [`run`]'s, for every stream.
-    unsafe fn adam<E: Elem>(c: [E; SINGLES], fulls: [*const E; FULLS], outs: [*mut E; OUTS], len: usize) -> [bool; 3] {
+    unsafe fn adam<E: Elem>(
+        c: [E; SINGLES],
+        fulls: [*const E; FULLS],
+        outs: [*mut E; OUTS],
+        len: usize,
+        decay: bool,
+    ) -> [bool; 3] {
         let [g, v, m, s] = fulls;
         let [v_out, m_out, s_out] = outs;
         let mut lanes = [[E::zero(); 16]; 3];
@@ -337,7 +365,7 @@ multiversion! {
             let (gb, vb, mb, sb) = unsafe { (load(g, i), load(v, i), load(m, i), load(s, i)) };
             let mut r = [[E::zero(); 16]; 3];
             for k in 0..16 {
-                (r[0][k], r[1][k], r[2][k]) = adam_step(c, gb[k], vb[k], mb[k], sb[k]);
+                (r[0][k], r[1][k], r[2][k]) = adam_step(c, decay, gb[k], vb[k], mb[k], sb[k]);
                 for j in 0..3 {
                     note(&mut lanes[j], k, r[j][k]);
                 }
@@ -354,7 +382,7 @@ multiversion! {
             // SAFETY: `i + k < len`; the caller's promise. The reads come first.
             unsafe {
                 let at = i + k;
-                let (w, m2, s2) = adam_step(c, g.add(at).read(), v.add(at).read(), m.add(at).read(), s.add(at).read());
+                let (w, m2, s2) = adam_step(c, decay, g.add(at).read(), v.add(at).read(), m.add(at).read(), s.add(at).read());
                 v_out.add(at).write(w);
                 m_out.add(at).write(m2);
                 s_out.add(at).write(s2);
@@ -453,7 +481,7 @@ mod tests {
 
     /// What the optimizers and the fusion passes emit is what the loops expect: a change
     /// to either that a pattern misses fails here, rather than sending the update back to
-    /// the interpreter unnoticed. AdamW, RMSProp and Adagrad have no loop of their own.
+    /// the interpreter unnoticed. RMSProp and Adagrad have no loop of their own.
     #[test]
     fn the_optimizers_programs_are_recognized() -> engine_graph::Result<()> {
         let sgd = |momentum, nesterov| Optimizer::Sgd { momentum, nesterov };
@@ -463,7 +491,8 @@ mod tests {
             (sgd(0.9, false), Some(Update::Momentum)),
             (sgd(0.9, true), Some(Update::Nesterov)),
             (adam, Some(Update::Adam)),
-            (Optimizer::AdamW { beta1: 0.9, beta2: 0.999, epsilon: 1e-7, weight_decay: 0.01 }, None),
+            (Optimizer::AdamW { beta1: 0.9, beta2: 0.999, epsilon: 1e-7, weight_decay: 0.01 }, Some(Update::AdamW)),
+            (Optimizer::Adagrad { initial_accumulator: 0.1, epsilon: 1e-7 }, None),
         ] {
             let found = recognized(optimizer.clone())?;
             assert_eq!(found.len(), 2, "{optimizer:?}: {found:?}");
