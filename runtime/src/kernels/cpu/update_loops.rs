@@ -6,11 +6,11 @@
 //! (profiled at one pinned thread on a Zen 5): the MLP's momentum update of a 784 × 256
 //! kernel took 60–62 µs as four instructions and two copies and 37–41 µs as one loop, the
 //! CNN's SGD update of a 5408 × 64 kernel 55–57 and 37–38 µs, the residual model's Adam
-//! update of a 3136 × 64 kernel 287–309 and 144–150 µs. So the programs that SGD, momentum,
-//! Nesterov momentum, Adam and AdamW lower to (`engine_graph::optimizer`, after `FuseElementwise`
-//! and `MergeElementwise`) are recognized here and run as one loop each, with the same
-//! operations in the same order (no contraction into fused multiply-adds), so the bits are
-//! the interpreter's; every other program is left to it.
+//! update of a 3136 × 64 kernel 287–309 and 144–150 µs. So the programs that SGD,
+//! momentum, Nesterov momentum, Adam and AdamW lower to (`engine_graph::optimizer`, after
+//! `FuseElementwise` and `MergeElementwise`) are recognized here and run as one loop each,
+//! with the same operations in the same order (no contraction into fused multiply-adds),
+//! so the bits are the interpreter's; every other program is left to it.
 //!
 //! A test on the real pass pipeline (`the_optimizers_programs_are_recognized`) keeps the
 //! patterns in step with what the optimizers and the passes emit: a change there that a
