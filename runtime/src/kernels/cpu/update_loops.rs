@@ -54,72 +54,84 @@ pub(super) enum Update {
 impl Update {
     const ALL: [Update; 5] = [Update::Sgd, Update::Momentum, Update::Nesterov, Update::Adam, Update::AdamW];
 
-    /// Singles: `lr` is 0 and `m` (or `b1`) is 1, then Adam's `1 - b1`, `b2`, `1 - b2`,
-    /// `eps` and AdamW's `rate`; fulls: `g` is 0, `v` 1, `a` (or `m`) 2 and Adam's `s` 3.
-    fn pattern(self) -> (&'static [(ElementOp, Pat, Pat)], &'static [usize]) {
+    /// The instructions, in parts read one after the other, and the outputs. Singles:
+    /// `lr` is 0 and `m` (or `b1`) is 1, then Adam's `1 - b1`, `b2`, `1 - b2`, `eps` and
+    /// AdamW's `rate`; fulls: `g` is 0, `v` 1, `a` (or `m`) 2 and Adam's `s` 3.
+    fn pattern(self) -> (&'static [&'static [Step]], &'static [usize]) {
         use ElementOp::*;
         use Pat::*;
         match self {
-            Update::Sgd => (&[(Mul, Single(0), Full(0)), (Sub, Full(1), Temp(0))], &[1]),
+            Update::Sgd => (&[&[(Mul, Single(0), Full(0)), (Sub, Full(1), Temp(0))]], &[1]),
             Update::Momentum => (
-                &[
+                &[&[
                     (Mul, Single(1), Full(2)),
                     (Add, Temp(0), Full(0)),
                     (Mul, Single(0), Temp(1)),
                     (Sub, Full(1), Temp(2)),
-                ],
+                ]],
                 &[3, 1],
             ),
             Update::Nesterov => (
-                &[
+                &[&[
                     (Mul, Single(1), Full(2)),
                     (Add, Temp(0), Full(0)),
                     (Mul, Single(1), Temp(1)),
                     (Add, Full(0), Temp(2)),
                     (Mul, Single(0), Temp(3)),
                     (Sub, Full(1), Temp(4)),
-                ],
+                ]],
                 &[5, 1],
             ),
             Update::Adam => (
                 &[
-                    (Mul, Single(3), Full(3)),
-                    (Square, Full(0), None),
-                    (Mul, Single(4), Temp(1)),
-                    (Add, Temp(0), Temp(2)),
-                    (Mul, Single(1), Full(2)),
-                    (Mul, Single(2), Full(0)),
-                    (Add, Temp(4), Temp(5)),
-                    (Sqrt, Temp(3), None),
-                    (Add, Temp(7), Single(5)),
-                    (Div, Temp(6), Temp(8)),
-                    (Mul, Single(0), Temp(9)),
-                    (Sub, Full(1), Temp(10)),
+                    ADAM_MOMENTS,
+                    &[
+                        (Sqrt, Temp(3), None),
+                        (Add, Temp(7), Single(5)),
+                        (Div, Temp(6), Temp(8)),
+                        (Mul, Single(0), Temp(9)),
+                        (Sub, Full(1), Temp(10)),
+                    ],
                 ],
                 &[11, 6, 3],
             ),
             Update::AdamW => (
                 &[
-                    (Mul, Single(3), Full(3)),
-                    (Square, Full(0), None),
-                    (Mul, Single(4), Temp(1)),
-                    (Add, Temp(0), Temp(2)),
-                    (Mul, Single(1), Full(2)),
-                    (Mul, Single(2), Full(0)),
-                    (Add, Temp(4), Temp(5)),
-                    (Mul, Full(1), Single(6)),
-                    (Sub, Full(1), Temp(7)),
-                    (Sqrt, Temp(3), None),
-                    (Add, Temp(9), Single(5)),
-                    (Div, Temp(6), Temp(10)),
-                    (Mul, Single(0), Temp(11)),
-                    (Sub, Temp(8), Temp(12)),
+                    ADAM_MOMENTS,
+                    &[
+                        (Mul, Full(1), Single(6)),
+                        (Sub, Full(1), Temp(7)),
+                        (Sqrt, Temp(3), None),
+                        (Add, Temp(9), Single(5)),
+                        (Div, Temp(6), Temp(10)),
+                        (Mul, Single(0), Temp(11)),
+                        (Sub, Temp(8), Temp(12)),
+                    ],
                 ],
                 &[13, 6, 3],
             ),
         }
     }
 }
+
+/// One instruction of a pattern.
+type Step = (ElementOp, Pat, Pat);
+
+/// Adam's and AdamW's first seven instructions: `s' = b2 s + (1 - b2) g²` (t3) and
+/// `m' = b1 m + (1 - b1) g` (t6).
+const ADAM_MOMENTS: &[Step] = {
+    use ElementOp::*;
+    use Pat::*;
+    &[
+        (Mul, Single(3), Full(3)),
+        (Square, Full(0), None),
+        (Mul, Single(4), Temp(1)),
+        (Add, Temp(0), Temp(2)),
+        (Mul, Single(1), Full(2)),
+        (Mul, Single(2), Full(0)),
+        (Add, Temp(4), Temp(5)),
+    ]
+};
 
 /// A program matched to an update: the inputs its singles and fulls are (in
 /// [`Update::pattern`]'s order), unused ones `None`.
@@ -134,12 +146,12 @@ pub(super) struct Matched {
 /// input `k` is one element broadcast over the others.
 pub(super) fn recognize(program: &[Instr], outputs: &[usize], single: impl Fn(usize) -> bool) -> Option<Matched> {
     Update::ALL.into_iter().find_map(|update| {
-        let (pattern, outs) = update.pattern();
-        if pattern.len() != program.len() || outs != outputs {
+        let (parts, outs) = update.pattern();
+        if parts.iter().map(|p| p.len()).sum::<usize>() != program.len() || outs != outputs {
             return None;
         }
         let mut m = Matched { update, singles: [None; SINGLES], fulls: [None; FULLS] };
-        for (&(op, a, b), ins) in pattern.iter().zip(program) {
+        for (&(op, a, b), ins) in parts.iter().copied().flatten().zip(program) {
             let unary = ins.op.arity() == 1;
             if ins.op != op
                 || !bind(&mut m, a, ins.args[0], &single)
@@ -400,7 +412,7 @@ multiversion! {
 /// is a single: for tests that run the loop against the interpreter.
 #[cfg(test)]
 pub(super) fn example(update: Update) -> (Vec<Instr>, Vec<usize>, Vec<bool>) {
-    let (pattern, outputs) = update.pattern();
+    let (parts, outputs) = update.pattern();
     let mut inputs: Vec<Pat> = Vec::new();
     let mut number = |p: Pat| -> Operand {
         let key = |p: &Pat| match p {
@@ -414,8 +426,10 @@ pub(super) fn example(update: Update) -> (Vec<Instr>, Vec<usize>, Vec<bool>) {
         });
         Operand::Input(k)
     };
-    let program = pattern
+    let program = parts
         .iter()
+        .copied()
+        .flatten()
         .map(|&(op, a, b)| {
             let mut operand = |p: Pat| match p {
                 Pat::Temp(t) => Operand::Temp(t),
