@@ -248,7 +248,7 @@ unsafe fn update_loop<E: Elem>(
     // SAFETY: `recognize` bound every stream the update uses to an input of the pass (a
     // full one, or the output buffer that took it over) or to one of its outputs, each
     // valid for `start + len` elements; an output overlaps an input only as the buffer it
-    // took over, which the loop reads element by element before writing.
+    // took over, of which the loop reads each block before it writes that block.
     unsafe { update_loops::run(m.update, &streams, len, asked) }
 }
 
