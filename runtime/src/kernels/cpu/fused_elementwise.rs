@@ -607,33 +607,40 @@ mod tests {
     /// with a NaN or an infinity in an input at the start, the middle or the end.
     #[test]
     fn the_update_loops_equal_the_interpreter_bit_for_bit() {
+        update_loops_equal_the_interpreter::<f32>();
+        // A `Precision::F64` job (the elastic tests') runs them in f64.
+        update_loops_equal_the_interpreter::<f64>();
+    }
+
+    fn update_loops_equal_the_interpreter<E: Elem>() {
         use update_loops::Update;
+        let e = |x: f64| <E as num_traits::NumCast>::from(x).unwrap_or_else(E::zero);
         for update in [Update::Sgd, Update::Momentum, Update::Nesterov, Update::Adam, Update::AdamW] {
             let (program, outputs, singles) = update_loops::example(update);
-            let constants = [0.1f32, 0.9, 0.1, 0.999, 0.001, 1e-7, 0.004];
+            let constants = [0.1, 0.9, 0.1, 0.999, 0.001, 1e-7, 0.004].map(e);
             for n in [5, 16, 16 * 37 + 11] {
-                let data: Vec<Vec<f32>> = (0..singles.len())
-                    .map(|k| (0..n).map(|i| ((i * 7 + k * 13) % 23) as f32 * 0.05 + 0.01).collect())
+                let data: Vec<Vec<E>> = (0..singles.len())
+                    .map(|k| (0..n).map(|i| e(((i * 7 + k * 13) % 23) as f64 * 0.05 + 0.01)).collect())
                     .collect();
                 let first_full = singles.iter().position(|s| !s).expect("a full input");
-                for (bad, at) in [(None, 0), (Some(f32::NAN), 0), (Some(f32::INFINITY), n / 2), (Some(f32::NAN), n - 1)]
+                for (bad, at) in [(None, 0), (Some(E::nan()), 0), (Some(E::infinity()), n / 2), (Some(E::nan()), n - 1)]
                 {
                     let mut data = data.clone();
                     if let Some(bad) = bad {
                         data[first_full][at] = bad;
                     }
                     for take in [false, true] {
-                        let run = |with_loop: bool, split: usize| -> (u64, Vec<Vec<u32>>) {
+                        let run = |with_loop: bool, split: usize| -> (u64, Vec<Vec<u8>>) {
                             let mut taken = data[first_full].clone();
-                            let srcs: Vec<Src<'_, f32>> = (0..singles.len())
+                            let srcs: Vec<Src<'_, E>> = (0..singles.len())
                                 .map(|k| match k {
                                     k if singles[k] => Src::Single(constants[k % constants.len()]),
                                     k if take && k == first_full => Src::Out(0),
                                     k => Src::Full(Cow::Borrowed(&data[k][..])),
                                 })
                                 .collect();
-                            let mut fresh = vec![vec![MaybeUninit::<f32>::uninit(); n]; outputs.len()];
-                            let mut bases: Vec<OutBase<f32>> =
+                            let mut fresh = vec![vec![MaybeUninit::<E>::uninit(); n]; outputs.len()];
+                            let mut bases: Vec<OutBase<E>> =
                                 fresh.iter_mut().map(|o| OutBase(o.as_mut_ptr())).collect();
                             if take {
                                 bases[0] = OutBase(taken.as_mut_ptr().cast());
@@ -654,9 +661,12 @@ mod tests {
                             }
                             let bits = (0..outputs.len())
                                 .map(|j| match j {
-                                    0 if take => taken.iter().map(|x| x.to_bits()).collect(),
+                                    0 if take => bytemuck::cast_slice(&taken).to_vec(),
                                     // SAFETY: every element was written.
-                                    j => fresh[j].iter().map(|x| unsafe { x.assume_init() }.to_bits()).collect(),
+                                    j => fresh[j]
+                                        .iter()
+                                        .flat_map(|x| bytemuck::bytes_of(unsafe { x.assume_init_ref() }).to_vec())
+                                        .collect(),
                                 })
                                 .collect();
                             (finite, bits)
