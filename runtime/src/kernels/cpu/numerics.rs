@@ -17,20 +17,49 @@ pub(crate) fn non_finite<E: Elem>(t: &T) -> (usize, usize) {
     (nan, inf)
 }
 
-multiversion! {
-    /// `x - x` is 0 for a finite `x` and NaN otherwise, and a sum with a NaN is NaN: one
-    /// branch-free pass over independent lanes, which the compiler vectorizes.
+/// Sixteen independent lanes of `x - x` summed: `x - x` is 0 for a finite `x` and NaN
+/// otherwise, and a sum with a NaN is NaN, so the lanes end at zero only if every value
+/// noted was finite. Branch-free, and kept in registers by the loops that note a value as
+/// they produce it (a fused pass's store, an optimizer's update) instead of reading it
+/// back in a pass of its own.
+#[derive(Clone, Copy)]
+pub(super) struct FiniteLanes<E>([E; 16]);
+
+impl<E: Elem> FiniteLanes<E> {
+    #[inline(always)]
+    pub fn new() -> Self {
+        FiniteLanes([E::zero(); 16])
+    }
+
+    /// Adds `x` to lane `k` (below 16).
     #[allow(clippy::eq_op)]
+    #[inline(always)]
+    pub fn note(&mut self, k: usize, x: E) {
+        self.0[k] += x - x;
+    }
+
+    /// Whether every value noted was finite.
+    #[inline(always)]
+    pub fn finite(&self) -> bool {
+        self.0.iter().fold(E::zero(), |acc, &x| acc + x) == E::zero()
+    }
+}
+
+multiversion! {
+    /// Whether every value of `data` is finite: one pass over [`FiniteLanes`], which the
+    /// compiler vectorizes.
     pub(super) fn all_finite<E: Elem>(data: &[E]) -> bool {
-        let mut lanes = [E::zero(); 16];
+        let mut lanes = FiniteLanes::new();
         let mut chunks = data.chunks_exact(16);
         for chunk in &mut chunks {
-            for (lane, &x) in lanes.iter_mut().zip(chunk) {
-                *lane += x - x;
+            for (k, &x) in chunk.iter().enumerate() {
+                lanes.note(k, x);
             }
         }
-        let tail = chunks.remainder().iter().fold(E::zero(), |acc, &x| acc + (x - x));
-        lanes.iter().fold(tail, |acc, &x| acc + x) == E::zero()
+        for (k, &x) in chunks.remainder().iter().enumerate() {
+            lanes.note(k, x);
+        }
+        lanes.finite()
     }
 }
 

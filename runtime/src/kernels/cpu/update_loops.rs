@@ -17,7 +17,7 @@
 //! pattern misses fails a test rather than sending the update back to the interpreter
 //! unnoticed.
 
-use super::{buffer::Elem, simd::multiversion};
+use super::{buffer::Elem, numerics::FiniteLanes, simd::multiversion};
 use engine_graph::ops::{ElementOp, Instr, Operand};
 
 /// An operand of a pattern: a single-element input, a full-size one, an earlier
@@ -179,8 +179,8 @@ fn bind(m: &mut Matched, p: Pat, operand: Operand, single: &impl Fn(usize) -> bo
 }
 
 /// Where a loop reads and writes: the singles' values, the fulls' and the outputs' first
-/// elements. An output may be the buffer of a full input it replaces: each element is
-/// read before it is written, at the same index.
+/// elements. An output may be the buffer of a full input it replaces: each block of it is
+/// read before that block is written.
 pub(super) struct Streams<E> {
     pub singles: [E; SINGLES],
     pub fulls: [*const E; FULLS],
@@ -217,20 +217,6 @@ pub(super) unsafe fn run<E: Elem>(update: Update, s: &Streams<E>, len: usize, as
         }
     };
     asked & finite
-}
-
-/// Sixteen lanes of `x - x` summed: zero only if every value added was finite (as
-/// `numerics::all_finite`), in independent lanes the compiler keeps in registers.
-type Lanes<E> = [E; 16];
-
-#[allow(clippy::eq_op)]
-#[inline(always)]
-fn note<E: Elem>(lanes: &mut Lanes<E>, k: usize, x: E) {
-    lanes[k] += x - x;
-}
-
-fn all_finite<E: Elem>(lanes: &Lanes<E>) -> bool {
-    lanes.iter().fold(E::zero(), |acc, &x| acc + x) == E::zero()
 }
 
 /// Elements `i..i + 16` of `p`, read as one block.
@@ -290,7 +276,7 @@ multiversion! {
     /// # Safety
     /// As [`run`]'s, for `g`, `v` and `out`.
     unsafe fn sgd<E: Elem>(lr: E, g: *const E, v: *const E, out: *mut E, len: usize) -> bool {
-        let mut lanes = [E::zero(); 16];
+        let mut lanes = FiniteLanes::new();
         let mut i = 0;
         while i + 16 <= len {
             // SAFETY: `i + 16 <= len`; the caller's promise.
@@ -298,7 +284,7 @@ multiversion! {
             let mut w = [E::zero(); 16];
             for k in 0..16 {
                 w[k] = sgd_step(lr, gb[k], vb[k]);
-                note(&mut lanes, k, w[k]);
+                lanes.note(k, w[k]);
             }
             // SAFETY: as above.
             unsafe { store(out, i, w) };
@@ -309,10 +295,10 @@ multiversion! {
             unsafe {
                 let w = sgd_step(lr, g.add(i + k).read(), v.add(i + k).read());
                 out.add(i + k).write(w);
-                note(&mut lanes, k, w);
+                lanes.note(k, w);
             }
         }
-        all_finite(&lanes)
+        lanes.finite()
     }
 }
 
@@ -324,7 +310,7 @@ multiversion! {
     /// As [`run`]'s, for every stream.
     unsafe fn momentum<E: Elem>(singles: [E; 2], fulls: [*const E; 3], outs: [*mut E; 2], len: usize, nesterov: bool) -> (bool, bool) {
         let ([lr, m], [g, v, a], [v_out, a_out]) = (singles, fulls, outs);
-        let (mut lanes_v, mut lanes_a) = ([E::zero(); 16], [E::zero(); 16]);
+        let (mut lanes_v, mut lanes_a) = (FiniteLanes::new(), FiniteLanes::new());
         let mut i = 0;
         while i + 16 <= len {
             // SAFETY: `i + 16 <= len`; the caller's promise.
@@ -332,8 +318,8 @@ multiversion! {
             let (mut w, mut acc) = ([E::zero(); 16], [E::zero(); 16]);
             for k in 0..16 {
                 (w[k], acc[k]) = momentum_step(lr, m, nesterov, gb[k], vb[k], ab[k]);
-                note(&mut lanes_v, k, w[k]);
-                note(&mut lanes_a, k, acc[k]);
+                lanes_v.note(k, w[k]);
+                lanes_a.note(k, acc[k]);
             }
             // SAFETY: as above; every read of the block is done.
             unsafe {
@@ -348,11 +334,11 @@ multiversion! {
                 let (w, acc) = momentum_step(lr, m, nesterov, g.add(i + k).read(), v.add(i + k).read(), a.add(i + k).read());
                 a_out.add(i + k).write(acc);
                 v_out.add(i + k).write(w);
-                note(&mut lanes_v, k, w);
-                note(&mut lanes_a, k, acc);
+                lanes_v.note(k, w);
+                lanes_a.note(k, acc);
             }
         }
-        (all_finite(&lanes_v), all_finite(&lanes_a))
+        (lanes_v.finite(), lanes_a.finite())
     }
 }
 
@@ -370,7 +356,7 @@ multiversion! {
     ) -> [bool; 3] {
         let [g, v, m, s] = fulls;
         let [v_out, m_out, s_out] = outs;
-        let mut lanes = [[E::zero(); 16]; 3];
+        let mut lanes = [FiniteLanes::new(); 3];
         let mut i = 0;
         while i + 16 <= len {
             // SAFETY: `i + 16 <= len`; the caller's promise.
@@ -379,7 +365,7 @@ multiversion! {
             for k in 0..16 {
                 (r[0][k], r[1][k], r[2][k]) = adam_step(c, decay, gb[k], vb[k], mb[k], sb[k]);
                 for j in 0..3 {
-                    note(&mut lanes[j], k, r[j][k]);
+                    lanes[j].note(k, r[j][k]);
                 }
             }
             // SAFETY: as above; every read of the block is done.
@@ -399,11 +385,11 @@ multiversion! {
                 m_out.add(at).write(m2);
                 s_out.add(at).write(s2);
                 for (lanes, x) in lanes.iter_mut().zip([w, m2, s2]) {
-                    note(lanes, k, x);
+                    lanes.note(k, x);
                 }
             }
         }
-        lanes.map(|l| all_finite(&l))
+        lanes.map(|l| l.finite())
     }
 }
 
