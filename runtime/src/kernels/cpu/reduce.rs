@@ -83,10 +83,72 @@ multiversion! {
 }
 
 multiversion! {
-    /// `acc += each row of rows` (rows of `acc.len()`).
+    /// `acc += each row of rows` (rows of `acc.len()`), each column summed in row order.
     pub(super) fn add_rows<E: Elem>(acc: &mut [E], rows: &[E]) {
-        for row in rows.chunks_exact(acc.len().max(1)) {
-            acc.iter_mut().zip(row).for_each(|(a, v)| *a += *v);
+        match acc.len() {
+            16 => add_rows_in_registers::<E, 16>(acc, rows),
+            32 => add_rows_in_registers::<E, 32>(acc, rows),
+            64 => add_rows_in_registers::<E, 64>(acc, rows),
+            128 => add_rows_in_registers::<E, 128>(acc, rows),
+            width => {
+                for row in rows.chunks_exact(width.max(1)) {
+                    acc.iter_mut().zip(row).for_each(|(a, v)| *a += *v);
+                }
+            }
+        }
+    }
+}
+
+/// [`add_rows`] for a width known at compile time: the sums stay in registers. Through
+/// `acc` in memory, each row's add waited on the store of the row before it; at 16
+/// columns (one vector) that chain was the whole cost, and the residual model's stem
+/// summed its bias gradient (64 x 784 rows of 16) at a fifth of the speed of reading them.
+/// The same additions in the same order: the sums are bit for bit the loop's.
+#[inline(always)]
+fn add_rows_in_registers<E: Elem, const N: usize>(acc: &mut [E], rows: &[E]) {
+    let mut sums = [E::zero(); N];
+    sums.copy_from_slice(&acc[..N]);
+    for row in rows.chunks_exact(N) {
+        for (s, v) in sums.iter_mut().zip(row) {
+            *s += *v;
+        }
+    }
+    acc[..N].copy_from_slice(&sums);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every width, the register-held ones among them, sums each column in row order: bit
+    /// for bit the plain loop, in f32 and f64, with a NaN, an infinity and -0.0 in the rows.
+    #[test]
+    fn rows_are_added_in_order_at_every_width() {
+        fn check<E: Elem>(width: usize) {
+            let rows = 37;
+            let mut xs: Vec<E> = (0..rows * width)
+                .map(|i| E::from(((i * 7919) % 101) as f64 * 0.013 - 0.6).unwrap_or(E::zero()))
+                .collect();
+            if width > 2 {
+                xs[width + 1] = E::nan();
+                xs[3 * width + 2] = E::infinity();
+                xs[5 * width] = -E::zero();
+            }
+            let start: Vec<E> = (0..width).map(|i| E::from(i as f64 * 0.5).unwrap_or(E::zero())).collect();
+            let mut want = start.clone();
+            for row in xs.chunks_exact(width) {
+                for (w, v) in want.iter_mut().zip(row) {
+                    *w += *v;
+                }
+            }
+            let mut got = start;
+            add_rows(&mut got, &xs);
+            let bytes = |v: &[E]| bytemuck::cast_slice::<E, u8>(v).to_vec();
+            assert_eq!(bytes(&got), bytes(&want), "width {width}");
+        }
+        for width in [1, 3, 10, 16, 17, 32, 48, 64, 128, 130, 256] {
+            check::<f32>(width);
+            check::<f64>(width);
         }
     }
 }
