@@ -125,9 +125,16 @@ mod tests {
     }
 
     fn check<E: Elem + std::fmt::Debug>(tolerance: E) {
-        for (c, stride, pad, f) in
-            [(1, 1, 0, 32), (3, 2, 1, 19), (2, 1, 1, 5), (1, 1, 1, 40), (1, 1, 0, 16), (16, 1, 1, 16), (1, 1, 1, 10), (1, 2, 1, 16)]
-        {
+        for (c, stride, pad, f) in [
+            (1, 1, 0, 32),
+            (3, 2, 1, 19),
+            (2, 1, 1, 5),
+            (1, 1, 1, 40),
+            (1, 1, 0, 16),
+            (16, 1, 1, 16),
+            (1, 1, 1, 10),
+            (1, 2, 1, 16),
+        ] {
             let g = geometry(c, stride, pad);
             let value = |i: usize, m: usize, s: usize| {
                 E::from((i * m) % s).unwrap_or(E::zero()) - E::from(s / 2).unwrap_or(E::zero())
