@@ -232,7 +232,7 @@ impl Method {
     pub(super) fn of(g: &Geometry, f: usize) -> Method {
         if let Some(tile) = super::winograd::applies(g, f) {
             Method::Winograd(tile)
-        } else if g.patch() <= super::direct_conv::MAX_DIRECT_PATCH {
+        } else if super::direct_conv::applies(g.patch(), f) {
             Method::Direct(PatchIndex::new(g))
         } else {
             Method::Gemm

@@ -15,6 +15,22 @@ use engine_graph::ops::FusedActivation;
 /// Patches up to this many taps (`kh * kw * channels`) are convolved directly.
 pub(super) const MAX_DIRECT_PATCH: usize = 256;
 
+/// Longer patches still convolved directly where the AVX-512 microkernels run and the
+/// output channels fill their registers (in sixteens up to 16, in thirty-twos above:
+/// the kernel takes 32 channels a pass). Measured per image on a Zen 5 core
+/// (`winograd::tests::strided_probe`, forward / filter gradient, µs): 3×3 stride 2 over
+/// 28×28, 32 → 32 channels (the ResNet's `down1`, 288 taps) 14.4 / 14.6 direct against
+/// 18.2 / 19.0 with `im2col` + `gemm`; 64 → 64 over 14×14 (576 taps) 15.0 / 15.1
+/// against 17.1 / 15.7; 64 → 128 29.4 / 29.7 against 33.8 / 29.4; but 48 → 48 (a
+/// half-empty second pass) 43 / 44 against 36 / 37.
+const MAX_DIRECT_PATCH_512: usize = 576;
+
+/// Whether a convolution of `patch` taps into `f` channels runs directly.
+pub(super) fn applies(patch: usize, f: usize) -> bool {
+    patch <= MAX_DIRECT_PATCH
+        || (patch <= MAX_DIRECT_PATCH_512 && (f <= 16 || f.is_multiple_of(32)) && super::simd::has_avx512())
+}
+
 /// The f32 view of an image's taps, when `E` is f32.
 pub(super) fn taps_f32<'a, E: Elem>(image: &'a [E], index: &'a PatchIndex) -> Option<Taps<'a>> {
     Some(index.taps.over(as_f32(image)?))
@@ -134,6 +150,8 @@ mod tests {
             (16, 1, 1, 16),
             (1, 1, 1, 10),
             (1, 2, 1, 16),
+            (32, 2, 1, 32),
+            (64, 2, 0, 64),
         ] {
             let g = geometry(c, stride, pad);
             let value = |i: usize, m: usize, s: usize| {

@@ -767,7 +767,7 @@ mod tests {
                 ("winograd4", Method::Winograd(Tile::F4)),
             ];
             for (name, m) in &methods {
-                if matches!(m, Method::Direct(_)) && g.patch() > crate::kernels::cpu::direct_conv::MAX_DIRECT_PATCH {
+                if matches!(m, Method::Direct(_)) && !crate::kernels::cpu::direct_conv::applies(g.patch(), f) {
                     continue;
                 }
                 let wf = m.filter(&w, c, f);
@@ -780,6 +780,45 @@ mod tests {
                     gemm_filter_grad(&x, &g, m, &dy, f, &mut acc, &mut [], &mut scratch);
                 }));
                 line += &format!("  {name}: fwd {fwd:7.1} us, filter grad {grad:7.1} us");
+            }
+            println!("{line}");
+        }
+    }
+
+    #[test]
+    #[ignore = "a timing probe"]
+    fn strided_probe() {
+        use crate::kernels::cpu::patches::PatchIndex;
+        let time = |mut f: Box<dyn FnMut() + '_>| {
+            let mut best = f64::MAX;
+            for _ in 0..5 {
+                let t = std::time::Instant::now();
+                for _ in 0..40 {
+                    f();
+                }
+                best = best.min(t.elapsed().as_secs_f64() / 40.0 * 1e6);
+            }
+            best
+        };
+        for (h, c, f) in [(28, 32, 32), (14, 32, 64), (28, 48, 48), (14, 64, 64), (14, 64, 128), (28, 16, 16)] {
+            let o = h / 2;
+            let g = Geometry { n: 1, h, w: h, c, kh: 3, kw: 3, oh: o, ow: o, sh: 2, sw: 2, top: 0, left: 0 };
+            let x = data::<f32>(g.image(), 1);
+            let w = data::<f32>(9 * c * f, 2);
+            let dy = data::<f32>(g.pixels() * f, 3);
+            let mut y = vec![0f32; g.pixels() * f];
+            let mut line = format!("{h}x{h} {c}->{f} stride 2:");
+            for (name, m) in [("direct", Method::Direct(PatchIndex::new(&g))), ("gemm", Method::Gemm)] {
+                let wf = m.filter(&w, c, f);
+                let mut scratch = Vec::new();
+                let fwd = time(Box::new(|| {
+                    conv_image(&x, &g, &m, &wf, f, None, &mut y, &mut scratch, 1);
+                }));
+                let mut acc = vec![0f32; m.grad_len([3, 3, c, f])];
+                let grad = time(Box::new(|| {
+                    gemm_filter_grad(&x, &g, &m, &dy, f, &mut acc, &mut [], &mut scratch);
+                }));
+                line += &format!("  {name}: fwd {fwd:6.1} us, filter grad {grad:6.1} us");
             }
             println!("{line}");
         }
