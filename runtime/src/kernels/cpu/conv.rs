@@ -5,7 +5,7 @@
 //! gradients are summed in a fixed order so results do not depend on timing.
 
 use super::{
-    buffer::{Elem, min_len, sum_chunks, tensor, view, zeroed},
+    buffer::{Elem, as_f32, as_f32_uninit, assume_init, min_len, sum_chunks, tensor, view, zeroed},
     gemm::{Mat, gemm},
     patches::PatchIndex,
     simd::{OutputLines, multiversion, prefetch_next_image},
@@ -542,8 +542,11 @@ fn input_grad<E: Elem>(
     }
     let mut out = Vec::with_capacity(n * g.image());
     let parts = &mut out.spare_capacity_mut()[..n * g.image()];
+    let phases = super::phase_input_grad::phases_for(&g, &ws, f);
     let ok = if g.sh == 1 && g.sw == 1 {
         input_grad_as_convolution(&g, &ws, f, &gys, post, parts)
+    } else if let (Some(phases), Some(dys)) = (&phases, as_f32(&gys)) {
+        input_grad_by_phases(phases, &g, dys, f, post, parts)
     } else {
         let threads = inner_threads(&g);
         parts
@@ -572,10 +575,44 @@ fn input_grad<E: Elem>(
         return Err(ctx.err("matrix sizes do not fit the buffers"));
     }
     // SAFETY: `all` saw `true` from every image's task, each of which wrote every element
-    // of its part (`conv_image_uninit`) or zeroed it first, and the parts cover the
-    // `n * g.image()` elements.
+    // of its part (`conv_image_uninit`, `Phases::image`) or zeroed it first, and the parts
+    // cover the `n * g.image()` elements.
     unsafe { out.set_len(n * g.image()) };
     Ok(tensor(out, &[n, g.h, g.w, ch], ctx.device))
+}
+
+/// A strided convolution's input gradient, image by image, one phase of the stride at a
+/// time (see `phase_input_grad`). True when every image was written in full.
+fn input_grad_by_phases<E: Elem>(
+    phases: &super::phase_input_grad::Phases,
+    g: &Geometry,
+    dys: &[f32],
+    f: usize,
+    post: Option<ReluGradEpilogue<'_, E>>,
+    parts: &mut [std::mem::MaybeUninit<E>],
+) -> bool {
+    let p = g.pixels();
+    parts
+        .par_chunks_mut(g.image())
+        .zip(dys.par_chunks(p * f))
+        .enumerate()
+        .with_min_len(min_len())
+        .map_init(Vec::new, |scratch, (i, (dx, dy))| {
+            prefetch_next_image(dys, i, p * f);
+            if let Some(e) = post {
+                e.prefetch_next(i, g.image());
+            }
+            let Some(dx32) = as_f32_uninit(dx) else { return false };
+            if !phases.image(dy, g, dx32, scratch) {
+                return false;
+            }
+            if let Some(e) = post {
+                // SAFETY: `Phases::image` wrote every element of the image.
+                e.apply(i, g.image(), unsafe { assume_init(dx) });
+            }
+            true
+        })
+        .all(|ok| ok)
 }
 
 /// The input gradient of a stride-1 convolution is itself a convolution: of the output

@@ -25,6 +25,7 @@ mod numerics;
 #[cfg(target_arch = "x86_64")]
 mod packed_gemm;
 mod patches;
+mod phase_input_grad;
 mod pool;
 mod pooled_conv;
 mod reduce;
