@@ -91,7 +91,9 @@ impl Tile {
 /// 28×28 16 → 16 14.7 / 13.8 against 10.1 / 9.1; 28×28 32 → 32 35.7 / 40.8 against
 /// 24.3 / 24.0; 28×28 64 → 64 131 / 148 against 89 / 87. At 14×14, 64 → 128 and
 /// 128 → 128, F(4×4)'s 16 tiles make `gemm` products of 16 rows, and it loses (67.5 / 70.1
-/// against 72.6 / 99.1).
+/// against 72.6 / 99.1). At 7×7, 64 → 64 (4 tiles), the probe puts F(4×4) ahead (11.6 /
+/// 15.0 against 13.4 / 18.3 µs), but in the ResNet's step it ran slower (`block2_conv2`
+/// forward 1.75 → 2.15 ms, filter gradient 2.23 → 2.35), so F(2×2) stays there.
 pub(super) fn applies(g: &Geometry, f: usize) -> Option<Tile> {
     if g.kh != 3 || g.kw != 3 || g.sh != 1 || g.sw != 1 || g.pixels() == 0 {
         return None;
@@ -726,7 +728,8 @@ mod tests {
 
     /// Per-image times of each method on the shapes of the specs' 3×3 layers; sets
     /// `MIN_CHANNELS`. `cargo test --release -p engine-runtime winograd_probe -- --ignored
-    /// --nocapture`, pinned to one core.
+    /// --nocapture`, pinned to one core; `PROBE_H=7` times only the 7×7 shapes. One hot
+    /// image: a step's images come from memory, which can reverse a close call.
     #[test]
     #[ignore = "timing probe"]
     fn winograd_probe() {
@@ -752,8 +755,15 @@ mod tests {
             (28, 64, 64),
             (14, 64, 128),
             (14, 128, 128),
+            (7, 32, 32),
             (7, 64, 64),
+            (7, 64, 128),
+            (7, 128, 128),
+            (15, 32, 32),
         ] {
+            if std::env::var("PROBE_H").is_ok_and(|v| v != h.to_string()) {
+                continue;
+            }
             let g = geometry(1, h, h, c, true);
             let x = data::<f32>(g.image(), 1);
             let w = data::<f32>(9 * c * f, 2);
