@@ -726,6 +726,47 @@ mod tests {
         assert!((lhs - rhs).abs() < 1e-12, "{lhs} vs {rhs}");
     }
 
+    /// The best of `runs` timings of `reps` calls of `f`, in µs per call (the probes').
+    fn best_of(runs: usize, reps: usize, mut f: Box<dyn FnMut() + '_>) -> f64 {
+        let mut best = f64::MAX;
+        for _ in 0..runs {
+            let t = std::time::Instant::now();
+            for _ in 0..reps {
+                f();
+            }
+            best = best.min(t.elapsed().as_secs_f64() / reps as f64 * 1e6);
+        }
+        best
+    }
+
+    /// One 3×3 convolution's forward and filter gradient through `m`, per image in µs
+    /// (`best_of(runs, reps)`), over data of `g`'s shape into `f` channels.
+    fn method_times(g: &Geometry, m: &Method, f: usize, runs: usize, reps: usize) -> (f64, f64) {
+        let c = g.c;
+        let x = data::<f32>(g.image(), 1);
+        let w = data::<f32>(9 * c * f, 2);
+        let dy = data::<f32>(g.pixels() * f, 3);
+        let mut y = vec![0f32; g.pixels() * f];
+        let wf = m.filter(&w, c, f);
+        let mut scratch = Vec::new();
+        let fwd = best_of(
+            runs,
+            reps,
+            Box::new(|| {
+                conv_image(&x, g, m, &wf, f, None, &mut y, &mut scratch, 1);
+            }),
+        );
+        let mut acc = vec![0f32; m.grad_len([3, 3, c, f])];
+        let grad = best_of(
+            runs,
+            reps,
+            Box::new(|| {
+                gemm_filter_grad(&x, g, m, &dy, f, &mut acc, &mut [], &mut scratch);
+            }),
+        );
+        (fwd, grad)
+    }
+
     /// Per-image times of each method on the shapes of the specs' 3×3 layers; sets
     /// `MIN_CHANNELS`. `cargo test --release -p engine-runtime winograd_probe -- --ignored
     /// --nocapture`, pinned to one core; `PROBE_H=7` times only the 7×7 shapes. One hot
@@ -734,18 +775,6 @@ mod tests {
     #[ignore = "timing probe"]
     fn winograd_probe() {
         use crate::kernels::cpu::patches::PatchIndex;
-        let time = |mut f: Box<dyn FnMut() + '_>| {
-            let reps = 40;
-            let mut best = f64::MAX;
-            for _ in 0..3 {
-                let t = std::time::Instant::now();
-                for _ in 0..reps {
-                    f();
-                }
-                best = best.min(t.elapsed().as_secs_f64() / reps as f64 * 1e6);
-            }
-            best
-        };
         for (h, c, f) in [
             (28, 1, 16),
             (28, 1, 32),
@@ -765,10 +794,6 @@ mod tests {
                 continue;
             }
             let g = geometry(1, h, h, c, true);
-            let x = data::<f32>(g.image(), 1);
-            let w = data::<f32>(9 * c * f, 2);
-            let dy = data::<f32>(g.pixels() * f, 3);
-            let mut y = vec![0f32; g.pixels() * f];
             let mut line = format!("{h}x{h} {c:>3}->{f:<3}");
             let methods = [
                 ("direct", Method::Direct(PatchIndex::new(&g))),
@@ -780,15 +805,7 @@ mod tests {
                 if matches!(m, Method::Direct(_)) && !crate::kernels::cpu::direct_conv::applies(g.patch(), f) {
                     continue;
                 }
-                let wf = m.filter(&w, c, f);
-                let mut scratch = Vec::new();
-                let fwd = time(Box::new(|| {
-                    conv_image(&x, &g, m, &wf, f, None, &mut y, &mut scratch, 1);
-                }));
-                let mut acc = vec![0f32; m.grad_len([3, 3, c, f])];
-                let grad = time(Box::new(|| {
-                    gemm_filter_grad(&x, &g, m, &dy, f, &mut acc, &mut [], &mut scratch);
-                }));
+                let (fwd, grad) = method_times(&g, m, f, 3, 40);
                 line += &format!("  {name}: fwd {fwd:7.1} us, filter grad {grad:7.1} us");
             }
             println!("{line}");
@@ -799,35 +816,12 @@ mod tests {
     #[ignore = "a timing probe"]
     fn strided_probe() {
         use crate::kernels::cpu::patches::PatchIndex;
-        let time = |mut f: Box<dyn FnMut() + '_>| {
-            let mut best = f64::MAX;
-            for _ in 0..5 {
-                let t = std::time::Instant::now();
-                for _ in 0..40 {
-                    f();
-                }
-                best = best.min(t.elapsed().as_secs_f64() / 40.0 * 1e6);
-            }
-            best
-        };
         for (h, c, f) in [(28, 32, 32), (14, 32, 64), (28, 48, 48), (14, 64, 64), (14, 64, 128), (28, 16, 16)] {
             let o = h / 2;
             let g = Geometry { n: 1, h, w: h, c, kh: 3, kw: 3, oh: o, ow: o, sh: 2, sw: 2, top: 0, left: 0 };
-            let x = data::<f32>(g.image(), 1);
-            let w = data::<f32>(9 * c * f, 2);
-            let dy = data::<f32>(g.pixels() * f, 3);
-            let mut y = vec![0f32; g.pixels() * f];
             let mut line = format!("{h}x{h} {c}->{f} stride 2:");
             for (name, m) in [("direct", Method::Direct(PatchIndex::new(&g))), ("gemm", Method::Gemm)] {
-                let wf = m.filter(&w, c, f);
-                let mut scratch = Vec::new();
-                let fwd = time(Box::new(|| {
-                    conv_image(&x, &g, &m, &wf, f, None, &mut y, &mut scratch, 1);
-                }));
-                let mut acc = vec![0f32; m.grad_len([3, 3, c, f])];
-                let grad = time(Box::new(|| {
-                    gemm_filter_grad(&x, &g, &m, &dy, f, &mut acc, &mut [], &mut scratch);
-                }));
+                let (fwd, grad) = method_times(&g, &m, f, 5, 40);
                 line += &format!("  {name}: fwd {fwd:6.1} us, filter grad {grad:6.1} us");
             }
             println!("{line}");
@@ -837,17 +831,7 @@ mod tests {
     #[test]
     #[ignore = "a timing probe"]
     fn winograd_breakdown_probe() {
-        let time = |mut f: Box<dyn FnMut() + '_>| {
-            let mut best = f64::MAX;
-            for _ in 0..5 {
-                let t = std::time::Instant::now();
-                for _ in 0..200 {
-                    f();
-                }
-                best = best.min(t.elapsed().as_secs_f64() / 200.0 * 1e6);
-            }
-            best
-        };
+        let time = |f: Box<dyn FnMut() + '_>| best_of(5, 200, f);
         for (h, c, f) in [(28, 16, 16), (28, 32, 32)] {
             let g = geometry(1, h, h, c, true);
             let x = data::<f32>(g.image(), 1);
