@@ -51,9 +51,13 @@ impl Phases {
     /// None where the direct microkernels do not take them (see `direct_conv::applies`).
     pub(super) fn new(g: &Geometry, w: &[f32], f: usize) -> Option<Phases> {
         let (sh, sw) = (g.sh, g.sw);
+        let shaped = sh > 0 && sw > 0 && sh * sw > 1 && g.h > 0 && g.w > 0 && g.oh > 0 && g.ow > 0;
+        if !shaped || w.len() < g.kh * g.kw * g.c * f || !super::simd::has_avx2() {
+            return None;
+        }
         let (most_y, most_x) = (taps_of(0, g.kh, sh), taps_of(0, g.kw, sw));
         let widest = most_y * most_x * f;
-        if sh * sw < 2 || widest == 0 || !super::simd::has_avx2() || !super::direct_conv::applies(widest, g.c) {
+        if widest == 0 || !super::direct_conv::applies(widest, g.c) {
             return None;
         }
         // Output rows `A - taps + 1 ..= A` feed an input row whose phase row is `A`; the
