@@ -542,11 +542,10 @@ fn input_grad<E: Elem>(
     }
     let mut out = Vec::with_capacity(n * g.image());
     let parts = &mut out.spare_capacity_mut()[..n * g.image()];
-    let phases = super::phase_input_grad::phases_for(&g, &ws, f);
     let ok = if g.sh == 1 && g.sw == 1 {
         input_grad_as_convolution(&g, &ws, f, &gys, post, parts)
-    } else if let (Some(phases), Some(dys)) = (&phases, as_f32(&gys)) {
-        input_grad_by_phases(phases, &g, dys, f, post, parts)
+    } else if let (Some(phases), Some(dys)) = (super::phase_input_grad::phases_for(&g, &ws, f), as_f32(&gys)) {
+        input_grad_by_phases(&phases, &g, dys, f, post, parts)
     } else {
         let threads = inner_threads(&g);
         parts

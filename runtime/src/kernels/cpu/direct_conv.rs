@@ -1,6 +1,7 @@
 //! Direct convolution for small patches (a first layer: one to three input channels; up to
-//! a 3x3 window over 16 channels), where `gemm` spends more time packing and setting up a
-//! product with a short inner dimension than computing. The image's patch matrix (`im2col`: a few kilobytes for such patches) is
+//! a 3x3 window over 16 channels; on AVX-512, up to 576 taps, such as a strided 3x3 window
+//! over 32 or 64 channels: see `applies`), where `gemm` spends more time packing and setting
+//! up a product with a short inner dimension than computing. The image's patch matrix (`im2col`: a few kilobytes for such patches) is
 //! multiplied by the filter with register-blocked f32 microkernels on AVX2 and FMA, and by
 //! plain loops otherwise (other CPUs, f64 gradient checks).
 
