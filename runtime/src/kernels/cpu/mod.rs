@@ -20,6 +20,7 @@ mod gemm;
 mod matmul;
 mod microkernel;
 mod microkernel512;
+mod norm_sums;
 mod normalization;
 mod numerics;
 #[cfg(target_arch = "x86_64")]

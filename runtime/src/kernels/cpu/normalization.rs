@@ -8,6 +8,7 @@
 
 use super::{
     buffer::{Elem, chunks, into_vec, is_whole_and_unique, min_len, sum_chunks, tensor, view, zeroed},
+    norm_sums::{add_grad_sums, add_squared_deviations},
     reduce::{add_rows, sum_parts},
     simd::multiversion,
 };
@@ -135,18 +136,6 @@ multiversion! {
         for (o, x) in out.chunks_exact_mut(c).zip(xs.chunks_exact(c)) {
             for (((o, &x), &a), &b) in o.iter_mut().zip(x).zip(a).zip(b) {
                 *o = x * a + b;
-            }
-        }
-    }
-}
-
-multiversion! {
-    /// `acc += (row - mean)²` for each row.
-    fn add_squared_deviations<E: Elem>(acc: &mut [E], rows: &[E], mean: &[E]) {
-        for row in rows.chunks_exact(acc.len().max(1)) {
-            for ((a, v), m) in acc.iter_mut().zip(row).zip(mean) {
-                let d = *v - *m;
-                *a += d * d;
             }
         }
     }
@@ -285,20 +274,6 @@ fn batch_backward<E: Elem>(
     let per = chunks(dx.len() / c) * c;
     dx.par_chunks_mut(per).zip(xs.par_chunks(per)).for_each(|(d, x)| input_grad_rows(d, x, &a, &b, &k));
     (dx, dgamma, dbeta)
-}
-
-multiversion! {
-    /// `acc[..c] += dy`, `acc[c..] += dy * (x - mean)` for each row.
-    fn add_grad_sums<E: Elem>(acc: &mut [E], gs: &[E], xs: &[E], mean: &[E]) {
-        let c = mean.len().max(1);
-        let (sum, dot) = acc.split_at_mut(c);
-        for (g, x) in gs.chunks_exact(c).zip(xs.chunks_exact(c)) {
-            for ((((s, d), &g), &x), &m) in sum.iter_mut().zip(dot.iter_mut()).zip(g).zip(x).zip(mean) {
-                *s += g;
-                *d += g * (x - m);
-            }
-        }
-    }
 }
 
 multiversion! {
