@@ -42,8 +42,8 @@ struct Model {
     loss: u8,
     adam: bool,
     /// After the convolution block: none, batch or layer normalization, with (scale,
-    /// center).
-    norm: (u8, bool, bool),
+    /// center, a ReLU after it).
+    norm: (u8, bool, bool, bool),
     /// After the normalization, self-attention over the positions: (heads, key size,
     /// dropout on the weights).
     attention: Option<(usize, usize, bool)>,
@@ -80,7 +80,7 @@ fn model() -> impl Strategy<Value = Model> {
         1..5usize,
         0..3u8,
         any::<bool>(),
-        (0..3u8, any::<bool>(), any::<bool>()),
+        (0..3u8, any::<bool>(), any::<bool>(), any::<bool>()),
         proptest::option::of((1..3usize, 1..4usize, any::<bool>())),
     )
         .prop_map(|(side, channels, conv, dense, classes, batch, loss, adam, norm, attention)| Model {
@@ -124,7 +124,7 @@ fn build(m: &Model) -> engine_graph::Result<Graph> {
             h = b.max_pool2d(h, Window { kernel: [k, k], strides: [k, k], padding })?;
         }
     }
-    let (kind, scale, center) = m.norm;
+    let (kind, scale, center, relu) = m.norm;
     if kind > 0 {
         let c = b.fact(h)?.shape.dims().last().and_then(|d| d.known()).unwrap_or(1);
         let init = Initializer::RandomNormal { mean: 0.5, stddev: 0.3 };
@@ -136,6 +136,9 @@ fn build(m: &Model) -> engine_graph::Result<Graph> {
         } else {
             b.layer_normalize(h, gamma, beta, 1e-3)?
         };
+        if relu {
+            h = b.relu(h)?;
+        }
     }
     if let Some((heads, key_dim, dropout)) = m.attention {
         let dims: Vec<usize> = b.fact(h)?.shape.dims()[1..].iter().filter_map(|d| d.known()).collect();
@@ -339,7 +342,7 @@ fn a_vit_attention_block_is_equivalent() -> Result<()> {
         side: 8,
         conv: Some(Conv { filters: 8, kernel: 2, stride: 2, same: false, bias: true, relu: false, pool: None }),
         dense: vec![],
-        norm: (2, true, true),
+        norm: (2, true, true, false),
         adam: true,
         attention: Some((2, 4, true)),
         ..tutorial_cnn()
@@ -390,7 +393,7 @@ fn a_layer_norm_over_three_features_of_one_example_is_equivalent() -> Result<()>
         batch: 1,
         loss: 2,
         adam: false,
-        norm: (2, false, true),
+        norm: (2, false, true, false),
         attention: None,
         ..tutorial_cnn()
     };
@@ -436,15 +439,18 @@ fn a_pooled_block_whose_input_needs_a_gradient_is_equivalent() -> Result<()> {
 }
 
 /// Batch and layer normalization after a convolution (as in the ResNet and the ViT
-/// specs) become the fused ops forward and backward, and compute what the composite does
-/// with the native kernels and the generic ones, with and without gamma and beta.
+/// specs) become the fused ops forward and backward, batch normalization with a ReLU
+/// after it the folded ones, and compute what the composite does with the native kernels
+/// and the generic ones, with and without gamma and beta.
 #[test]
 fn normalization_fuses_and_is_equivalent() -> Result<()> {
-    for (kind, forward, backward) in
-        [(1, "FusedBatchNormV3", "FusedBatchNormGradV3"), (2, "FusedLayerNorm", "FusedLayerNormGrad")]
-    {
-        for (scale, center) in [(true, true), (false, false), (true, false)] {
-            let m = Model { norm: (kind, scale, center), adam: true, ..tutorial_cnn() };
+    for (kind, relu, forward, backward) in [
+        (1, false, "FusedBatchNormV3", "FusedBatchNormGradV3"),
+        (1, true, "_FusedBatchNormEx", "_FusedBatchNormGradEx"),
+        (2, false, "FusedLayerNorm", "FusedLayerNormGrad"),
+    ] {
+        for (scale, center) in [(true, true), (false, false), (true, false), (false, true)] {
+            let m = Model { norm: (kind, scale, center, relu), adam: true, ..tutorial_cnn() };
             let (loss_a, plain, _) = step_with(&m, false, true)?;
             for native in [true, false] {
                 let (loss_b, fused, ops) = step_with(&m, true, native)?;
@@ -477,7 +483,7 @@ fn tutorial_cnn() -> Model {
         batch: 4,
         loss: 0,
         adam: false,
-        norm: (0, false, false),
+        norm: (0, false, false, false),
         attention: None,
     }
 }
@@ -495,7 +501,7 @@ fn image_model(side: usize, channels: usize, batch: usize) -> Model {
         batch,
         loss: 0,
         adam: false,
-        norm: (0, false, false),
+        norm: (0, false, false, false),
         attention: None,
     }
 }

@@ -106,7 +106,7 @@ fn statistics(g: &Graph, id: NodeId, kind: Normalization) -> Result<Option<(Outl
     if rank < 2 || fact.dtype != crate::DType::F32 || g.roles.outlets().contains(&out(id)) {
         return Ok(None);
     }
-    let op = FusedNormalization { kind, epsilon: 0.0, scale: false, center: false };
+    let op = FusedNormalization { kind, epsilon: 0.0, scale: false, center: false, relu: false };
     let keep = kind == Normalization::Layer;
     Ok((r.axes == op.axes(rank) && r.keep_dims == keep).then(|| (x, r.axes.clone(), c)))
 }
@@ -173,7 +173,13 @@ fn batch_norm(g: &Graph, m: NodeId) -> Result<Option<Found>> {
     }
     interior.extend([recip, root, ve, var, square, centered, m]);
     let epsilon = scalar(g, g.node(ve).inputs[1]).unwrap_or_default();
-    let op = FusedNormalization { kind: Normalization::Batch, epsilon, scale: gamma.is_some(), center: beta.is_some() };
+    let op = FusedNormalization {
+        kind: Normalization::Batch,
+        epsilon,
+        scale: gamma.is_some(),
+        center: beta.is_some(),
+        relu: false,
+    };
     Ok(Some(Found { op, x, gamma, beta, mean: m, var, out: sum, interior }))
 }
 
@@ -206,7 +212,13 @@ fn layer_norm(g: &Graph, m: NodeId) -> Result<Option<Found>> {
     let beta = affine(g, |op| matches!(op, Op::Add(_)))?;
     interior.extend([root, ve, var, square, centered, m]);
     let epsilon = scalar(g, g.node(ve).inputs[1]).unwrap_or_default();
-    let op = FusedNormalization { kind: Normalization::Layer, epsilon, scale: gamma.is_some(), center: beta.is_some() };
+    let op = FusedNormalization {
+        kind: Normalization::Layer,
+        epsilon,
+        scale: gamma.is_some(),
+        center: beta.is_some(),
+        relu: false,
+    };
     Ok(Some(Found { op, x, gamma, beta, mean: m, var, out: y, interior }))
 }
 

@@ -14,6 +14,7 @@ mod fuse_conv_pool;
 mod fuse_elementwise;
 mod fuse_normalization;
 mod fuse_relu_grad_into_input_grad;
+mod fuse_relu_into_normalization;
 mod fuse_relu_into_pool_grad;
 mod fuse_residual_add;
 mod liveness;
@@ -32,6 +33,7 @@ pub use fuse_conv_pool::FuseConvPool;
 pub use fuse_elementwise::FuseElementwise;
 pub use fuse_normalization::FuseNormalization;
 pub use fuse_relu_grad_into_input_grad::FuseReluGradIntoInputGrad;
+pub use fuse_relu_into_normalization::FuseReluIntoNormalization;
 pub use fuse_relu_into_pool_grad::FuseReluIntoPoolGrad;
 pub use fuse_residual_add::FuseResidualAdd;
 pub use liveness::{Liveness, liveness};
@@ -71,6 +73,7 @@ pub fn optimization_passes_with(fusions: Fusions) -> Vec<Box<dyn Pass>> {
         Box::new(FuseBiasActivation),
         Box::new(FuseResidualAdd),
         Box::new(FuseReluIntoPoolGrad),
+        Box::new(FuseReluIntoNormalization),
     ];
     if fusions.relu_grad_into_input_grad {
         passes.push(Box::new(FuseReluGradIntoInputGrad));

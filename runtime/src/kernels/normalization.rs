@@ -1,13 +1,14 @@
 //! Fused normalization on any backend, from burn's primitives over the input seen as
 //! `[rows, features]`: the statistics reduce the rows (batch) or the features (layer),
-//! and the same arithmetic serves both.
+//! and the same arithmetic serves both. A folded ReLU is burn's `relu` of the output, and
+//! backward burn's `relu_backward` of `dy` against the output recomputed from `x`.
 
 use super::{KernelCtx, dims, generated, ins, staged_reduce};
 use crate::{
     Result, Value,
     value::{B, T},
 };
-use burn::backend::ops::FloatTensorOps;
+use burn::backend::ops::{ActivationOps, FloatTensorOps};
 use burn::tensor::Shape as BurnShape;
 use engine_graph::ops::ElementOp::{Add, Mul, Square, Sub};
 use engine_graph::ops::Operand::{Input as I, Temp as Tm};
@@ -54,6 +55,7 @@ pub(super) fn forward(op: &FusedNormalization, inputs: Vec<Value>, ctx: &KernelC
     let (gamma, beta) = (gamma.map(|g| matrix(g, c)), beta.map(|b| matrix(b, c)));
     let [y, var] = forward_generated(op, &x, &mean, gamma.as_ref(), beta.as_ref())
         .unwrap_or_else(|| forward_ops(op, x, &mean, gamma, beta));
+    let y = if op.relu { B::relu(y) } else { y };
     Ok([shaped(y, &shape), shaped(mean, &stats), shaped(var, &stats)].into_iter().map(Value::Float).collect())
 }
 
@@ -61,14 +63,20 @@ pub(super) fn forward(op: &FusedNormalization, inputs: Vec<Value>, ctx: &KernelC
 fn forward_ops(op: &FusedNormalization, x: T, mean: &T, gamma: Option<T>, beta: Option<T>) -> [T; 2] {
     let centered = B::float_sub(x, mean.clone());
     let var = staged_reduce::mean_dim(B::float_mul(centered.clone(), centered.clone()), axis(op.kind));
-    let mut y = B::float_mul(centered, rstd(var.clone(), op.epsilon));
+    let y = affine_ops(centered, &rstd(var.clone(), op.epsilon), gamma.as_ref(), beta.as_ref());
+    [y, var]
+}
+
+/// `(x - mean) · r [· γ] [+ β]` from burn's ops, given `x - mean`.
+fn affine_ops(centered: T, r: &T, gamma: Option<&T>, beta: Option<&T>) -> T {
+    let mut y = B::float_mul(centered, r.clone());
     if let Some(g) = gamma {
-        y = B::float_mul(y, g);
+        y = B::float_mul(y, g.clone());
     }
     if let Some(b) = beta {
-        y = B::float_add(y, b);
+        y = B::float_add(y, b.clone());
     }
-    [y, var]
+    y
 }
 
 /// With `xhat = (x - mean) * rstd` and `h = dy * gamma`, along the statistics' axis:
@@ -86,12 +94,22 @@ pub(super) fn backward(op: &FusedNormalizationGrad, inputs: Vec<Value>, ctx: &Ke
     let (dy, x) = (dy?, x?);
     let gamma = if op.scale { it.next().transpose()? } else { None };
     let (Some(mean), Some(var)) = (it.next(), it.next()) else { return Err(ctx.err("missing statistics")) };
+    let beta = if op.relu && op.center { it.next().transpose()? } else { None };
     let (shape, c) = (dims(&x), features(&x, ctx)?);
     let a = axis(op.kind);
     let (dy, x) = (matrix(dy, c), matrix(x, c));
     let stats = |t: T| if a == 0 { matrix(t, c) } else { B::float_reshape(t, BurnShape::new([dims(&x)[0], 1])) };
     let (mean, r) = (stats(mean?), stats(rstd(var?, op.epsilon)));
     let gamma = gamma.map(|g| matrix(g, c));
+    let dy = if op.relu {
+        // The forward's output before its ReLU, computed as the forward computed it.
+        let beta = beta.map(|b| matrix(b, c));
+        let y = affine_generated(&x, &mean, &r, gamma.as_ref(), beta.as_ref())
+            .unwrap_or_else(|| affine_ops(B::float_sub(x.clone(), mean.clone()), &r, gamma.as_ref(), beta.as_ref()));
+        B::relu_backward(y, dy)
+    } else {
+        dy
+    };
     let [dx, dgamma, dbeta] = backward_generated(a, &dy, &x, gamma.as_ref(), &mean, &r)
         .unwrap_or_else(|| backward_ops(a, dy, x, gamma, mean, r));
     Ok([shaped(dx, &shape), shaped(dgamma, &[c]), shaped(dbeta, &[c])].into_iter().map(Value::Float).collect())
@@ -141,13 +159,17 @@ fn forward_generated(op: &FusedNormalization, x: &T, mean: &T, gamma: Option<&T>
     let (shape, a) = (dims(x), axis(op.kind));
     let sq = generated(|| vec![ins(Sub, I(0), I(1)), ins(Square, Tm(0), Tm(0))], &[x, mean], &shape)?;
     let var = staged_reduce::mean_dim(sq, a);
-    let r = rstd(var.clone(), op.epsilon);
-    // rstd and γ stay two factors, as burn's ops apply them, so the two paths agree to
-    // the bit and `ENGINE_ELEMENTWISE=ops` changes only the speed.
-    let factors: Vec<T> = std::iter::once(r).chain(gamma.cloned()).collect();
+    let y = affine_generated(x, mean, &rstd(var.clone(), op.epsilon), gamma, beta)?;
+    Some([y, var])
+}
+
+/// `(x - mean) · r [· γ] [+ β]` as one generated pass. rstd and γ stay two factors, as
+/// burn's ops apply them, so the two paths agree to the bit and `ENGINE_ELEMENTWISE=ops`
+/// changes only the speed.
+fn affine_generated(x: &T, mean: &T, r: &T, gamma: Option<&T>, beta: Option<&T>) -> Option<T> {
     let mut inputs = vec![x, mean];
     let mut code = vec![ins(Sub, I(0), I(1))];
-    for f in &factors {
+    for f in std::iter::once(r).chain(gamma) {
         inputs.push(f);
         code.push(ins(Mul, Tm(code.len() - 1), I(inputs.len() - 1)));
     }
@@ -155,8 +177,7 @@ fn forward_generated(op: &FusedNormalization, x: &T, mean: &T, gamma: Option<&T>
         inputs.push(b);
         code.push(ins(Add, Tm(code.len() - 1), I(inputs.len() - 1)));
     }
-    let y = generated(|| code, &inputs, &shape)?;
-    Some([y, var])
+    generated(|| code, &inputs, &dims(x))
 }
 
 /// The backward's `[dx, dγ, dβ]` from generated kernels on a cubecl device (`mean` and
@@ -249,7 +270,7 @@ mod tests {
                     let b = on((0..c).map(|i| i as f64 * 0.5 - 1.0).collect(), &[1, c]);
                     for (scale, center) in [(true, true), (false, false), (true, false), (false, true)] {
                         let case = format!("{name}, {kind:?}, {c} features, scale {scale}, center {center}");
-                        let op = FusedNormalization { kind, epsilon: 1e-3, scale, center };
+                        let op = FusedNormalization { kind, epsilon: 1e-3, scale, center, relu: false };
                         let (g, b) = (scale.then(|| g.clone()), center.then(|| b.clone()));
                         let mean = staged_reduce::mean_dim(x.clone(), a);
                         let [y, var] = forward_generated(&op, &x, &mean, g.as_ref(), b.as_ref())

@@ -1,5 +1,6 @@
 //! `gamma * (x - mean) / sqrt(var + epsilon) + beta`, the statistics taken per feature
-//! (batch normalization) or per example (layer normalization).
+//! (batch normalization) or per example (layer normalization), and for batch
+//! normalization optionally a ReLU of that (TensorFlow's `_FusedBatchNormEx`).
 
 use super::FusedNormalizationGrad;
 use crate::{
@@ -29,6 +30,11 @@ pub struct FusedNormalization {
     pub epsilon: f32,
     pub scale: bool,
     pub center: bool,
+    /// `y` is the ReLU of the normalized input (batch normalization only): a pass folds a
+    /// following `Relu` in, so the activations are written once, not written and then
+    /// read and written again, and the gradient masks inside its own passes.
+    #[serde(default)]
+    pub relu: bool,
 }
 
 impl FusedNormalization {
@@ -51,7 +57,13 @@ impl FusedNormalization {
 
     /// The gradient op that goes with this one.
     pub fn grad_op(&self) -> FusedNormalizationGrad {
-        FusedNormalizationGrad { kind: self.kind, epsilon: self.epsilon, scale: self.scale }
+        FusedNormalizationGrad {
+            kind: self.kind,
+            epsilon: self.epsilon,
+            scale: self.scale,
+            relu: self.relu,
+            center: self.relu && self.center,
+        }
     }
 }
 
@@ -75,9 +87,10 @@ pub(super) fn per_feature(f: &Fact, c: usize, what: &str) -> std::result::Result
 
 impl OpDef for FusedNormalization {
     fn name(&self) -> &'static str {
-        match self.kind {
-            Normalization::Batch => "FusedBatchNormV3",
-            Normalization::Layer => "FusedLayerNorm",
+        match (self.kind, self.relu) {
+            (Normalization::Batch, false) => "FusedBatchNormV3",
+            (Normalization::Batch, true) => "_FusedBatchNormEx",
+            (Normalization::Layer, _) => "FusedLayerNorm",
         }
     }
     fn arity(&self) -> Arity {
@@ -86,6 +99,9 @@ impl OpDef for FusedNormalization {
     fn infer(&self, inputs: &[Fact]) -> std::result::Result<Vec<Fact>, String> {
         let x = &inputs[0];
         let c = features(x)?;
+        if self.relu && self.kind == Normalization::Layer {
+            return Err("only batch normalization folds a ReLU".to_string());
+        }
         for (i, what) in inputs[1..].iter().zip(["gamma", "beta"].iter().skip(usize::from(!self.scale))) {
             per_feature(i, c, what)?;
         }
@@ -101,6 +117,10 @@ impl OpDef for FusedNormalization {
             let mut inputs = vec![gy, x];
             inputs.extend(gamma);
             inputs.extend([mean, var]);
+            // With the ReLU, the gradient op recomputes its mask from x, which needs beta.
+            if self.relu && self.center {
+                inputs.push(ctx.input(ctx.num_inputs() - 1));
+            }
             let node = ctx.b.node(self.grad_op().name(), self.grad_op().into(), &inputs)?;
             dx = Some(Outlet::new(node, 0));
             set_affine(ctx, self, node);

@@ -1,5 +1,5 @@
 //! Batch normalization's per-feature sums over a block of rows: the squared deviations
-//! forward, `Σ dy` and `Σ dy (x - mean)` backward.
+//! forward, `Σ dy` and `Σ dy (x - mean)` backward (`dy` masked by a folded ReLU).
 //!
 //! Summed through `acc` in memory, each row's additions waited on the stores of the row
 //! before (the width is known only at run time, so the compiler cannot keep the sums in
@@ -13,9 +13,19 @@ multiversion! {
     /// `acc += (row - mean)²` for each row.
     pub(super) fn add_squared_deviations<E: Elem>(acc: &mut [E], rows: &[E], mean: &[E]) {
         let c = acc.len().max(1);
+        // Loops, not `step_by(..).for_each`: a closure is compiled apart from this
+        // function, without its AVX2.
         match c {
-            c if c % 32 == 0 => (0..c).step_by(32).for_each(|s| deviations_strip::<E, 32>(acc, rows, mean, s)),
-            c if c % 16 == 0 => (0..c).step_by(16).for_each(|s| deviations_strip::<E, 16>(acc, rows, mean, s)),
+            c if c % 32 == 0 => {
+                for s in 0..c / 32 {
+                    deviations_strip::<E, 32>(acc, rows, mean, 32 * s);
+                }
+            }
+            c if c % 16 == 0 => {
+                for s in 0..c / 16 {
+                    deviations_strip::<E, 16>(acc, rows, mean, 16 * s);
+                }
+            }
             _ => {
                 for row in rows.chunks_exact(c) {
                     for ((a, v), m) in acc.iter_mut().zip(row).zip(mean) {
@@ -45,31 +55,65 @@ fn deviations_strip<E: Elem, const N: usize>(acc: &mut [E], rows: &[E], mean: &[
     acc[s..s + N].copy_from_slice(&sums);
 }
 
+/// `x * a + b > 0`: a folded ReLU's mask, recomputed from the forward's own `a` and `b`
+/// (rounded as the forward rounded them), so it agrees with the output bit for bit.
+#[inline(always)]
+pub(super) fn positive<E: Elem>(x: E, a: E, b: E) -> bool {
+    x * a + b > E::zero()
+}
+
 multiversion! {
-    /// `acc[..c] += dy`, `acc[c..] += dy * (x - mean)` for each row.
-    pub(super) fn add_grad_sums<E: Elem>(acc: &mut [E], gs: &[E], xs: &[E], mean: &[E]) {
+    /// `acc[..c] += dy`, `acc[c..] += dy * (x - mean)` for each row; with `mask`, the
+    /// forward's `(a, b)`, `dy` counts only where `x * a + b > 0` (a folded ReLU).
+    pub(super) fn add_grad_sums<E: Elem>(acc: &mut [E], gs: &[E], xs: &[E], mean: &[E], mask: Option<(&[E], &[E])>) {
         let c = mean.len().max(1);
-        if c % 32 == 0 {
-            (0..c).step_by(32).for_each(|s| grad_sums_strip::<E, 32>(acc, gs, xs, mean, s));
-            return;
-        }
-        if c % 16 == 0 {
-            (0..c).step_by(16).for_each(|s| grad_sums_strip::<E, 16>(acc, gs, xs, mean, s));
-            return;
-        }
-        let (sum, dot) = acc.split_at_mut(c);
-        for (g, x) in gs.chunks_exact(c).zip(xs.chunks_exact(c)) {
-            for ((((s, d), &g), &x), &m) in sum.iter_mut().zip(dot.iter_mut()).zip(g).zip(x).zip(mean) {
-                *s += g;
-                *d += g * (x - m);
+        match (c % 32, c % 16, mask) {
+            (0, _, None) => {
+                for s in 0..c / 32 {
+                    grad_sums_strip::<E, 32, false>(acc, gs, xs, mean, mean, mean, 32 * s);
+                }
+            }
+            (0, _, Some((a, b))) => {
+                for s in 0..c / 32 {
+                    grad_sums_strip::<E, 32, true>(acc, gs, xs, mean, a, b, 32 * s);
+                }
+            }
+            (_, 0, None) => {
+                for s in 0..c / 16 {
+                    grad_sums_strip::<E, 16, false>(acc, gs, xs, mean, mean, mean, 16 * s);
+                }
+            }
+            (_, 0, Some((a, b))) => {
+                for s in 0..c / 16 {
+                    grad_sums_strip::<E, 16, true>(acc, gs, xs, mean, a, b, 16 * s);
+                }
+            }
+            _ => {
+                let (a, b) = mask.unwrap_or((mean, mean));
+                let (sum, dot) = acc.split_at_mut(c);
+                for (g, x) in gs.chunks_exact(c).zip(xs.chunks_exact(c)) {
+                    for j in 0..c {
+                        let g = if mask.is_none() || positive(x[j], a[j], b[j]) { g[j] } else { E::zero() };
+                        sum[j] += g;
+                        dot[j] += g * (x[j] - mean[j]);
+                    }
+                }
             }
         }
     }
 }
 
-/// [`add_grad_sums`] for columns `s..s + N`: 16 columns hold four AVX2 registers of sums.
+/// [`add_grad_sums`] for columns `s..s + N`, masked by `x * a + b > 0` when `MASK`.
 #[inline(always)]
-fn grad_sums_strip<E: Elem, const N: usize>(acc: &mut [E], gs: &[E], xs: &[E], mean: &[E], s: usize) {
+fn grad_sums_strip<E: Elem, const N: usize, const MASK: bool>(
+    acc: &mut [E],
+    gs: &[E],
+    xs: &[E],
+    mean: &[E],
+    a: &[E],
+    b: &[E],
+    s: usize,
+) {
     let c = mean.len();
     let mut sum = [E::zero(); N];
     sum.copy_from_slice(&acc[s..s + N]);
@@ -77,11 +121,15 @@ fn grad_sums_strip<E: Elem, const N: usize>(acc: &mut [E], gs: &[E], xs: &[E], m
     dot.copy_from_slice(&acc[c + s..c + s + N]);
     let mut m = [E::zero(); N];
     m.copy_from_slice(&mean[s..s + N]);
+    let (a, b) = (&a[s..s + N], &b[s..s + N]);
     for (g, x) in gs.chunks_exact(c).zip(xs.chunks_exact(c)) {
         let (g, x) = (&g[s..s + N], &x[s..s + N]);
         for i in 0..N {
-            sum[i] += g[i];
-            dot[i] += g[i] * (x[i] - m[i]);
+            // Loaded before the select: a load under the condition becomes a masked load.
+            let g = g[i];
+            let g = if !MASK || positive(x[i], a[i], b[i]) { g } else { E::zero() };
+            sum[i] += g;
+            dot[i] += g * (x[i] - m[i]);
         }
     }
     acc[s..s + N].copy_from_slice(&sum);
@@ -125,16 +173,21 @@ mod tests {
             add_squared_deviations(&mut got, &xs, &mean);
             assert_eq!(bytes(&got), bytes(&want), "squared deviations, width {c}");
 
-            let mut want = start.clone();
-            for (g, x) in gs.chunks_exact(c).zip(xs.chunks_exact(c)) {
-                for j in 0..c {
-                    want[j] += g[j];
-                    want[c + j] += g[j] * (x[j] - mean[j]);
+            // Unmasked, and masked by a ReLU that some of each column's rows pass.
+            let (a, b) = (values::<E>(c, 13), values::<E>(c, 17));
+            for masked in [false, true] {
+                let mut want = start.clone();
+                for (g, x) in gs.chunks_exact(c).zip(xs.chunks_exact(c)) {
+                    for j in 0..c {
+                        let g = if !masked || x[j] * a[j] + b[j] > E::zero() { g[j] } else { E::zero() };
+                        want[c + j] += g * (x[j] - mean[j]);
+                        want[j] += g;
+                    }
                 }
+                let mut got = start.clone();
+                add_grad_sums(&mut got, &gs, &xs, &mean, masked.then_some((&a[..], &b[..])));
+                assert_eq!(bytes(&got), bytes(&want), "gradient sums, width {c}, masked {masked}");
             }
-            let mut got = start;
-            add_grad_sums(&mut got, &gs, &xs, &mean);
-            assert_eq!(bytes(&got), bytes(&want), "gradient sums, width {c}");
         }
         for c in [1, 3, 10, 16, 17, 32, 48, 64, 96, 128, 130] {
             check::<f32>(c);

@@ -4,11 +4,12 @@
 //! variance about it, the output) and twice backward (two sums per feature, then the
 //! input gradient), where the composite made a dozen passes and as many temporaries;
 //! layer normalization works a row at a time, in cache. Sums run in fixed blocks, so the
-//! result does not depend on the thread count or timing.
+//! result does not depend on the thread count or timing. A folded ReLU (`relu`) is applied
+//! as the output is written, and its mask recomputed inside the backward's two passes.
 
 use super::{
     buffer::{Elem, chunks, into_vec, is_whole_and_unique, min_len, sum_chunks, tensor, view, zeroed},
-    norm_sums::{add_grad_sums, add_squared_deviations},
+    norm_sums::{add_grad_sums, add_squared_deviations, positive},
     reduce::{add_rows, sum_parts},
     simd::multiversion,
 };
@@ -48,7 +49,7 @@ pub(super) fn forward<E: Elem>(op: &FusedNormalization, inputs: Vec<Value>, ctx:
         return Err(ctx.err("the input has no features"));
     }
     let (mean, var, y) = match op.kind {
-        Normalization::Batch => batch_forward::<E>(x, c, op.epsilon, gamma.as_deref(), beta.as_deref()),
+        Normalization::Batch => batch_forward::<E>(x, c, op, gamma.as_deref(), beta.as_deref()),
         Normalization::Layer => layer_forward::<E>(x, c, op.epsilon, gamma.as_deref(), beta.as_deref()),
     };
     let stats = ctx.out_shape(1)?;
@@ -87,7 +88,7 @@ fn blocked_sums<E: Elem>(rows: usize, width: usize, f: impl Fn(&mut [E], std::op
 fn batch_forward<E: Elem>(
     x: T,
     c: usize,
-    eps: f32,
+    op: &FusedNormalization,
     gamma: Option<&[E]>,
     beta: Option<&[E]>,
 ) -> (Vec<E>, Vec<E>, Vec<E>) {
@@ -103,14 +104,12 @@ fn batch_forward<E: Elem>(
             .collect();
         (mean, var)
     };
-    // y = x * a + b per feature, a = gamma / sqrt(var + eps), b = beta - mean * a.
-    let (gamma, beta) = affine_or_identity(c, gamma, beta);
-    let a: Vec<E> = (0..c).map(|j| gamma[j] / (var[j] + e(eps.into())).sqrt()).collect();
-    let b: Vec<E> = (0..c).map(|j| beta[j] - mean[j] * a[j]).collect();
+    let (a, b) = output_affine(op.epsilon, gamma, beta, &mean, &var);
     let per = chunks(count) * c;
+    let relu = op.relu;
     let y = if is_whole_and_unique(&x) {
         let mut y = into_vec::<E>(x);
-        y.par_chunks_mut(per).for_each(|part| affine_rows(part, &a, &b));
+        y.par_chunks_mut(per).for_each(|part| affine_rows(part, &a, &b, relu));
         y
     } else {
         // The backward pass reads x too: y goes to a new buffer, each part zeroed in
@@ -120,7 +119,7 @@ fn batch_forward<E: Elem>(
         y.spare_capacity_mut()[..xs.len()]
             .par_chunks_mut(per)
             .zip(xs.par_chunks(per))
-            .for_each(|(out, x)| affine_into(zeroed(out), x, &a, &b));
+            .for_each(|(out, x)| affine_into(zeroed(out), x, &a, &b, relu));
         // SAFETY: the parts cover the first `xs.len()` elements and `zeroed` initialized
         // each of them before `affine_into` wrote it.
         unsafe { y.set_len(xs.len()) };
@@ -129,24 +128,46 @@ fn batch_forward<E: Elem>(
     (mean, var, y)
 }
 
+/// The output's `y = x * a + b` per feature: `a = gamma / sqrt(var + eps)`, `b = beta -
+/// mean * a`. The backward of a folded ReLU recomputes its mask with these, rounded alike.
+fn output_affine<E: Elem>(
+    eps: f32,
+    gamma: Option<&[E]>,
+    beta: Option<&[E]>,
+    mean: &[E],
+    var: &[E],
+) -> (Vec<E>, Vec<E>) {
+    let (gamma, beta) = affine_or_identity(mean.len(), gamma, beta);
+    let a: Vec<E> = gamma.iter().zip(var).map(|(&g, &v)| g / (v + e(eps.into())).sqrt()).collect();
+    let b: Vec<E> = beta.iter().zip(mean).zip(&a).map(|((&b, &m), &a)| b - m * a).collect();
+    (a, b)
+}
+
+/// `x * a + b`, then a ReLU as the `Relu` kernel computes it (`max`, so NaN becomes zero).
+#[inline(always)]
+fn affine<E: Elem>(x: E, a: E, b: E, relu: bool) -> E {
+    let y = x * a + b;
+    if relu { y.max(E::zero()) } else { y }
+}
+
 multiversion! {
-    /// `out = x * a + b` for each row.
-    fn affine_into<E: Elem>(out: &mut [E], xs: &[E], a: &[E], b: &[E]) {
+    /// `out = x * a + b` for each row, and its ReLU with `relu`.
+    fn affine_into<E: Elem>(out: &mut [E], xs: &[E], a: &[E], b: &[E], relu: bool) {
         let c = a.len().max(1);
         for (o, x) in out.chunks_exact_mut(c).zip(xs.chunks_exact(c)) {
             for (((o, &x), &a), &b) in o.iter_mut().zip(x).zip(a).zip(b) {
-                *o = x * a + b;
+                *o = affine(x, a, b, relu);
             }
         }
     }
 }
 
 multiversion! {
-    /// `row = row * a + b` for each row, in place.
-    fn affine_rows<E: Elem>(rows: &mut [E], a: &[E], b: &[E]) {
+    /// `row = row * a + b` for each row, in place, and its ReLU with `relu`.
+    fn affine_rows<E: Elem>(rows: &mut [E], a: &[E], b: &[E], relu: bool) {
         for row in rows.chunks_exact_mut(a.len().max(1)) {
-            for ((v, a), b) in row.iter_mut().zip(a).zip(b) {
-                *v = *v * *a + *b;
+            for ((v, &a), &b) in row.iter_mut().zip(a).zip(b) {
+                *v = affine(*v, a, b, relu);
             }
         }
     }
@@ -225,6 +246,7 @@ pub(super) fn backward<E: Elem>(
     let gamma = optional(&mut it, op.scale).map(|g| view::<E>(&g).into_owned());
     let (Some(mean), Some(var)) = (it.next(), it.next()) else { return Err(ctx.err("missing statistics")) };
     let (mean, var) = (view::<E>(&mean).into_owned(), view::<E>(&var).into_owned());
+    let beta = optional(&mut it, op.relu && op.center).map(|b| view::<E>(&b).into_owned());
     let shape = dims(&x);
     let c = shape.last().copied().unwrap_or(0);
     if c == 0 {
@@ -233,7 +255,11 @@ pub(super) fn backward<E: Elem>(
     let eps = e::<E>(op.epsilon.into());
     let rstd: Vec<E> = var.iter().map(|&v| E::one() / (v + eps).sqrt()).collect();
     let (dx, dgamma, dbeta) = match op.kind {
-        Normalization::Batch => batch_backward(dy, &x, c, gamma.as_deref(), &mean, &rstd),
+        Normalization::Batch => {
+            let mask = op.relu.then(|| output_affine(op.epsilon, gamma.as_deref(), beta.as_deref(), &mean, &var));
+            batch_backward(dy, &x, c, gamma.as_deref(), &mean, &rstd, mask)
+        }
+        Normalization::Layer if op.relu => return Err(ctx.err("only batch normalization folds a ReLU")),
         Normalization::Layer => layer_backward(dy, &x, c, gamma.as_deref(), &mean, &rstd),
     };
     Ok(vec![
@@ -244,7 +270,8 @@ pub(super) fn backward<E: Elem>(
 }
 
 /// `(dx, dgamma, dbeta)` with statistics per feature:
-/// `dx = gamma * rstd * (dy - dbeta / n - xhat * dgamma / n)`.
+/// `dx = gamma * rstd * (dy - dbeta / n - xhat * dgamma / n)`, `dy` zero where a folded
+/// ReLU's `x * a + b` (`mask`, the forward's [`output_affine`]) was not positive.
 fn batch_backward<E: Elem>(
     dy: T,
     x: &T,
@@ -252,14 +279,16 @@ fn batch_backward<E: Elem>(
     gamma: Option<&[E]>,
     mean: &[E],
     rstd: &[E],
+    mask: Option<(Vec<E>, Vec<E>)>,
 ) -> (Vec<E>, Vec<E>, Vec<E>) {
+    let mask = mask.as_ref().map(|(a, b)| (&a[..], &b[..]));
     let xs = view::<E>(x);
     let n = e::<E>((xs.len() / c) as f64);
     let (dbeta, dot) = {
         let gs = view::<E>(&dy);
         // Both sums in one pass: [sum dy | sum dy * (x - mean)] side by side.
         let both = blocked_sums(xs.len() / c, 2 * c, |acc, r| {
-            add_grad_sums(acc, &gs[r.start * c..r.end * c], &xs[r.start * c..r.end * c], mean)
+            add_grad_sums(acc, &gs[r.start * c..r.end * c], &xs[r.start * c..r.end * c], mean, mask)
         });
         (both[..c].to_vec(), both[c..].to_vec())
     };
@@ -272,17 +301,35 @@ fn batch_backward<E: Elem>(
     let k: Vec<E> = (0..c).map(|j| b[j] * mean[j] - a[j] * dbeta[j] / n).collect();
     let mut dx = into_vec::<E>(dy);
     let per = chunks(dx.len() / c) * c;
-    dx.par_chunks_mut(per).zip(xs.par_chunks(per)).for_each(|(d, x)| input_grad_rows(d, x, &a, &b, &k));
+    dx.par_chunks_mut(per).zip(xs.par_chunks(per)).for_each(|(d, x)| input_grad_rows(d, x, &a, &b, &k, mask));
     (dx, dgamma, dbeta)
 }
 
 multiversion! {
-    /// `d = a * d - b * x + k` for each row, in place.
-    fn input_grad_rows<E: Elem>(ds: &mut [E], xs: &[E], a: &[E], b: &[E], k: &[E]) {
+    /// `d = a * d - b * x + k` for each row, in place; with `mask` (the forward's affine),
+    /// `d` counts as zero where `x * a + b` was not positive.
+    fn input_grad_rows<E: Elem>(ds: &mut [E], xs: &[E], a: &[E], b: &[E], k: &[E], mask: Option<(&[E], &[E])>) {
         let c = a.len().max(1);
-        for (d, x) in ds.chunks_exact_mut(c).zip(xs.chunks_exact(c)) {
-            for ((((d, &x), &a), &b), &k) in d.iter_mut().zip(x).zip(a).zip(b).zip(k) {
-                *d = a * *d - b * x + k;
+        match mask {
+            None => {
+                for (d, x) in ds.chunks_exact_mut(c).zip(xs.chunks_exact(c)) {
+                    for ((((d, &x), &a), &b), &k) in d.iter_mut().zip(x).zip(a).zip(b).zip(k) {
+                        *d = a * *d - b * x + k;
+                    }
+                }
+            }
+            Some((fa, fb)) => {
+                // Every slice cut to `c` and every value loaded before the select, so the
+                // loop is a vector loop with a blend, not a branch per element.
+                let (a, b, k, fa, fb) = (&a[..c], &b[..c], &k[..c], &fa[..c], &fb[..c]);
+                for (d, x) in ds.chunks_exact_mut(c).zip(xs.chunks_exact(c)) {
+                    let (d, x) = (&mut d[..c], &x[..c]);
+                    for j in 0..c {
+                        let (dv, xv) = (d[j], x[j]);
+                        let g = if positive(xv, fa[j], fb[j]) { dv } else { E::zero() };
+                        d[j] = a[j] * g - b[j] * xv + k[j];
+                    }
+                }
             }
         }
     }
