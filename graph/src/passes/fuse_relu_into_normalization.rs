@@ -78,12 +78,13 @@ fn fold_backward(g: &mut Graph, fused: NodeId, op: &FusedNormalization) -> Resul
     for relu_grad in candidates {
         let Some(grad) = sole_consumer(g, Outlet::from(relu_grad)) else { continue };
         let grad_node = g.node(grad).clone();
+        let plain = FusedNormalization { relu: false, ..op.clone() }.grad_op();
         let Op::FusedNormalizationGrad(gop) = &grad_node.op else { continue };
         let forward_inputs = &g.node(fused).inputs;
         let (x, beta) = (forward_inputs[0], forward_inputs[forward_inputs.len() - 1]);
         let inputs = &grad_node.inputs;
         let stats = [Outlet::new(fused, 1), Outlet::new(fused, 2)];
-        if gop.relu || inputs[0] != Outlet::from(relu_grad) || inputs[1] != x || inputs[inputs.len() - 2..] != stats {
+        if *gop != plain || inputs[0] != Outlet::from(relu_grad) || inputs[1] != x || inputs[inputs.len() - 2..] != stats {
             continue;
         }
         let mut new_inputs = inputs.clone();
