@@ -84,7 +84,11 @@ fn fold_backward(g: &mut Graph, fused: NodeId, op: &FusedNormalization) -> Resul
         let (x, beta) = (forward_inputs[0], forward_inputs[forward_inputs.len() - 1]);
         let inputs = &grad_node.inputs;
         let stats = [Outlet::new(fused, 1), Outlet::new(fused, 2)];
-        if *gop != plain || inputs[0] != Outlet::from(relu_grad) || inputs[1] != x || inputs[inputs.len() - 2..] != stats {
+        if *gop != plain
+            || inputs[0] != Outlet::from(relu_grad)
+            || inputs[1] != x
+            || inputs[inputs.len() - 2..] != stats
+        {
             continue;
         }
         let mut new_inputs = inputs.clone();
