@@ -11,7 +11,7 @@ fn plan_prints_the_cnn_schedule_shapes_variables_and_memory() -> Result<()> {
     ensure!(out.code == Some(0), "{}", out.stderr);
     for expected in [
         "mode: train  strategy: default  batch: 64",
-        "passes: fuse-normalization -> fuse-attention -> autodiff -> apply-optimizer -> check-numerics -> placement -> common-subexpression-elimination -> fuse-bias-activation -> fuse-residual-add -> fuse-relu-into-pool-grad -> fuse-relu-into-normalization -> fuse-bias-into-filter-grad -> fuse-conv-pool -> fuse-elementwise -> merge-elementwise -> dead-code-elimination",
+        "passes: fuse-normalization -> fuse-attention -> autodiff -> apply-optimizer -> check-numerics -> placement -> common-subexpression-elimination -> fuse-bias-activation -> fuse-residual-add -> fuse-relu-into-pool-grad -> fuse-bias-into-filter-grad -> fuse-conv-pool -> fuse-elementwise -> merge-elementwise -> dead-code-elimination",
         "dense_1/kernel                                   f32[64, 10]            trainable  GlorotUniform",
         // The convolution, its bias and ReLU and the pool are one node with the argmax.
         "_FusedConv2DMaxPool    f32[N, 13, 13, 32], i64[N, 13, 13, 32] <- x, conv2d/kernel, conv2d/bias",

@@ -116,7 +116,6 @@ fn the_training_plan_differentiates_every_variable_but_not_the_input() -> TestRe
             "fuse-bias-activation",
             "fuse-residual-add",
             "fuse-relu-into-pool-grad",
-            "fuse-relu-into-normalization",
             "fuse-bias-into-filter-grad",
             "fuse-conv-pool",
             "fuse-elementwise",

@@ -302,11 +302,15 @@ fn run_passes_with(
 }
 
 /// The optional fusions a benchmark turns on: `ENGINE_FUSE_INPUT_GRAD=1` adds
-/// `fuse-relu-grad-into-input-grad` (a lever for measuring it on another core kind with
-/// one binary, as `ENGINE_CPU_GEMM=packed` is for the packed GEMM).
+/// `fuse-relu-grad-into-input-grad`, `ENGINE_FUSE_BN_RELU=1` `fuse-relu-into-normalization`
+/// (levers for measuring them on another core kind with one binary, as
+/// `ENGINE_CPU_GEMM=packed` is for the packed GEMM).
 fn fusions_from_env() -> Fusions {
     let on = |name: &str| std::env::var(name).is_ok_and(|v| v.trim() == "1");
-    Fusions { relu_grad_into_input_grad: on("ENGINE_FUSE_INPUT_GRAD") }
+    Fusions {
+        relu_grad_into_input_grad: on("ENGINE_FUSE_INPUT_GRAD"),
+        relu_into_normalization: on("ENGINE_FUSE_BN_RELU"),
+    }
 }
 
 /// The plan `train`, `evaluate` or `predict` compiles for `mode` (placeholders from

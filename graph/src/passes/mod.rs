@@ -64,6 +64,13 @@ pub struct Fusions {
     /// is cheap; it is kept for the cores where such a pass costs two to four times as much
     /// (the Intel VM), to be measured there.
     pub relu_grad_into_input_grad: bool,
+    /// `fuse-relu-into-normalization`: the ResNet's normalization-and-ReLU ops went from
+    /// 7.5 to 6.2 ms a step on a Zen 5, but `down1`'s input gradient, which it does not
+    /// touch, ran 0.55–0.75 ms slower beside it, and end to end it measured +1.5 % in one
+    /// alternation and −2.6 % in another (docs/performance-history.md, "the ReLU folded
+    /// into it"); kept for the Intel VM, where a pass over the stem's 12.8 MB costs two to
+    /// four times as much, to be measured there.
+    pub relu_into_normalization: bool,
 }
 
 /// [`optimization_passes`] with the optional fusions `fusions` turns on.
@@ -73,8 +80,10 @@ pub fn optimization_passes_with(fusions: Fusions) -> Vec<Box<dyn Pass>> {
         Box::new(FuseBiasActivation),
         Box::new(FuseResidualAdd),
         Box::new(FuseReluIntoPoolGrad),
-        Box::new(FuseReluIntoNormalization),
     ];
+    if fusions.relu_into_normalization {
+        passes.push(Box::new(FuseReluIntoNormalization));
+    }
     if fusions.relu_grad_into_input_grad {
         passes.push(Box::new(FuseReluGradIntoInputGrad));
     }
