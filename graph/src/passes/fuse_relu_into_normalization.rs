@@ -8,7 +8,7 @@
 //! writes its output once, and its gradient masks `dy` inside the two passes it makes
 //! anyway, recomputing the mask from `x`, which it reads already.
 
-use super::{Pass, fuse_bias_activation::sole_consumer};
+use super::{Pass, fuse_bias_activation::sole_consumer, replace::replace_with_fused};
 use crate::{
     Graph, NodeId, Op, Outlet, Result,
     ops::{FusedNormalization, Normalization},
@@ -42,26 +42,15 @@ impl Pass for FuseReluIntoNormalization {
                 continue;
             };
             let op = FusedNormalization { relu: true, ..n.clone() };
-            let fused = fold_forward(g, id, relu, op.clone())?;
+            // The ReLU's readers, and the statistics' readers, read the folded node.
+            let inputs = g.node(id).inputs.clone();
+            let outputs = [Outlet::from(relu), Outlet::new(id, 1), Outlet::new(id, 2)];
+            let fused = replace_with_fused(g, op.clone().into(), inputs, id, id, &outputs, vec![relu, id])?;
             fold_backward(g, fused, &op)?;
-            g.remove_node(relu)?;
-            g.remove_node(id)?;
             changed = true;
         }
         Ok(changed)
     }
-}
-
-/// Adds the folded forward node; the ReLU's readers and the statistics' readers read it.
-fn fold_forward(g: &mut Graph, norm: NodeId, relu: NodeId, op: FusedNormalization) -> Result<NodeId> {
-    let node = g.node(norm).clone();
-    let name = g.unique_name(&scoped(&node.name, "_FusedBatchNormEx"));
-    let fused = g.add_node(name, op.into(), node.inputs.clone())?;
-    g.set_placement(fused, node.placement);
-    g.replace_uses(Outlet::from(relu), Outlet::new(fused, 0))?;
-    g.replace_uses(Outlet::new(norm, 1), Outlet::new(fused, 1))?;
-    g.replace_uses(Outlet::new(norm, 2), Outlet::new(fused, 2))?;
-    Ok(fused)
 }
 
 /// Where `ReluGrad(relu output, dy)` is read by a `FusedBatchNormGradV3` of this
@@ -75,10 +64,10 @@ fn fold_backward(g: &mut Graph, fused: NodeId, op: &FusedNormalization) -> Resul
         .filter(|&(c, input)| input == 0 && matches!(g.node(c).op, Op::ReluGrad(_)))
         .map(|(c, _)| c)
         .collect();
+    let plain = FusedNormalization { relu: false, ..op.clone() }.grad_op();
     for relu_grad in candidates {
         let Some(grad) = sole_consumer(g, Outlet::from(relu_grad)) else { continue };
         let grad_node = g.node(grad).clone();
-        let plain = FusedNormalization { relu: false, ..op.clone() }.grad_op();
         let Op::FusedNormalizationGrad(gop) = &grad_node.op else { continue };
         let forward_inputs = &g.node(fused).inputs;
         let (x, beta) = (forward_inputs[0], forward_inputs[forward_inputs.len() - 1]);
@@ -96,25 +85,11 @@ fn fold_backward(g: &mut Graph, fused: NodeId, op: &FusedNormalization) -> Resul
         if op.center {
             new_inputs.push(beta);
         }
-        let name = g.unique_name(&scoped(&grad_node.name, "_FusedBatchNormGradEx"));
-        let folded = g.add_node(name, op.grad_op().into(), new_inputs)?;
-        g.set_placement(folded, grad_node.placement);
-        for i in 0..3 {
-            g.replace_uses(Outlet::new(grad, i), Outlet::new(folded, i))?;
-        }
-        g.remove_node(grad)?;
-        g.remove_node(relu_grad)?;
+        let outputs = [0, 1, 2].map(|i| Outlet::new(grad, i));
+        replace_with_fused(g, op.grad_op().into(), new_inputs, grad, grad, &outputs, vec![grad, relu_grad])?;
         return Ok(());
     }
     Ok(())
-}
-
-/// `name` in the scope of `of` (its path up to the last `/`).
-fn scoped(of: &str, name: &str) -> String {
-    match of.rsplit_once('/') {
-        Some((scope, _)) => format!("{scope}/{name}"),
-        None => name.to_string(),
-    }
 }
 
 #[cfg(test)]
@@ -151,6 +126,11 @@ mod tests {
         g.nodes().filter(|(_, n)| n.op.name() == name).count()
     }
 
+    /// The first node of op `name`.
+    fn first(g: &Graph, name: &str) -> NodeId {
+        g.nodes().find(|(_, n)| n.op.name() == name).map(|(id, _)| id).expect("a node of that op")
+    }
+
     fn only_node<'a>(g: &'a Graph, name: &str) -> &'a crate::Node {
         let mut it = g.nodes().filter(|(_, n)| n.op.name() == name).map(|(_, n)| n);
         let node = it.next().expect("one node");
@@ -180,8 +160,7 @@ mod tests {
     fn a_relu_gradient_read_elsewhere_leaves_the_gradient_plain() -> Result<()> {
         let mut g = Graph::new();
         backward(&mut g, true)?;
-        let relu_grad = g.nodes().find(|(_, n)| n.op.name() == "ReluGrad").map(|(id, _)| id).expect("a ReluGrad");
-        g.roles.fetches.insert("dy".into(), Outlet::from(relu_grad));
+        g.roles.fetches.insert("dy".into(), Outlet::from(first(&g, "ReluGrad")));
         assert!(FuseReluIntoNormalization.run(&mut g)?);
         g.check()?;
         only_node(&g, "_FusedBatchNormEx");
@@ -193,8 +172,7 @@ mod tests {
     fn a_normalized_output_read_elsewhere_stays_apart() -> Result<()> {
         let mut g = Graph::new();
         backward(&mut g, true)?;
-        let norm = g.nodes().find(|(_, n)| n.op.name() == "FusedBatchNormV3").map(|(id, _)| id).expect("a norm");
-        g.roles.fetches.insert("y".into(), Outlet::new(norm, 0));
+        g.roles.fetches.insert("y".into(), Outlet::new(first(&g, "FusedBatchNormV3"), 0));
         assert!(!FuseReluIntoNormalization.run(&mut g)?);
         assert_eq!((count(&g, "Relu"), count(&g, "_FusedBatchNormEx")), (1, 0));
         Ok(())
