@@ -68,26 +68,10 @@ multiversion! {
     pub(super) fn add_grad_sums<E: Elem>(acc: &mut [E], gs: &[E], xs: &[E], mean: &[E], mask: Option<(&[E], &[E])>) {
         let c = mean.len().max(1);
         match (c % 32, c % 16, mask) {
-            (0, _, None) => {
-                for s in 0..c / 32 {
-                    grad_sums_strip::<E, 32, false>(acc, gs, xs, mean, mean, mean, 32 * s);
-                }
-            }
-            (0, _, Some((a, b))) => {
-                for s in 0..c / 32 {
-                    grad_sums_strip::<E, 32, true>(acc, gs, xs, mean, a, b, 32 * s);
-                }
-            }
-            (_, 0, None) => {
-                for s in 0..c / 16 {
-                    grad_sums_strip::<E, 16, false>(acc, gs, xs, mean, mean, mean, 16 * s);
-                }
-            }
-            (_, 0, Some((a, b))) => {
-                for s in 0..c / 16 {
-                    grad_sums_strip::<E, 16, true>(acc, gs, xs, mean, a, b, 16 * s);
-                }
-            }
+            (0, _, None) => grad_sums_strips::<E, 32, false>(acc, gs, xs, mean, mean, mean),
+            (0, _, Some((a, b))) => grad_sums_strips::<E, 32, true>(acc, gs, xs, mean, a, b),
+            (_, 0, None) => grad_sums_strips::<E, 16, false>(acc, gs, xs, mean, mean, mean),
+            (_, 0, Some((a, b))) => grad_sums_strips::<E, 16, true>(acc, gs, xs, mean, a, b),
             _ => {
                 let (a, b) = mask.unwrap_or((mean, mean));
                 let (sum, dot) = acc.split_at_mut(c);
@@ -100,6 +84,22 @@ multiversion! {
                 }
             }
         }
+    }
+}
+
+/// [`add_grad_sums`] for every strip of `N` columns, masked by `x * a + b > 0` when
+/// `MASK` (`c` a multiple of `N`).
+#[inline(always)]
+fn grad_sums_strips<E: Elem, const N: usize, const MASK: bool>(
+    acc: &mut [E],
+    gs: &[E],
+    xs: &[E],
+    mean: &[E],
+    a: &[E],
+    b: &[E],
+) {
+    for s in (0..mean.len() / N).map(|i| N * i) {
+        grad_sums_strip::<E, N, MASK>(acc, gs, xs, mean, a, b, s);
     }
 }
 
