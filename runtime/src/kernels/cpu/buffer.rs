@@ -96,7 +96,6 @@ pub(super) fn int_tensor(data: Vec<i64>, shape: &[usize], device: &DispatchDevic
     B::int_from_data(TensorData::new(data, shape.to_vec()), device)
 }
 
-/// `s` as f32, when `E` is f32: the hand-written SIMD kernels are f32 only.
 /// `part` zeroed, as initialized elements. A kernel writing a fresh output (taken with
 /// `Vec::with_capacity`) zeroes each part in the task that writes it next, while it is in
 /// cache: `vec![0; n]` zeroed a whole activation first (3 MB on the residual model), which
@@ -110,6 +109,22 @@ pub(super) fn zeroed<E: bytemuck::Zeroable>(part: &mut [std::mem::MaybeUninit<E>
     }
 }
 
+/// A cache line's bytes: an AVX-512 vector is one line, an AVX2 vector half of one.
+const LINE: usize = 64;
+
+/// `len` elements of `scratch`, starting on a cache line. `malloc` returns 16-byte-aligned
+/// blocks, so every 64-byte vector a kernel stores into its scratch straddles two lines and
+/// costs two accesses; the Winograd transforms and products store and reload whole images
+/// of tiles that way (see `winograd::transformed_image`).
+pub(super) fn line_aligned<E: Elem>(scratch: &mut Vec<E>, len: usize) -> &mut [E] {
+    let spare = LINE / std::mem::size_of::<E>().max(1);
+    scratch.resize(len + spare, E::zero());
+    // `align_offset` may answer "never" (usize::MAX); the slice is then merely unaligned.
+    let skip = scratch.as_ptr().align_offset(LINE).min(spare);
+    &mut scratch[skip..skip + len]
+}
+
+/// `s` as f32, when `E` is f32: the hand-written SIMD kernels are f32 only.
 pub(super) fn as_f32<E: Elem>(s: &[E]) -> Option<&[f32]> {
     if std::any::TypeId::of::<E>() != std::any::TypeId::of::<f32>() {
         return None;
@@ -185,4 +200,24 @@ pub(super) fn chunks(n: usize) -> usize {
 /// which cost the tutorial CNN's 64-element loss `Sum` 30 µs where 3 would do.
 pub(super) fn sum_chunks(n: usize) -> usize {
     n.div_ceil(crate::HostCpu::get().sum_parts()).max(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::line_aligned;
+
+    /// Whatever the vector held or where the allocator put it, the slice starts on a line
+    /// and is as long as asked.
+    #[test]
+    fn line_aligned_starts_on_a_line() {
+        let mut scratch: Vec<f32> = Vec::new();
+        for len in [0, 1, 15, 16, 17, 1000, 3, 50_000] {
+            let s = line_aligned(&mut scratch, len);
+            assert_eq!(s.len(), len);
+            assert_eq!(s.as_ptr() as usize % 64, 0, "len {len}");
+        }
+        let mut doubles: Vec<f64> = vec![1.0; 7];
+        let s = line_aligned(&mut doubles, 9);
+        assert_eq!((s.len(), s.as_ptr() as usize % 64), (9, 0));
+    }
 }

@@ -193,10 +193,11 @@ unsafe fn region<E: Elem>(
 ) -> u64 {
     let mut finite = asked;
     let chunk = chunk_len(*count, srcs, outs.len()).min(len.max(1));
-    let mut temps = vec![E::zero(); chunk * count];
+    let mut held = Vec::new();
+    let temps = super::buffer::line_aligned(&mut held, chunk * count);
     for at in (start..start + len).step_by(chunk) {
         let n = chunk.min(start + len - at);
-        eval_chunk(program, slots, &Chunk { srcs, outs, at, len: n }, &mut temps, chunk);
+        eval_chunk(program, slots, &Chunk { srcs, outs, at, len: n }, temps, chunk);
         for (j, (&t, out)) in outputs.iter().zip(outs).enumerate() {
             let Some(result) = slots.get(t).and_then(|&s| temps.get(s * chunk..s * chunk + n)) else { continue };
             // SAFETY: the caller's range; `eval_chunk` above has finished reading it.

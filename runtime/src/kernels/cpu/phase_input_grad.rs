@@ -118,8 +118,7 @@ impl Phases {
         }
         let padded_len = self.ph * self.pw * f;
         let most = self.phases.iter().map(|p| p.pixels.len()).max().unwrap_or(0);
-        scratch.resize(padded_len + most * c, 0.0);
-        let (padded, out) = scratch.split_at_mut(padded_len);
+        let (padded, out) = super::buffer::line_aligned(scratch, padded_len + most * c).split_at_mut(padded_len);
         padded.fill(0.0);
         for oy in 0..g.oh {
             let row = &dy[oy * g.ow * f..][..g.ow * f];

@@ -404,7 +404,7 @@ fn transformed_image<'s, E: Elem>(
 ) -> Option<(Tiles, &'s mut [E], &'s mut [E])> {
     let t = Tiles::of(g, kind);
     let per_channel = kind.positions() * t.count();
-    scratch.resize(t.ph * t.pw * g.c + per_channel * (g.c + f), E::zero());
+    let scratch = super::buffer::line_aligned(scratch, t.ph * t.pw * g.c + per_channel * (g.c + f));
     let (padded, rest) = scratch.split_at_mut(t.ph * t.pw * g.c);
     let (v, out) = rest.split_at_mut(per_channel * g.c);
     if kind == Tile::F4 {
