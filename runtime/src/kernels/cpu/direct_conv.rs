@@ -8,7 +8,7 @@
 use super::{
     buffer::{Elem, as_f32, as_f32_mut},
     conv::Geometry,
-    microkernel::{Taps, conv_f32, filter_grad_f32},
+    microkernel::{Out, Taps, conv_f32, filter_grad_f32},
     patches::PatchIndex,
 };
 use engine_graph::ops::FusedActivation;
@@ -56,7 +56,7 @@ pub(super) fn forward_image<E: Elem>(
     let relu = act == FusedActivation::Relu;
     if let (Some(taps), Some(b), Some(out)) = (taps_f32(image, index), as_f32(w), as_f32_mut(y)) {
         let init = bias.and_then(as_f32);
-        if (bias.is_none() || init.is_some()) && conv_f32(taps, b, init, relu, out, (m, k, f)) {
+        if (bias.is_none() || init.is_some()) && conv_f32(taps, b, init, relu, Out::dense(out), (m, k, f)) {
             return;
         }
     }

@@ -61,31 +61,117 @@ impl Taps<'_> {
     }
 }
 
+/// Where output rows go in memory: row `p` at `at[p]` (see `Out::scattered`), with the
+/// farthest offset found once, as `TapIndex` does for its taps.
+pub(super) struct RowIndex {
+    at: Vec<usize>,
+    reach: usize,
+}
+
+impl RowIndex {
+    pub(super) fn new(at: Vec<usize>) -> RowIndex {
+        let reach = at.iter().copied().max().unwrap_or(0);
+        RowIndex { at, reach }
+    }
+
+    pub(super) fn at(&self) -> &[usize] {
+        &self.at
+    }
+}
+
+/// The output of a `conv_f32` product, which its kernels only write (never read), so it
+/// may be uninitialized: a dense `m x n` matrix, or `m` rows of `n` scattered through a
+/// larger buffer by a `RowIndex`. Scattered rows let the phased input gradient write each
+/// phase's pixels straight into the image's gradient, where a copy per 128-byte pixel
+/// (`memcpy` calls) had been 3 % of the ResNet's step.
+pub(super) struct Out<'a> {
+    data: &'a mut [std::mem::MaybeUninit<f32>],
+    at: Option<&'a RowIndex>,
+}
+
+impl<'a> Out<'a> {
+    pub(super) fn dense(out: &'a mut [f32]) -> Out<'a> {
+        // SAFETY: `MaybeUninit<f32>` has `f32`'s layout, and the kernels only store
+        // initialized floats through it, so `out` stays initialized.
+        let data = unsafe { &mut *(out as *mut [f32] as *mut [std::mem::MaybeUninit<f32>]) };
+        Out { data, at: None }
+    }
+
+    pub(super) fn uninit(out: &'a mut [std::mem::MaybeUninit<f32>]) -> Out<'a> {
+        Out { data: out, at: None }
+    }
+
+    pub(super) fn scattered(out: &'a mut [std::mem::MaybeUninit<f32>], at: &'a RowIndex) -> Out<'a> {
+        Out { data: out, at: Some(at) }
+    }
+
+    /// Whether `m` rows of `n` fit.
+    fn fits(&self, m: usize, n: usize) -> bool {
+        match self.at {
+            None => m.checked_mul(n).is_some_and(|e| e <= self.data.len()),
+            Some(ix) => m <= ix.at.len() && (m == 0 || ix.reach.checked_add(n).is_some_and(|e| e <= self.data.len())),
+        }
+    }
+
+    fn rows(&mut self, n: usize) -> Rows<'_> {
+        Rows { base: self.data.as_mut_ptr().cast(), at: self.at.map(|ix| ix.at.as_slice()), n }
+    }
+}
+
+/// An `Out` checked for `m` rows of `n`, as the kernels address it.
+#[derive(Clone, Copy)]
+pub(super) struct Rows<'a> {
+    base: *mut f32,
+    at: Option<&'a [usize]>,
+    n: usize,
+}
+
+impl Rows<'_> {
+    /// The first element of row `p`.
+    ///
+    /// # Safety
+    /// `p` is below the `m` the `Out` was checked for.
+    #[inline(always)]
+    pub(super) unsafe fn row(self, p: usize) -> *mut f32 {
+        // SAFETY: the caller's; `Out::fits` checked every such row against the buffer.
+        unsafe {
+            match self.at {
+                None => self.base.add(p * self.n),
+                Some(at) => self.base.add(*at.get_unchecked(p)),
+            }
+        }
+    }
+}
+
 /// `out[p, c] = init[c] + Σ_t taps[p, t] · w[t, c]` for `p < m`, `c < n` (`w` is `k x n`,
-/// `out` is `m x n`, row-major), then `max(·, 0)` if `relu`; `init` is zeros when `None`.
+/// `out` is `m` rows of `n`), then `max(·, 0)` if `relu`; `init` is zeros when `None`.
 pub(super) fn conv_f32(
     taps: Taps<'_>,
     w: &[f32],
     init: Option<&[f32]>,
     relu: bool,
-    out: &mut [f32],
+    mut out: Out<'_>,
     (m, k, n): (usize, usize, usize),
 ) -> bool {
-    if !taps.fits(m, k) || w.len() < k * n || out.len() < m * n || init.is_some_and(|i| i.len() < n) {
+    if !taps.fits(m, k) || w.len() < k * n || !out.fits(m, n) || init.is_some_and(|i| i.len() < n) {
         return false;
     }
+    let rows = out.rows(n);
     #[cfg(target_arch = "x86_64")]
     if super::simd::has_avx512() {
-        // SAFETY: AVX-512F is present; every slice was checked to hold what is read.
-        unsafe { super::microkernel512::conv(taps, w, init, relu, out, m, k, n) };
+        // SAFETY: AVX-512F is present; every slice was checked to hold what is read, and
+        // `out` every row written.
+        unsafe { super::microkernel512::conv(taps, w, init, relu, rows, m, k, n) };
         return true;
     }
     #[cfg(target_arch = "x86_64")]
     if super::simd::has_avx2() {
-        // SAFETY: AVX2 and FMA are present; every slice was checked to hold what is read.
-        unsafe { avx2::conv(taps, w, init, relu, out, m, k, n) };
+        // SAFETY: AVX2 and FMA are present; as above.
+        unsafe { avx2::conv(taps, w, init, relu, rows, m, k, n) };
         return true;
     }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = rows;
     false
 }
 
@@ -178,7 +264,7 @@ pub(super) fn pooled_filter_grad_f32(
 
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
-    use super::{Plane, Taps};
+    use super::{Plane, Rows, Taps};
     use std::arch::x86_64::*;
 
     /// Pixels per block: they share every load of a filter row.
@@ -191,7 +277,7 @@ mod avx2 {
         w: &[f32],
         init: Option<&[f32]>,
         relu: bool,
-        out: &mut [f32],
+        out: Rows<'_>,
         m: usize,
         k: usize,
         n: usize,
@@ -212,7 +298,8 @@ mod avx2 {
                 for t in 0..k {
                     s += taps.image[taps.base[p] + taps.offset[t]] * w[t * n + c];
                 }
-                out[p * n + c] = if relu && s < 0.0 { 0.0 } else { s };
+                // SAFETY: p < m, c < n: inside the checked rows.
+                unsafe { out.row(p).add(c).write(if relu && s < 0.0 { 0.0 } else { s }) };
             }
         }
     }
@@ -225,7 +312,7 @@ mod avx2 {
         w: &[f32],
         init: Option<&[f32]>,
         relu: bool,
-        out: &mut [f32],
+        out: Rows<'_>,
         p0: usize,
         c0: usize,
         k: usize,
@@ -256,7 +343,7 @@ mod avx2 {
                     v0 = _mm256_max_ps(v0, _mm256_setzero_ps());
                     v1 = _mm256_max_ps(v1, _mm256_setzero_ps());
                 }
-                let dst = out.as_mut_ptr().add((p0 + r) * n + c0);
+                let dst = out.row(p0 + r).add(c0);
                 _mm256_storeu_ps(dst, v0);
                 _mm256_storeu_ps(dst.add(8), v1);
             }

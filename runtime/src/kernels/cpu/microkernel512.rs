@@ -15,7 +15,7 @@
 // Indexed loops over constant bounds are how the register arrays stay registers.
 #![allow(clippy::needless_range_loop, clippy::too_many_arguments)]
 
-use super::microkernel::Taps;
+use super::microkernel::{Rows, Taps};
 use std::arch::x86_64::*;
 
 /// The lanes of columns `c0..c0 + 16` that lie below `n`.
@@ -27,15 +27,15 @@ fn mask(c0: usize, n: usize) -> __mmask16 {
 /// `out[p, c] = init[c] + Σ_t taps[p, t] · w[t, c]`, then `max(·, 0)` if `relu`.
 ///
 /// # Safety
-/// AVX-512F is present; `taps` fits `m` pixels of `k` taps, `w` holds `k x n`, `out`
-/// `m x n`, `init` (when given) `n`.
+/// AVX-512F is present; `taps` fits `m` pixels of `k` taps, `w` holds `k x n`, `out` was
+/// checked for `m` rows of `n`, `init` (when given) holds `n`.
 #[target_feature(enable = "avx512f")]
 pub(super) unsafe fn conv(
     taps: Taps<'_>,
     w: &[f32],
     init: Option<&[f32]>,
     relu: bool,
-    out: &mut [f32],
+    out: Rows<'_>,
     m: usize,
     k: usize,
     n: usize,
@@ -88,7 +88,7 @@ unsafe fn conv_stationary<const FULL: bool, const GATHER: bool>(
     w: &[f32],
     init: Option<&[f32]>,
     relu: bool,
-    out: &mut [f32],
+    out: Rows<'_>,
     m: usize,
     k: usize,
     n: usize,
@@ -133,7 +133,7 @@ unsafe fn conv_stationary<const FULL: bool, const GATHER: bool>(
             }
             tap!(0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15);
             for r in 0..R {
-                _mm512_mask_storeu_ps(out.as_mut_ptr().add((p0 + r) * n), lanes, finish(acc[r]));
+                _mm512_mask_storeu_ps(out.row(p0 + r), lanes, finish(acc[r]));
             }
             p0 += R;
         }
@@ -144,7 +144,7 @@ unsafe fn conv_stationary<const FULL: bool, const GATHER: bool>(
                 let at = if GATHER { off[t] } else { t };
                 acc = _mm512_fmadd_ps(_mm512_set1_ps(*row.add(at)), wv[t], acc);
             }
-            _mm512_mask_storeu_ps(out.as_mut_ptr().add(p * n), lanes, finish(acc));
+            _mm512_mask_storeu_ps(out.row(p), lanes, finish(acc));
         }
     }
 }
@@ -156,7 +156,7 @@ unsafe fn conv_rows<const R: usize, const B: usize>(
     w: &[f32],
     init: Option<&[f32]>,
     relu: bool,
-    out: &mut [f32],
+    out: Rows<'_>,
     m: usize,
     k: usize,
     n: usize,
@@ -191,7 +191,7 @@ unsafe fn conv_block<const R: usize, const B: usize>(
     w: &[f32],
     init: Option<&[f32]>,
     relu: bool,
-    out: &mut [f32],
+    out: Rows<'_>,
     p0: usize,
     c0: usize,
     masks: [__mmask16; B],
@@ -226,7 +226,7 @@ unsafe fn conv_block<const R: usize, const B: usize>(
         for r in 0..R {
             for b in 0..B {
                 let v = if relu { _mm512_max_ps(acc[r][b], _mm512_setzero_ps()) } else { acc[r][b] };
-                _mm512_mask_storeu_ps(out.as_mut_ptr().add((p0 + r) * n + c0 + 16 * b), masks[b], v);
+                _mm512_mask_storeu_ps(out.row(p0 + r).add(c0 + 16 * b), masks[b], v);
             }
         }
     }
@@ -332,7 +332,7 @@ unsafe fn grad_block<const T: usize, const B: usize, const C: bool>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::cpu::microkernel::TapIndex;
+    use crate::kernels::cpu::microkernel::{Out, RowIndex, TapIndex, conv_f32};
 
     fn data(len: usize, seed: u32) -> Vec<f32> {
         let mut s = seed.wrapping_mul(2_654_435_761) | 1;
@@ -375,17 +375,26 @@ mod tests {
                 let taps = index.over(&image);
                 let at = |p: usize, t: usize| image[base[p] + offset[t]];
                 let (w, init) = (data(k * n, 2), data(n, 3));
+                // Scattered rows: reversed, `n + 5` apart, two elements in; the gaps must
+                // stay as they were.
+                let rows = RowIndex::new((0..m).map(|p| (m - 1 - p) * (n + 5) + 2).collect());
                 for relu in [false, true] {
                     let mut got = vec![f32::NAN; m * n];
-                    // SAFETY: AVX-512F is present; every slice holds what it must.
-                    unsafe { conv(taps, &w, Some(&init), relu, &mut got, m, k, n) };
+                    assert!(conv_f32(taps, &w, Some(&init), relu, Out::dense(&mut got), (m, k, n)));
+                    let mut spread = vec![std::mem::MaybeUninit::new(f32::NAN); m * (n + 5) + 2];
+                    assert!(conv_f32(taps, &w, Some(&init), relu, Out::scattered(&mut spread, &rows), (m, k, n)));
+                    // SAFETY: every element was initialized (NaN) and then written with floats.
+                    let spread: Vec<f32> = spread.iter().map(|v| unsafe { v.assume_init() }).collect();
                     for p in 0..m {
                         for c in 0..n {
                             let s = (0..k).fold(init[c], |s, t| at(p, t).mul_add(w[t * n + c], s));
                             let want = if relu { s.max(0.0) } else { s };
                             assert_eq!(got[p * n + c].to_bits(), want.to_bits(), "conv {m} {k} {n} at {p} {c}");
+                            assert_eq!(spread[rows.at()[p] + c].to_bits(), want.to_bits(), "scattered {m} {k} {n}");
                         }
                     }
+                    let written: usize = spread.iter().filter(|v| !v.is_nan()).count();
+                    assert_eq!(written, spread.len() - 2 - 5 * m, "only the rows are written");
                 }
                 let (g, start) = (data(m * n, 4), data(k * n, 5));
                 let mut got = start.clone();

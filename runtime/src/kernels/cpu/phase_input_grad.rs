@@ -14,13 +14,16 @@
 use super::{
     buffer::{Elem, as_f32},
     conv::Geometry,
-    microkernel::{TapIndex, conv_f32},
+    microkernel::{Out, RowIndex, TapIndex, conv_f32},
 };
 
 /// The pixels of one phase and how they read the padded output gradient.
 struct Phase {
-    /// Each pixel's index in the input image (`iy * w + ix`), in the order of `index`.
-    pixels: Vec<usize>,
+    /// Where each pixel's channels start in the image's gradient (`(iy * w + ix) * c`), in
+    /// the order of `index`: the microkernel writes the phase's rows there.
+    pixels: RowIndex,
+    /// How many pixels the phase has.
+    count: usize,
     /// Tap `(j, i, channel)` of pixel `p`: the padded output gradient's element
     /// `base[p] + offset[t]`.
     index: TapIndex,
@@ -73,7 +76,7 @@ impl Phases {
                 let (mut pixels, mut base) = (Vec::new(), Vec::new());
                 for iy in (0..g.h).filter(|iy| (iy + g.top) % sh == ry) {
                     for ix in (0..g.w).filter(|ix| (ix + g.left) % sw == rx) {
-                        pixels.push(iy * g.w + ix);
+                        pixels.push((iy * g.w + ix) * g.c);
                         // The first tap row is `A - ty + 1`, which the padding keeps >= 0.
                         let (a, b) = ((iy + g.top - ry) / sh, (ix + g.left - rx) / sw);
                         let (y0, x0) = ((a + top + 1).saturating_sub(ty), (b + left + 1).saturating_sub(tx));
@@ -95,7 +98,14 @@ impl Phases {
                         }
                     }
                 }
-                phases.push(Phase { pixels, index: TapIndex::new(base, offset), w: filter, taps: ty * tx * f });
+                let count = pixels.len();
+                phases.push(Phase {
+                    pixels: RowIndex::new(pixels),
+                    count,
+                    index: TapIndex::new(base, offset),
+                    w: filter,
+                    taps: ty * tx * f,
+                });
             }
         }
         Some(Phases { phases, ph, pw, top, left, f })
@@ -103,8 +113,9 @@ impl Phases {
 
     /// One image: `dx` (`h x w x c`) from `dy` (`oh x ow x f`). The phases partition the
     /// image, so every element of `dx` is written once and none is read: it may be
-    /// uninitialized. `scratch` holds the padded output gradient and a phase's result.
-    /// False, with `dx` not wholly written, if a buffer does not fit.
+    /// uninitialized. Each phase's product writes its pixels' rows of `dx` directly.
+    /// `scratch` holds the padded output gradient. False, with `dx` not wholly written, if
+    /// a buffer does not fit.
     pub(super) fn image(
         &self,
         dy: &[f32],
@@ -116,26 +127,26 @@ impl Phases {
         if dy.len() < g.oh * g.ow * f || dx.len() < g.image() {
             return false;
         }
-        let padded_len = self.ph * self.pw * f;
-        let most = self.phases.iter().map(|p| p.pixels.len()).max().unwrap_or(0);
-        let (padded, out) = super::buffer::line_aligned(scratch, padded_len + most * c).split_at_mut(padded_len);
+        let padded = super::buffer::line_aligned(scratch, self.ph * self.pw * f);
         padded.fill(0.0);
         for oy in 0..g.oh {
             let row = &dy[oy * g.ow * f..][..g.ow * f];
             padded[((oy + self.top) * self.pw + self.left) * f..][..g.ow * f].copy_from_slice(row);
         }
         for phase in &self.phases {
-            let m = phase.pixels.len();
-            let out = &mut out[..m * c];
             if phase.taps == 0 {
-                out.fill(0.0);
-            } else if !conv_f32(phase.index.over(padded), &phase.w, None, false, out, (m, phase.taps, c)) {
-                return false;
-            }
-            for (&at, v) in phase.pixels.iter().zip(out.chunks_exact(c)) {
-                dx[at * c..][..c].iter_mut().zip(v).for_each(|(d, v)| {
-                    d.write(*v);
-                });
+                // No tap reaches these pixels: their gradient is zero.
+                for &at in phase.pixels.at() {
+                    let Some(pixel) = dx.get_mut(at..at + c) else { return false };
+                    pixel.iter_mut().for_each(|d| {
+                        d.write(0.0);
+                    });
+                }
+            } else {
+                let out = Out::scattered(dx, &phase.pixels);
+                if !conv_f32(phase.index.over(padded), &phase.w, None, false, out, (phase.count, phase.taps, c)) {
+                    return false;
+                }
             }
         }
         true

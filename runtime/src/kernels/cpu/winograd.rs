@@ -20,7 +20,7 @@ use super::{
     buffer::{Elem, as_f32, as_f32_mut, optional_f32},
     conv::Geometry,
     gemm::{Mat, gemm},
-    microkernel::{TapIndex, conv_f32, filter_grad_f32},
+    microkernel::{Out, TapIndex, conv_f32, filter_grad_f32},
     simd::multiversion,
     winograd4, winograd512,
 };
@@ -309,7 +309,7 @@ fn products<E: Elem>(v: &[E], u: &[E], m: &mut [E], count: usize, c: usize, f: u
         let index = tile_index(count, c);
         return mf.chunks_exact_mut(count * f).zip(uf.chunks_exact(c * f)).enumerate().all(|(xi, (mx, ux))| {
             let taps = index.over(&vf[xi * count * c..]);
-            conv_f32(taps, ux, None, false, mx, (count, c, f))
+            conv_f32(taps, ux, None, false, Out::dense(mx), (count, c, f))
         });
     }
     m.chunks_exact_mut(count * f).zip(u.chunks_exact(c * f)).enumerate().all(|(xi, (mx, ux))| {
