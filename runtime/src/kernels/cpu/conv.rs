@@ -306,8 +306,9 @@ pub(super) fn conv_image<E: Elem>(
     ok
 }
 
-/// [`conv_image`] into an output that may be uninitialized: Winograd writes every element
-/// of it, the other methods get it zeroed first. True when every element was written.
+/// [`conv_image`] into an output that may be uninitialized: Winograd and the direct
+/// microkernels over long patches write every element of it; the other methods get it
+/// zeroed first (see `direct_conv::UNZEROED_PATCH`). True when every element was written.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn conv_image_uninit<E: Elem>(
     x: &[E],
@@ -324,6 +325,14 @@ pub(super) fn conv_image_uninit<E: Elem>(
         Method::Winograd(tile) => {
             y.len() == g.pixels() * f
                 && super::winograd::forward_image_uninit(*tile, x, g, ws, f, post, None, None, y, scratch, threads)
+        }
+        Method::Direct(index) if y.len() == g.pixels() * f && g.patch() >= super::direct_conv::UNZEROED_PATCH => {
+            let (bias, act) = match post {
+                Some((b, a)) => (Some(b), a),
+                None => (None, FusedActivation::Linear),
+            };
+            super::direct_conv::forward_image_uninit(x, g, index, ws, f, bias, act, y, scratch);
+            true
         }
         _ => conv_image(x, g, method, ws, f, post, zeroed(y), scratch, threads),
     }
