@@ -285,9 +285,9 @@ pub(super) fn max_backward_with_argmax<E: Elem>(
             // Zeroed first even where the windows tile the image and every cell is then
             // written once: `memset`'s string stores take the image's lines without reading
             // them, and the 2 × 2 blocks' stores (an image row apart) then hit cache. On a
-            // Zen 5 core the residual model's pool gradient took 156–207 µs so against
-            // 175–262 without (three alternated rounds); ad26033 had dropped the zeroing on
-            // a Zen 4, in a noisier measurement (0.46–0.60 → 0.41–0.56 ms).
+            // Zen 5 core the residual model's pool gradient took 156–207 µs against
+            // 175–281 without (six alternated rounds); ad26033 had dropped the zeroing on a
+            // Zen 4, in a noisier measurement (0.46–0.60 → 0.41–0.56 ms).
             let dx = zeroed(dx);
             // SAFETY: `unpool_tiled` stores only initialized floats, so `dx` stays readable.
             if !(tiles && unpool_tiled(unsafe { super::buffer::as_uninit(dx) }, a, dy, &pl, mask)) {
