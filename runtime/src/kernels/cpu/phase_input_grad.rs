@@ -22,8 +22,6 @@ struct Phase {
     /// Where each pixel's channels start in the image's gradient (`(iy * w + ix) * c`), in
     /// the order of `index`: the microkernel writes the phase's rows there.
     pixels: RowIndex,
-    /// How many pixels the phase has.
-    count: usize,
     /// Tap `(j, i, channel)` of pixel `p`: the padded output gradient's element
     /// `base[p] + offset[t]`.
     index: TapIndex,
@@ -98,10 +96,8 @@ impl Phases {
                         }
                     }
                 }
-                let count = pixels.len();
                 phases.push(Phase {
                     pixels: RowIndex::new(pixels),
-                    count,
                     index: TapIndex::new(base, offset),
                     w: filter,
                     taps: ty * tx * f,
@@ -144,7 +140,14 @@ impl Phases {
                 }
             } else {
                 let out = Out::scattered(dx, &phase.pixels);
-                if !conv_f32(phase.index.over(padded), &phase.w, None, false, out, (phase.count, phase.taps, c)) {
+                if !conv_f32(
+                    phase.index.over(padded),
+                    &phase.w,
+                    None,
+                    false,
+                    out,
+                    (phase.pixels.at().len(), phase.taps, c),
+                ) {
                     return false;
                 }
             }
