@@ -51,14 +51,11 @@ pub(super) fn forward_image<E: Elem>(
     y: &mut [E],
     padded: &mut Vec<E>,
 ) {
-    let (m, k) = (g.pixels(), g.patch());
+    let m = g.pixels();
     let image = index.image(x, g, padded);
     let relu = act == FusedActivation::Relu;
-    if let (Some(taps), Some(b), Some(out)) = (taps_f32(image, index), as_f32(w), as_f32_mut(y)) {
-        let init = bias.and_then(as_f32);
-        if (bias.is_none() || init.is_some()) && conv_f32(taps, b, init, relu, Out::dense(out), (m, k, f)) {
-            return;
-        }
+    if microkernel(image, g, index, w, f, bias, relu, as_f32_mut(y).map(Out::dense)) {
+        return;
     }
     for (p, row) in y.chunks_exact_mut(f).take(m).enumerate() {
         match bias {
@@ -99,16 +96,30 @@ pub(super) fn forward_image_uninit<E: Elem>(
     y: &mut [std::mem::MaybeUninit<E>],
     padded: &mut Vec<E>,
 ) {
-    let (m, k) = (g.pixels(), g.patch());
     let image = index.image(x, g, padded);
     let relu = act == FusedActivation::Relu;
-    if let (Some(taps), Some(b), Some(out)) = (taps_f32(image, index), as_f32(w), as_f32_uninit(y)) {
-        let init = bias.and_then(as_f32);
-        if (bias.is_none() || init.is_some()) && conv_f32(taps, b, init, relu, Out::uninit(out), (m, k, f)) {
-            return;
-        }
+    if microkernel(image, g, index, w, f, bias, relu, as_f32_uninit(y).map(Out::uninit)) {
+        return;
     }
     forward_image(x, g, index, w, f, bias, act, zeroed(y), padded);
+}
+
+/// The image's convolution into `out` by the f32 microkernel; false, having written
+/// nothing, where it does not apply (`E` is not f32, or a buffer does not fit).
+#[allow(clippy::too_many_arguments)]
+fn microkernel<E: Elem>(
+    image: &[E],
+    g: &Geometry,
+    index: &PatchIndex,
+    w: &[E],
+    f: usize,
+    bias: Option<&[E]>,
+    relu: bool,
+    out: Option<Out<'_>>,
+) -> bool {
+    let (Some(taps), Some(w), Some(out)) = (taps_f32(image, index), as_f32(w), out) else { return false };
+    let init = bias.and_then(as_f32);
+    (bias.is_none() || init.is_some()) && conv_f32(taps, w, init, relu, out, (g.pixels(), g.patch(), f))
 }
 
 /// One image's filter gradient, added to `acc (k x f)`: `acc += patchesᵀ · dy`.
