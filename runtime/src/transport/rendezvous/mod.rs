@@ -4,11 +4,13 @@
 //! How it works (torchrun's dynamic rendezvous, without a separate store):
 //!
 //! - **Who coordinates.** The lowest-ranked member of the last epoch that answers. Each
-//!   survivor asks the members ranked before it, in order, for up to the probe interval
-//!   each (a member still closing its old group answers "unimplemented" until it opens the
-//!   round); a member it saw lost is skipped at once. A survivor that no lower rank answers
-//!   coordinates itself. So when the chief is lost, the lowest-ranked worker holds the
-//!   round and, ranked first in the new epoch, takes over the chief's duties.
+//!   survivor asks the members ranked before it, in order; a member it saw lost is skipped
+//!   at once, and the member at rank `r` is given `r + 1` probe intervals to open its
+//!   round (a member still closing its old group answers "unimplemented" until it does),
+//!   since it may itself first wait one interval on each of the `r` members before it. A
+//!   survivor that no lower rank answers coordinates itself. So when the chief is lost,
+//!   the lowest-ranked worker holds the round and, ranked first in the new epoch, takes
+//!   over the chief's duties.
 //! - **The round.** The coordinator serves it on its own task address (its old group is
 //!   gone by then) and closes it when every member it expects has joined, when
 //!   `max_workers` have, or when at least `min_workers` have and nobody new came for the
@@ -59,10 +61,11 @@ pub struct ElasticConfig {
     pub network: NetworkConfig,
     pub rules: RoundRules,
     /// How long a survivor waits for a lower-ranked member to open the round before trying
-    /// the next one (or coordinating): longer than a member takes to notice the failure and
-    /// close its old group, and well below `rules.timeout`: a survivor that did not see a
-    /// lower-ranked member go probes it this long before reaching the round, which waits
-    /// `rules.timeout` from its opening.
+    /// the next one (or coordinating), per rank: the member at rank `r` gets `r + 1` of
+    /// these. Longer than a member takes to notice the failure and close its old group, and
+    /// well below `rules.timeout`: a survivor that did not see a lower-ranked member go
+    /// probes it this long before reaching the round, which waits `rules.timeout` from its
+    /// opening.
     pub probe: Duration,
 }
 
@@ -93,11 +96,16 @@ pub fn rendezvous(
     })?;
     let request = caller.request(config, previous.epoch, my_rank, step, false);
     let mut gone: Vec<TaskId> = lost.to_vec();
-    for (task, address) in previous.tasks.iter().zip(&previous.addresses).take(my_rank) {
+    for (rank, (task, address)) in previous.tasks.iter().zip(&previous.addresses).take(my_rank).enumerate() {
         if gone.contains(task) {
             continue;
         }
-        match caller.runtime.block_on(ask(address, &request, caller.token.clone(), config)) {
+        // The member at `rank` may itself be probing the `rank` members before it, one
+        // probe interval each, before it opens the round: waiting a single interval for it,
+        // a survivor that saw a lower member go gave up on one that had not, moments
+        // before that one opened, and both held a round of one (the CI run of 56bdfd2).
+        let window = config.probe.saturating_mul(u32::try_from(rank + 1).unwrap_or(u32::MAX));
+        match caller.runtime.block_on(ask(address, &request, caller.token.clone(), config, window)) {
             Asked::Answered(reply) => return membership_of(name, &reply),
             Asked::Refused(error) => return Err(error),
             Asked::NoAnswer(why) => {
@@ -198,7 +206,7 @@ pub fn join_running(config: &ElasticConfig, running: &Membership) -> Result<Memb
     let request = caller.request(config, running.epoch, 0, 0, true);
     // The round opens after the group's next step: wait as long as a round may take.
     let waiting = ElasticConfig { probe: config.rules.timeout, ..config.clone() };
-    match caller.runtime.block_on(ask(coordinator, &request, caller.token.clone(), &waiting)) {
+    match caller.runtime.block_on(ask(coordinator, &request, caller.token.clone(), &waiting, waiting.probe)) {
         Asked::Answered(reply) => membership_of(&caller.name, &reply),
         Asked::Refused(error) => Err(error),
         Asked::NoAnswer(why) => Err(ConnectError::Timeout {
@@ -251,13 +259,14 @@ fn running_membership(name: &str, reply: &AnnounceReply) -> Result<Membership, C
     membership_of(name, &JoinReply { epoch: reply.epoch, members: reply.members.clone(), holder: 0, step: 0 })
 }
 
-/// Asks the member at `address` to let this task into its round, retrying until the
-/// probe interval passes while it does not hold one yet.
+/// Asks the member at `address` to let this task into its round, retrying until `window`
+/// passes while it does not hold one yet.
 async fn ask(
     address: &str,
     request: &JoinRequest,
     token: Option<tonic::metadata::AsciiMetadataValue>,
     config: &ElasticConfig,
+    window: Duration,
 ) -> Asked {
     const RETRY: Duration = Duration::from_millis(50);
     let scheme_address = format!("http://{address}");
@@ -279,7 +288,7 @@ async fn ask(
     // Once admitted, a join waits for the round to close: up to the round's timeout and
     // its last call.
     let answer_within = config.rules.timeout + config.rules.last_call + Duration::from_secs(5);
-    let until = Instant::now() + config.probe;
+    let until = Instant::now() + window;
     let mut last = "no answer".to_string();
     while Instant::now() < until {
         let channel = match endpoint.connect().await {

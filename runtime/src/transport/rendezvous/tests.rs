@@ -148,6 +148,37 @@ fn a_hung_chief_that_one_survivor_did_not_see_go_is_given_up_within_the_probe() 
 }
 
 #[test]
+fn a_survivor_waits_for_a_lower_member_still_probing_the_ones_before_it() {
+    // The chief is gone (nothing listens on its port). worker:1 saw it go and asks
+    // worker:0 at once; worker:0 did not, so it probes the chief for a whole interval
+    // before it opens the round, and here it starts 300 ms after worker:1. Given one
+    // interval for worker:0, worker:1 gave up on it just before it opened, and each held
+    // a round of one (the elastic test's failure in the CI run of 56bdfd2).
+    let ports = free_ports(3);
+    let spec = spec(&ports);
+    let configs: Vec<NetworkConfig> = (1..3).map(|r| config(&spec, r)).collect();
+    let previous = Membership::initial(&spec);
+    let formed: Vec<Result<Membership, ConnectError>> = thread::scope(|s| {
+        let late = {
+            let (elastic, previous) = (elastic(configs[0].clone(), RULES), previous.clone());
+            s.spawn(move || {
+                thread::sleep(Duration::from_millis(300));
+                rendezvous(&elastic, &previous, 3, &[], 0)
+            })
+        };
+        let early = {
+            let (elastic, previous) = (elastic(configs[1].clone(), RULES), previous.clone());
+            s.spawn(move || rendezvous(&elastic, &previous, 3, &[task(0)], 0))
+        };
+        [late, early].into_iter().map(|j| j.join().expect("no panic")).collect()
+    });
+    for result in &formed {
+        let membership = result.as_ref().unwrap_or_else(|e| panic!("the workers re-form together: {e}: {formed:?}"));
+        assert_eq!((membership.epoch, membership.tasks.clone()), (1, vec![task(1), task(2)]));
+    }
+}
+
+#[test]
 fn below_min_workers_every_survivor_gets_a_named_error() {
     let (configs, groups) = three_with_one_crashed(1);
     let rules = RoundRules { min: 3, timeout: Duration::from_secs(2), ..RULES };
