@@ -91,10 +91,9 @@ pub(super) struct Out<'a> {
 
 impl<'a> Out<'a> {
     pub(super) fn dense(out: &'a mut [f32]) -> Out<'a> {
-        // SAFETY: `MaybeUninit<f32>` has `f32`'s layout, and the kernels only store
-        // initialized floats through it, so `out` stays initialized.
-        let data = unsafe { &mut *(out as *mut [f32] as *mut [std::mem::MaybeUninit<f32>]) };
-        Out { data, at: None }
+        // SAFETY: the kernels only store initialized floats through it, so `out` stays
+        // initialized.
+        Out { data: unsafe { super::buffer::as_uninit(out) }, at: None }
     }
 
     pub(super) fn uninit(out: &'a mut [std::mem::MaybeUninit<f32>]) -> Out<'a> {
