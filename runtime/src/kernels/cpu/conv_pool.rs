@@ -4,7 +4,7 @@
 //! tensor between convolution and pooling is never written to memory.
 
 use super::{
-    buffer::{Elem, int_tensor, ints, min_len, sum_chunks, tensor, view, zeroed},
+    buffer::{Elem, argmax_cells, argmax_tensor, min_len, sum_chunks, tensor, view, zeroed},
     buffer::{as_f32, as_f32_mut, as_f32_uninit},
     conv::Method,
     conv::{Geometry, conv_image, conv_image_plus, filter_grad_image},
@@ -54,7 +54,7 @@ pub(super) fn forward<E: Elem>(op: &FusedConv2dMaxPool, inputs: Vec<Value>, ctx:
     // or zeroed in cache right before the general path writes it.
     let total = n * pl.pooled();
     let mut pooled: Vec<E> = Vec::with_capacity(total);
-    let mut argmax: Vec<i64> = Vec::with_capacity(total);
+    let mut argmax: Vec<i32> = Vec::with_capacity(total);
     let threads = if n == 1 { rayon::current_num_threads() } else { 1 };
     let method = Method::of(&g, f);
     let ws = method.filter(&ws, ch, f);
@@ -101,7 +101,7 @@ pub(super) fn forward<E: Elem>(op: &FusedConv2dMaxPool, inputs: Vec<Value>, ctx:
         argmax.set_len(total);
     }
     let shape = [n, pl.oh, pl.ow, f];
-    Ok(vec![Value::Float(tensor(pooled, &shape, ctx.device)), Value::Int(int_tensor(argmax, &shape, ctx.device))])
+    Ok(vec![Value::Float(tensor(pooled, &shape, ctx.device)), Value::Int(argmax_tensor(argmax, &shape, ctx.device))])
 }
 
 /// The filter gradient (and bias gradient) from `(x, pooled, argmax, pooled gradient)`.
@@ -123,7 +123,7 @@ pub(super) fn backprop_filter<E: Elem>(
         return Err(ctx.err("the convolution's output does not match the pooling's input"));
     }
     let pl = Plane::new(&op.pool, op.conv_hw, f, ctx)?;
-    let (xs, ps, idx, gps) = (view::<E>(&x), view::<E>(&pooled), ints(&idx), view::<E>(&gp));
+    let (xs, ps, idx, gps) = (view::<E>(&x), view::<E>(&pooled), argmax_cells(&idx), view::<E>(&gp));
     if gps.len() != n * pl.pooled() || idx.len() != gps.len() || ps.len() != gps.len() {
         return Err(ctx.err("argmax, pooled values and gradient do not match the pooling"));
     }
@@ -161,8 +161,8 @@ pub(super) fn backprop_filter<E: Elem>(
                     // The unpooled gradient holds exactly the kept pooled gradients.
                     for (q, grow) in gpi.chunks_exact(f).enumerate() {
                         for (c, (b, &v)) in bias.iter_mut().zip(grow).enumerate() {
-                            let kept =
-                                (0..plane).contains(&a[q * f + c]) && mask.is_none_or(|m| m[q * f + c] > E::zero());
+                            let kept = (0..plane).contains(&i64::from(a[q * f + c]))
+                                && mask.is_none_or(|m| m[q * f + c] > E::zero());
                             if kept {
                                 *b += v;
                             }
@@ -188,7 +188,7 @@ fn pooled_in_registers<E: Elem>(
     act: FusedActivation,
     pl: &Plane,
     pooled: &mut [MaybeUninit<E>],
-    argmax: &mut [MaybeUninit<i64>],
+    argmax: &mut [MaybeUninit<i32>],
     padded: &mut Vec<E>,
 ) -> bool {
     let k = g.patch();
@@ -212,7 +212,7 @@ fn in_registers<E: Elem>(
     x: &[E],
     g: &Geometry,
     index: &PatchIndex,
-    argmax: &[i64],
+    argmax: &[i32],
     gradient: &[E],
     mask: Option<&[E]>,
     pl: &Plane,
@@ -256,7 +256,7 @@ mod probe {
         let w: Vec<f32> = (0..9 * 32).map(|i| (i % 5) as f32 - 2.0).collect();
         let bias = vec![0.5f32; 32];
         let (mut y, mut cols, mut pos) = (vec![0.0f32; 676 * 32], Vec::new(), vec![0i32; 32]);
-        let (mut out, mut arg) = (vec![0.0f32; 169 * 32], vec![0i64; 169 * 32]);
+        let (mut out, mut arg) = (vec![0.0f32; 169 * 32], vec![0i32; 169 * 32]);
         let mut dy = vec![0.0f32; 676 * 32];
         let mut acc = vec![0.0f32; 9 * 32];
         let method = Method::of(&g, 32);

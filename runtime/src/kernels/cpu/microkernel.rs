@@ -198,7 +198,7 @@ pub(super) fn filter_grad_f32(taps: Taps<'_>, g: &[f32], acc: &mut [f32], (m, k,
 /// Max pooling of one NHWC image with the argmax (the cell `y * w + x` of each maximum),
 /// eight channels per register; the first maximal cell of a window wins, as in the
 /// portable loop. Needs the channels in eights.
-pub(super) fn max_pool_f32(x: &[f32], pooled: &mut [f32], argmax: &mut [i64], pl: &Plane) -> bool {
+pub(super) fn max_pool_f32(x: &[f32], pooled: &mut [f32], argmax: &mut [i32], pl: &Plane) -> bool {
     if !pl.c.is_multiple_of(8) || x.len() < pl.image() || pooled.len() < pl.pooled() || argmax.len() < pl.pooled() {
         return false;
     }
@@ -223,7 +223,7 @@ pub(super) const MAX_POOLED_TAPS: usize = 12;
 pub(super) fn pooled_filter_grad_f32(
     taps: Taps<'_>,
     k: usize,
-    argmax: &[i64],
+    argmax: &[i32],
     gradient: &[f32],
     pooled: Option<&[f32]>,
     pl: &Plane,
@@ -417,7 +417,7 @@ mod avx2 {
     }
 
     #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn max_pool(x: &[f32], pooled: &mut [f32], argmax: &mut [i64], pl: &Plane) {
+    pub(super) unsafe fn max_pool(x: &[f32], pooled: &mut [f32], argmax: &mut [i32], pl: &Plane) {
         let c = pl.c;
         for oy in 0..pl.oh {
             for ox in 0..pl.ow {
@@ -443,28 +443,10 @@ mod avx2 {
                             }
                         }
                         _mm256_storeu_ps(pooled.as_mut_ptr().add(o + c0), best);
-                        let dst = argmax.as_mut_ptr().add(o + c0) as *mut __m256i;
-                        _mm256_storeu_si256(dst, _mm256_cvtepi32_epi64(_mm256_castsi256_si128(at)));
-                        _mm256_storeu_si256(dst.add(1), _mm256_cvtepi32_epi64(_mm256_extracti128_si256::<1>(at)));
+                        _mm256_storeu_si256(argmax.as_mut_ptr().add(o + c0) as *mut __m256i, at);
                     }
                 }
             }
-        }
-    }
-
-    /// Eight channels of a pooled position's argmax, narrowed to 32 bits (cells are small).
-    #[target_feature(enable = "avx2,fma")]
-    #[inline]
-    unsafe fn argmax8(p: *const i64) -> __m256i {
-        // SAFETY: the caller guarantees eight readable i64 at `p`.
-        unsafe {
-            let lo = _mm256_loadu_si256(p as *const __m256i);
-            let hi = _mm256_loadu_si256(p.add(4) as *const __m256i);
-            // The low 32 bits of each 64-bit lane, in order.
-            let pick = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
-            let lo = _mm256_permutevar8x32_epi32(lo, pick);
-            let hi = _mm256_permutevar8x32_epi32(hi, pick);
-            _mm256_permute2x128_si256::<0x20>(lo, hi)
         }
     }
 
@@ -472,7 +454,7 @@ mod avx2 {
     #[allow(clippy::too_many_arguments)]
     pub(super) unsafe fn pooled_filter_grad<const K: usize>(
         taps: Taps<'_>,
-        argmax: &[i64],
+        argmax: &[i32],
         gradient: &[f32],
         pooled: Option<&[f32]>,
         pl: &Plane,
@@ -497,7 +479,7 @@ mod avx2 {
                                 _mm256_cmp_ps::<_CMP_GT_OQ>(_mm256_loadu_ps(p.as_ptr().add(o)), _mm256_setzero_ps());
                             g = _mm256_and_ps(g, positive);
                         }
-                        let at = argmax8(argmax.as_ptr().add(o));
+                        let at = _mm256_loadu_si256(argmax.as_ptr().add(o) as *const __m256i);
                         // A position outside the plane (none, for a well-formed argmax) adds nothing.
                         let inside = _mm256_and_si256(
                             _mm256_cmpgt_epi32(at, _mm256_set1_epi32(-1)),

@@ -3,7 +3,7 @@
 //! semantics: max over real cells, average over real cells).
 
 use super::{
-    buffer::{Elem, as_f32, as_f32_mut, int_tensor, ints, min_len, tensor, view, zeroed},
+    buffer::{Elem, argmax_cells, argmax_tensor, as_f32, as_f32_mut, min_len, tensor, view, zeroed},
     simd::{OutputLines, multiversion},
     unpool512::{Relu, unpool_f32},
 };
@@ -82,18 +82,18 @@ pub(super) fn max_forward<E: Elem>(win: &Window, inputs: Vec<Value>, ctx: &Kerne
     let pl = Plane::new(win, [h, w], c, ctx)?;
     let xs = view::<E>(&x);
     let mut out = vec![E::zero(); n * pl.pooled()];
-    let mut arg = vec![0i64; n * pl.pooled()];
+    let mut arg = vec![0i32; n * pl.pooled()];
     out.par_chunks_mut(pl.pooled())
         .zip(arg.par_chunks_mut(pl.pooled()))
         .zip(xs.par_chunks(pl.image()))
         .with_min_len(min_len())
         .for_each_init(|| vec![0i32; c], |pos, ((y, a), x)| pool_image(x, y, a, pos, &pl));
     let shape = [n, pl.oh, pl.ow, c];
-    Ok(vec![Value::Float(tensor(out, &shape, ctx.device)), Value::Int(int_tensor(arg, &shape, ctx.device))])
+    Ok(vec![Value::Float(tensor(out, &shape, ctx.device)), Value::Int(argmax_tensor(arg, &shape, ctx.device))])
 }
 
 /// One image's max pooling with argmax: the f32 SIMD kernel where it applies.
-pub(super) fn pool_image<E: Elem>(x: &[E], y: &mut [E], a: &mut [i64], pos: &mut [i32], pl: &Plane) {
+pub(super) fn pool_image<E: Elem>(x: &[E], y: &mut [E], a: &mut [i32], pos: &mut [i32], pl: &Plane) {
     if let (Some(x32), Some(y32)) = (super::buffer::as_f32(x), super::buffer::as_f32_mut(y))
         && super::microkernel::max_pool_f32(x32, y32, a, pl)
     {
@@ -105,7 +105,7 @@ pub(super) fn pool_image<E: Elem>(x: &[E], y: &mut [E], a: &mut [i64], pos: &mut
 multiversion! {
     /// One image. Each window starts from its first cell (a window always has one), so the
     /// inner loop is a branch-free select over contiguous channels.
-    pub(super) fn max_image<E: Elem>(x: &[E], y: &mut [E], a: &mut [i64], pos: &mut [i32], pl: &Plane) {
+    pub(super) fn max_image<E: Elem>(x: &[E], y: &mut [E], a: &mut [i32], pos: &mut [i32], pl: &Plane) {
         let c = pl.c;
         for oy in 0..pl.oh {
             for ox in 0..pl.ow {
@@ -126,9 +126,7 @@ multiversion! {
                         }
                     }
                 }
-                for (dst, &p) in a[o..o + c].iter_mut().zip(pos.iter()) {
-                    *dst = p as i64;
-                }
+                a[o..o + c].copy_from_slice(pos);
             }
         }
     }
@@ -147,7 +145,7 @@ pub(super) fn max_backward<E: Elem>(
     };
     let [n, h, w, c] = nhwc(&x, ctx)?;
     let pl = Plane::new(win, [h, w], c, ctx)?;
-    let (idx, gys, xs) = (ints(&idx), view::<E>(&gy), view::<E>(&x));
+    let (idx, gys, xs) = (argmax_cells(&idx), view::<E>(&gy), view::<E>(&x));
     if idx.len() != n * pl.pooled() || gys.len() != idx.len() {
         return Err(ctx.err("argmax and gradient do not match the pooling"));
     }
@@ -185,7 +183,7 @@ pub(super) fn max_backward<E: Elem>(
 /// positive get nothing (the fused ReLU gradient).
 pub(super) fn scatter_image<E: Elem>(
     dx: &mut [E],
-    a: &[i64],
+    a: &[i32],
     dy: &[E],
     c: usize,
     plane: i64,
@@ -193,7 +191,7 @@ pub(super) fn scatter_image<E: Elem>(
 ) {
     for (arow, grow) in a.chunks_exact(c).zip(dy.chunks_exact(c)) {
         for (ch, (&cell, &g)) in arow.iter().zip(grow).enumerate() {
-            if (0..plane).contains(&cell) {
+            if (0..plane).contains(&i64::from(cell)) {
                 let at = cell as usize * c + ch;
                 if relu_input.is_none_or(|x| x[at] > E::zero()) {
                     dx[at] += g;
@@ -205,7 +203,7 @@ pub(super) fn scatter_image<E: Elem>(
 
 /// `unpool_image` for a plane `pl`: on AVX-512 sixteen channels at a time (see
 /// `unpool512`), else the portable loop.
-pub(super) fn unpool_plane<E: Elem>(dx: &mut [E], a: &[i64], dy: &[E], pl: &Plane, pooled: Option<&[E]>) {
+pub(super) fn unpool_plane<E: Elem>(dx: &mut [E], a: &[i32], dy: &[E], pl: &Plane, pooled: Option<&[E]>) {
     let relu = match pooled {
         None => Some(Relu::None),
         Some(p) => as_f32(p).map(Relu::Pooled),
@@ -223,7 +221,7 @@ pub(super) fn unpool_plane<E: Elem>(dx: &mut [E], a: &[i64], dy: &[E], pl: &Plan
 /// where the SIMD kernel does not apply (the caller then scatters into the zeroed `dx`).
 fn unpool_tiled<E: Elem>(
     dx: &mut [std::mem::MaybeUninit<E>],
-    a: &[i64],
+    a: &[i32],
     dy: &[E],
     pl: &Plane,
     pooled: Option<&[E]>,
@@ -241,10 +239,10 @@ fn unpool_tiled<E: Elem>(
 /// The pooled gradient `dy` of one image put back on the cells its argmax names, in a
 /// zeroed `dx`. With `pooled`, the pool read a ReLU's output: a gradient whose pooled value
 /// is not positive is dropped (`MaxPoolGradWithArgmax`'s mask).
-pub(super) fn unpool_image<E: Elem>(dx: &mut [E], a: &[i64], dy: &[E], c: usize, plane: i64, pooled: Option<&[E]>) {
+pub(super) fn unpool_image<E: Elem>(dx: &mut [E], a: &[i32], dy: &[E], c: usize, plane: i64, pooled: Option<&[E]>) {
     for (q, (arow, grow)) in a.chunks_exact(c).zip(dy.chunks_exact(c)).enumerate() {
         for (ch, (&cell, &g)) in arow.iter().zip(grow).enumerate() {
-            if (0..plane).contains(&cell) && pooled.is_none_or(|p| p[q * c + ch] > E::zero()) {
+            if (0..plane).contains(&i64::from(cell)) && pooled.is_none_or(|p| p[q * c + ch] > E::zero()) {
                 dx[cell as usize * c + ch] += g;
             }
         }
@@ -263,7 +261,7 @@ pub(super) fn max_backward_with_argmax<E: Elem>(
     };
     let [n, _, _, c] = nhwc(&gy, ctx)?;
     let pl = Plane::new(&m.window, m.input_hw, c, ctx)?;
-    let (idx, gys, ps) = (ints(&idx), view::<E>(&gy), view::<E>(&pooled));
+    let (idx, gys, ps) = (argmax_cells(&idx), view::<E>(&gy), view::<E>(&pooled));
     if idx.len() != n * pl.pooled() || gys.len() != idx.len() || ps.len() != idx.len() {
         return Err(ctx.err("argmax, pooled values and gradient do not match the pooling"));
     }

@@ -49,7 +49,7 @@ pub(super) fn conv_max_pool_f32(
     relu: bool,
     pl: &Plane,
     pooled: &mut [MaybeUninit<f32>],
-    argmax: &mut [MaybeUninit<i64>],
+    argmax: &mut [MaybeUninit<i32>],
 ) -> bool {
     let c = pl.c;
     let fits = taps.fits(pl.h * pl.w, k)
@@ -80,7 +80,7 @@ pub(super) fn conv_max_pool_f32(
 pub(super) fn pooled_filter_grad_avx512(
     taps: Taps<'_>,
     k: usize,
-    argmax: &[i64],
+    argmax: &[i32],
     gradient: &[f32],
     pooled: Option<&[f32]>,
     pl: &Plane,
@@ -125,7 +125,7 @@ mod avx512 {
         relu: bool,
         pl: &Plane,
         pooled: *mut f32,
-        argmax: *mut i64,
+        argmax: *mut i32,
     ) {
         // SAFETY: as for `blocks`, which the caller's checks cover.
         unsafe {
@@ -152,7 +152,7 @@ mod avx512 {
         relu: bool,
         pl: &Plane,
         pooled: *mut f32,
-        argmax: *mut i64,
+        argmax: *mut i32,
     ) {
         let c = pl.c;
         // SAFETY (whole function): the caller checked that the k taps of every cell of the
@@ -216,25 +216,11 @@ mod avx512 {
                             }
                             let o = o + 16 * r;
                             _mm512_storeu_ps(pooled.add(o), best);
-                            let dst = argmax.add(o) as *mut __m512i;
-                            _mm512_storeu_si512(dst, _mm512_cvtepi32_epi64(_mm512_castsi512_si256(at)));
-                            _mm512_storeu_si512(dst.add(1), _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64::<1>(at)));
+                            _mm512_storeu_si512(argmax.add(o) as *mut __m512i, at);
                         }
                     }
                 }
             }
-        }
-    }
-
-    /// Sixteen channels' argmax of a pooled position, narrowed to 32 bits (cells are small).
-    #[target_feature(enable = "avx512f")]
-    #[inline]
-    unsafe fn argmax16(p: *const i64) -> __m512i {
-        // SAFETY: the caller guarantees sixteen readable i64 at `p`.
-        unsafe {
-            let lo = _mm512_cvtepi64_epi32(_mm512_loadu_si512(p as *const __m512i));
-            let hi = _mm512_cvtepi64_epi32(_mm512_loadu_si512(p.add(8) as *const __m512i));
-            _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi)
         }
     }
 
@@ -244,7 +230,7 @@ mod avx512 {
     #[allow(clippy::too_many_arguments)]
     pub(super) unsafe fn pooled_filter_grad<const K: usize, const B: usize>(
         taps: Taps<'_>,
-        argmax: &[i64],
+        argmax: &[i32],
         gradient: &[f32],
         pooled: Option<&[f32]>,
         pl: &Plane,
@@ -269,7 +255,7 @@ mod avx512 {
                         let mut at = [_mm512_setzero_si512(); B];
                         for r in 0..B {
                             let o = o + 16 * r;
-                            at[r] = argmax16(argmax.as_ptr().add(o));
+                            at[r] = _mm512_loadu_si512(argmax.as_ptr().add(o) as *const __m512i);
                             // A position outside the plane (none, for a well-formed argmax)
                             // adds nothing; nor does one the ReLU mask drops.
                             let mut keep = _mm512_cmpgt_epi32_mask(at[r], _mm512_set1_epi32(-1))
@@ -356,7 +342,7 @@ mod tests {
             let bias: Vec<f32> = (0..f).map(|i| (i % 3) as f32 - 1.0).collect();
             let act = if relu { FusedActivation::Relu } else { FusedActivation::Linear };
             let (mut y, mut scratch, mut pos) = (vec![0.0f32; g.pixels() * f], Vec::new(), vec![0i32; f]);
-            let (mut want, mut want_at) = (vec![0.0f32; pl.pooled()], vec![0i64; pl.pooled()]);
+            let (mut want, mut want_at) = (vec![0.0f32; pl.pooled()], vec![0i32; pl.pooled()]);
             let method = Method::of(&g, f);
             let wf = method.filter(&w, g.c, f);
             assert!(conv_image(&x, &g, &method, &wf, f, Some((&bias, act)), &mut y, &mut scratch, 1));
@@ -366,7 +352,7 @@ mod tests {
             let mut padded = Vec::new();
             let image = index.image(&x, &g, &mut padded);
             let taps = taps_f32(image, &index).ok_or_else(|| crate::RuntimeError::Read("not f32".into()))?;
-            let (mut got, mut got_at) = (vec![0.0f32; pl.pooled()], vec![0i64; pl.pooled()]);
+            let (mut got, mut got_at) = (vec![0.0f32; pl.pooled()], vec![0i32; pl.pooled()]);
             let ran = conv_max_pool_f32(taps, g.patch(), &w, &bias, relu, &pl, uninit(&mut got), uninit(&mut got_at));
             #[cfg(target_arch = "x86_64")]
             assert_eq!(ran, has_avx512(), "case {c} {k} {pad} {f}");
@@ -396,7 +382,7 @@ mod tests {
             let pl = Plane::for_probe(&win, [oh, ow], f)?;
             let x: Vec<f32> = (0..g.image()).map(|i| ((i * 37) % 11) as f32 - 5.0).collect();
             let y: Vec<f32> = (0..g.pixels() * f).map(|i| ((i * 29) % 13) as f32 - 9.0).collect();
-            let (mut pooled, mut at, mut pos) = (vec![0.0f32; pl.pooled()], vec![0i64; pl.pooled()], vec![0i32; f]);
+            let (mut pooled, mut at, mut pos) = (vec![0.0f32; pl.pooled()], vec![0i32; pl.pooled()], vec![0i32; f]);
             pool_image(&y, &mut pooled, &mut at, &mut pos, &pl);
             let grad: Vec<f32> = (0..pl.pooled()).map(|i| ((i * 7) % 5) as f32 - 2.0).collect();
             let mask = relu.then_some(&pooled[..]);

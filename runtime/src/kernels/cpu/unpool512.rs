@@ -2,7 +2,7 @@
 //! sixteen-channel AVX-512 registers: each pooled gradient is added to the window cell its
 //! argmax names, by comparing the argmax of sixteen channels with each cell of the window
 //! and adding under that mask. The portable loops scatter one channel at a time through an
-//! `i64` index; profiled on the residual model, that was `MaxPoolGrad`'s 0.65 ms per step.
+//! index; profiled on the residual model, that was `MaxPoolGrad`'s 0.65 ms per step.
 //!
 //! The gradients are added in the portable loop's order (window after window), so
 //! overlapping windows sum bit for bit as it does. An argmax outside its own window names
@@ -24,7 +24,7 @@ pub(super) enum Relu<'a> {
 /// Adds `dy` (one pooled image) into `dx` (one input image) at the argmax cells `a`,
 /// dropping what `relu` drops. False, having done nothing, where it does not apply: no
 /// AVX-512, channels not in sixteens, or a buffer shorter than the plane.
-pub(super) fn unpool_f32(dx: &mut [f32], a: &[i64], dy: &[f32], pl: &Plane, relu: Relu<'_>) -> bool {
+pub(super) fn unpool_f32(dx: &mut [f32], a: &[i32], dy: &[f32], pl: &Plane, relu: Relu<'_>) -> bool {
     if !applies(dx.len(), a, dy, pl, relu) {
         return false;
     }
@@ -45,7 +45,7 @@ pub(super) fn unpool_f32(dx: &mut [f32], a: &[i64], dy: &[f32], pl: &Plane, relu
 /// False, having written nothing, where it does not apply.
 pub(super) fn unpool_tiled_f32(
     dx: &mut [std::mem::MaybeUninit<f32>],
-    a: &[i64],
+    a: &[i32],
     dy: &[f32],
     pl: &Plane,
     relu: Relu<'_>,
@@ -66,7 +66,7 @@ pub(super) fn unpool_tiled_f32(
 
 /// Whether the sixteen-channel kernels apply: every buffer holds the plane, channels come
 /// in sixteens, and a cell's index fits an `i32`.
-fn applies(dx: usize, a: &[i64], dy: &[f32], pl: &Plane, relu: Relu<'_>) -> bool {
+fn applies(dx: usize, a: &[i32], dy: &[f32], pl: &Plane, relu: Relu<'_>) -> bool {
     let q = pl.pooled();
     let mask_fits = match relu {
         Relu::None => true,
@@ -87,21 +87,17 @@ mod avx512 {
     use super::{Plane, Relu};
     use std::arch::x86_64::*;
 
-    /// Sixteen channels of one pooled cell at `q`: the gradients, the argmax cells as
-    /// 32-bit integers (saturated: the plane has fewer than 2^31 - 1 cells, checked by the
-    /// callers, so no index out of it can alias a cell), and the channels a pooled ReLU
-    /// mask keeps.
+    /// Sixteen channels of one pooled cell at `q`: the gradients, the argmax cells (32-bit,
+    /// as the pooling forward writes them), and the channels a pooled ReLU mask keeps.
     ///
     /// # Safety
     /// AVX-512F; sixteen values at `q` in `dy`, `a` and a pooled mask.
     #[target_feature(enable = "avx512f")]
-    unsafe fn pooled16(dy: &[f32], a: &[i64], relu: Relu<'_>, q: usize) -> (__m512, __m512i, __mmask16) {
+    unsafe fn pooled16(dy: &[f32], a: &[i32], relu: Relu<'_>, q: usize) -> (__m512, __m512i, __mmask16) {
         // SAFETY: the caller's.
         unsafe {
             let g = _mm512_loadu_ps(dy.as_ptr().add(q));
-            let lo = _mm512_cvtsepi64_epi32(_mm512_loadu_si512(a.as_ptr().add(q).cast()));
-            let hi = _mm512_cvtsepi64_epi32(_mm512_loadu_si512(a.as_ptr().add(q + 8).cast()));
-            let cell = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi);
+            let cell = _mm512_loadu_si512(a.as_ptr().add(q).cast());
             let keep = match relu {
                 Relu::Pooled(p) => positive(p.as_ptr().add(q)),
                 Relu::None | Relu::Input(_) => 0xffff,
@@ -127,7 +123,7 @@ mod avx512 {
     /// AVX-512F; the callers' checks (`applies`, and `Plane::tiles` with `TILED`); `dx`
     /// holds the plane.
     #[target_feature(enable = "avx512f")]
-    pub(super) unsafe fn unpool<const TILED: bool>(dx: *mut f32, a: &[i64], dy: &[f32], pl: &Plane, relu: Relu<'_>) {
+    pub(super) unsafe fn unpool<const TILED: bool>(dx: *mut f32, a: &[i32], dy: &[f32], pl: &Plane, relu: Relu<'_>) {
         let c = pl.c;
         // SAFETY (whole function): the caller's.
         unsafe {
@@ -195,7 +191,7 @@ mod tests {
                 continue;
             }
             let x: Vec<f32> = (0..pl.image()).map(|i| ((i * 37) % 11) as f32 - 5.0).collect();
-            let (mut pooled, mut at, mut pos) = (vec![0f32; pl.pooled()], vec![0i64; pl.pooled()], vec![0i32; pl.c]);
+            let (mut pooled, mut at, mut pos) = (vec![0f32; pl.pooled()], vec![0i32; pl.pooled()], vec![0i32; pl.c]);
             pool_image(&x, &mut pooled, &mut at, &mut pos, &pl);
             let mut dy: Vec<f32> = (0..pl.pooled()).map(|i| ((i * 13) % 7) as f32 * 0.37 - 1.1).collect();
             dy[3] = -0.0;
@@ -229,7 +225,7 @@ mod tests {
             let pl = Plane::for_probe(&Window { kernel: [k, k], strides: [s, s], padding }, [h, w], c)?;
             // Ties and negative values, so the mask and the first-maximum rule both matter.
             let x: Vec<f32> = (0..pl.image()).map(|i| ((i * 37) % 11) as f32 - 5.0).collect();
-            let (mut pooled, mut at, mut pos) = (vec![0f32; pl.pooled()], vec![0i64; pl.pooled()], vec![0i32; c]);
+            let (mut pooled, mut at, mut pos) = (vec![0f32; pl.pooled()], vec![0i32; pl.pooled()], vec![0i32; c]);
             pool_image(&x, &mut pooled, &mut at, &mut pos, &pl);
             let dy: Vec<f32> = (0..pl.pooled()).map(|i| ((i * 13) % 7) as f32 * 0.37 - 1.1).collect();
             for (name, relu) in [("none", Relu::None), ("pooled", Relu::Pooled(&pooled)), ("input", Relu::Input(&x))] {
@@ -248,7 +244,7 @@ mod tests {
         let pl = Plane::for_probe(&Window { kernel: [2, 2], strides: [2, 2], padding: Padding::Valid }, [4, 4], 8)?;
         assert!(pl.tiles());
         assert!(
-            !unpool_f32(&mut [0f32; 128], &[0i64; 32], &[0f32; 32], &pl, Relu::None),
+            !unpool_f32(&mut [0f32; 128], &[0i32; 32], &[0f32; 32], &pl, Relu::None),
             "8 channels are not whole registers"
         );
         Ok(())
