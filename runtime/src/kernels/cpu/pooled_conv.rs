@@ -138,9 +138,14 @@ mod avx512 {
     }
 
     /// `B` registers of sixteen channels per pass over the windows: two when the channels
-    /// allow, so that the window's addressing serves 32 channels. The four cells'
-    /// accumulators are named, not indexed, so that they stay in registers; the filter rows
-    /// are read from L1 at each tap.
+    /// allow, so that the window's addressing serves 32 channels. Two neighbouring windows
+    /// of a row go together where the row has both, so that each filter row loaded serves
+    /// eight cells: with one window at a time the loads (four taps and `B` filter
+    /// registers for `4 B` multiply-adds) kept pace with the arithmetic, and the tutorial
+    /// CNN's pooling convolution ran at half the core's multiply-add rate. The cells'
+    /// accumulators are named, not indexed, so that they stay in registers (16 of the 32
+    /// with `B` = 2, and 8 tap broadcasts); the filter rows are read from L1 at each tap.
+    /// Each cell's sum is the same chain of multiply-adds either way.
     #[target_feature(enable = "avx512f")]
     #[inline]
     #[allow(clippy::too_many_arguments)]
@@ -166,20 +171,48 @@ mod avx512 {
                 for (r, v) in b.iter_mut().enumerate() {
                     *v = _mm512_loadu_ps(bias.as_ptr().add(c0 + 16 * r));
                 }
+                let out = |oy: usize, ox: usize| (oy * pl.ow + ox) * c + c0;
                 for oy in 0..pl.oh {
-                    for ox in 0..pl.ow {
-                        // The window's cells in row order; a clipped window repeats its
-                        // first cell, which can never win over itself.
-                        let (rows, cols) = pl.cells(oy, ox);
-                        let first = rows.start * pl.w + cols.start;
-                        let mut cells = [first; MAX_CELLS];
-                        let mut n = 0;
-                        for iy in rows {
-                            for ix in cols.clone() {
-                                cells[n] = iy * pl.w + ix;
-                                n += 1;
+                    let mut ox = 0;
+                    while ox + 1 < pl.ow {
+                        let (cells, next) = (window(pl, oy, ox), window(pl, oy, ox + 1));
+                        let [p0, p1, p2, p3] = cells.map(|cell| image.add(*taps.base.get_unchecked(cell)));
+                        let [q0, q1, q2, q3] = next.map(|cell| image.add(*taps.base.get_unchecked(cell)));
+                        let (mut a0, mut a1, mut a2, mut a3) = (b, b, b, b);
+                        let (mut e0, mut e1, mut e2, mut e3) = (b, b, b, b);
+                        for t in 0..k {
+                            let off = *taps.offset.get_unchecked(t);
+                            let wrow = w.as_ptr().add(t * c + c0);
+                            let (x0, x1, x2, x3) = (
+                                _mm512_set1_ps(*p0.add(off)),
+                                _mm512_set1_ps(*p1.add(off)),
+                                _mm512_set1_ps(*p2.add(off)),
+                                _mm512_set1_ps(*p3.add(off)),
+                            );
+                            let (y0, y1, y2, y3) = (
+                                _mm512_set1_ps(*q0.add(off)),
+                                _mm512_set1_ps(*q1.add(off)),
+                                _mm512_set1_ps(*q2.add(off)),
+                                _mm512_set1_ps(*q3.add(off)),
+                            );
+                            for r in 0..B {
+                                let wr = _mm512_loadu_ps(wrow.add(16 * r));
+                                a0[r] = _mm512_fmadd_ps(x0, wr, a0[r]);
+                                a1[r] = _mm512_fmadd_ps(x1, wr, a1[r]);
+                                a2[r] = _mm512_fmadd_ps(x2, wr, a2[r]);
+                                a3[r] = _mm512_fmadd_ps(x3, wr, a3[r]);
+                                e0[r] = _mm512_fmadd_ps(y0, wr, e0[r]);
+                                e1[r] = _mm512_fmadd_ps(y1, wr, e1[r]);
+                                e2[r] = _mm512_fmadd_ps(y2, wr, e2[r]);
+                                e3[r] = _mm512_fmadd_ps(y3, wr, e3[r]);
                             }
                         }
+                        pool_store([a0, a1, a2, a3], &cells, relu, pooled, argmax, out(oy, ox));
+                        pool_store([e0, e1, e2, e3], &next, relu, pooled, argmax, out(oy, ox + 1));
+                        ox += 2;
+                    }
+                    if ox < pl.ow {
+                        let cells = window(pl, oy, ox);
                         let [p0, p1, p2, p3] = cells.map(|cell| image.add(*taps.base.get_unchecked(cell)));
                         let (mut a0, mut a1, mut a2, mut a3) = (b, b, b, b);
                         for t in 0..k {
@@ -199,27 +232,67 @@ mod avx512 {
                                 a3[r] = _mm512_fmadd_ps(x3, wr, a3[r]);
                             }
                         }
-                        let o = (oy * pl.ow + ox) * c + c0;
-                        for r in 0..B {
-                            let mut v = [a0[r], a1[r], a2[r], a3[r]];
-                            if relu {
-                                for x in v.iter_mut() {
-                                    *x = _mm512_max_ps(*x, zero);
-                                }
-                            }
-                            let mut best = v[0];
-                            let mut at = _mm512_set1_epi32(cells[0] as i32);
-                            for j in 1..MAX_CELLS {
-                                let greater = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(v[j], best);
-                                best = _mm512_mask_blend_ps(greater, best, v[j]);
-                                at = _mm512_mask_blend_epi32(greater, at, _mm512_set1_epi32(cells[j] as i32));
-                            }
-                            let o = o + 16 * r;
-                            _mm512_storeu_ps(pooled.add(o), best);
-                            _mm512_storeu_si512(argmax.add(o) as *mut __m512i, at);
-                        }
+                        pool_store([a0, a1, a2, a3], &cells, relu, pooled, argmax, out(oy, ox));
                     }
                 }
+            }
+        }
+    }
+
+    /// The cells of window `(oy, ox)` in row order; a clipped window repeats its first
+    /// cell, which can never win over itself.
+    #[inline(always)]
+    fn window(pl: &Plane, oy: usize, ox: usize) -> [usize; MAX_CELLS] {
+        let (rows, cols) = pl.cells(oy, ox);
+        let first = rows.start * pl.w + cols.start;
+        let mut cells = [first; MAX_CELLS];
+        let mut n = 0;
+        for iy in rows {
+            for ix in cols.clone() {
+                if let Some(cell) = cells.get_mut(n) {
+                    *cell = iy * pl.w + ix;
+                }
+                n += 1;
+            }
+        }
+        cells
+    }
+
+    /// One window's four cells (`B` registers each): the ReLU, then the maximum and its
+    /// cell (the first maximal one winning), stored at `o`.
+    ///
+    /// # Safety
+    /// AVX-512F; `pooled` and `argmax` hold `o + 16 B` elements.
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    unsafe fn pool_store<const B: usize>(
+        acc: [[__m512; B]; MAX_CELLS],
+        cells: &[usize; MAX_CELLS],
+        relu: bool,
+        pooled: *mut f32,
+        argmax: *mut i32,
+        o: usize,
+    ) {
+        let zero = _mm512_setzero_ps();
+        for r in 0..B {
+            let mut v: [__m512; MAX_CELLS] = std::array::from_fn(|j| acc[j][r]);
+            if relu {
+                for x in v.iter_mut() {
+                    *x = _mm512_max_ps(*x, zero);
+                }
+            }
+            let mut best = v[0];
+            let mut at = _mm512_set1_epi32(cells[0] as i32);
+            for j in 1..MAX_CELLS {
+                let greater = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(v[j], best);
+                best = _mm512_mask_blend_ps(greater, best, v[j]);
+                at = _mm512_mask_blend_epi32(greater, at, _mm512_set1_epi32(cells[j] as i32));
+            }
+            let o = o + 16 * r;
+            // SAFETY: the caller's.
+            unsafe {
+                _mm512_storeu_ps(pooled.add(o), best);
+                _mm512_storeu_si512(argmax.add(o) as *mut __m512i, at);
             }
         }
     }
