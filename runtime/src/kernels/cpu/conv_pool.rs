@@ -14,6 +14,7 @@ use super::{
     pool::{Plane, pool_image, unpool_plane},
     pooled_conv::{conv_max_pool_f32, forward_applies},
     simd::prefetch_next_image,
+    winograd::forward_pooled,
 };
 use crate::{
     Result, Value,
@@ -73,6 +74,24 @@ pub(super) fn forward<E: Elem>(op: &FusedConv2dMaxPool, inputs: Vec<Value>, ctx:
                 }
                 if let (Method::Direct(index), None) = (&method, &skip)
                     && pooled_in_registers(x, &g, index, &ws, &bias, op.activation, &pl, out, arg, cols)
+                {
+                    return true;
+                }
+                if let Method::Winograd(tile) = &method
+                    && pl.halves()
+                    && forward_pooled(
+                        *tile,
+                        x,
+                        &g,
+                        &ws,
+                        f,
+                        (&bias[..], op.activation),
+                        skip.as_ref().map(|s| &s[i * image..][..image]),
+                        out,
+                        arg,
+                        cols,
+                        threads,
+                    )
                 {
                     return true;
                 }

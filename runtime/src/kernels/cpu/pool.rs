@@ -57,6 +57,19 @@ impl Plane {
         disjoint && rows == self.h && cols == self.w
     }
 
+    /// Whether the windows are 2×2 with stride 2 from the corner of a plane of even height
+    /// and width: every window whole, and each inside one 4×4 tile of Winograd F(4×4)'s
+    /// output (`winograd::forward_pooled`).
+    pub(super) fn halves(&self) -> bool {
+        self.win.kernel == [2, 2]
+            && self.win.strides == [2, 2]
+            && self.top == 0
+            && self.left == 0
+            && self.h.is_multiple_of(2)
+            && self.w.is_multiple_of(2)
+            && (self.oh, self.ow) == (self.h / 2, self.w / 2)
+    }
+
     /// Most cells a window covers (edge windows may cover fewer).
     pub(super) fn window_cells(&self) -> usize {
         self.win.kernel[0] * self.win.kernel[1]

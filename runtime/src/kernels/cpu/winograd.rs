@@ -22,7 +22,7 @@ use super::{
     gemm::{Mat, gemm},
     microkernel::{Out, TapIndex, conv_f32, filter_grad_f32},
     simd::multiversion,
-    winograd4, winograd512,
+    winograd4, winograd4_512, winograd512,
 };
 use engine_graph::ops::FusedActivation;
 
@@ -221,6 +221,48 @@ pub(super) fn forward_image<E: Elem>(
     // SAFETY: `forward_image_uninit` writes only initialized values.
     let y = unsafe { super::buffer::as_uninit(y) };
     forward_image_uninit(kind, x, g, u, f, post, skip, None, y, scratch, threads)
+}
+
+/// [`forward_image`] with `skip`, the bias and the activation, max-pooled 2×2 with stride 2
+/// inside F(4×4)'s output transform (`winograd4_512::transform_output_pool`): each 4×4
+/// tile holds four whole windows, so the convolution's plane (50 KB an image on the
+/// residual model) is never stored and read back by a pooling pass. `pooled` and `argmax`
+/// are as `pool::pool_image` writes them, bit for bit. False, having written nothing,
+/// where it does not apply (F(2×2), other pools, channels not in sixteens, no AVX-512, f64):
+/// the caller then convolves and pools.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn forward_pooled<E: Elem>(
+    kind: Tile,
+    x: &[E],
+    g: &Geometry,
+    u: &[E],
+    f: usize,
+    post: (&[E], FusedActivation),
+    skip: Option<&[E]>,
+    pooled: &mut [std::mem::MaybeUninit<E>],
+    argmax: &mut [std::mem::MaybeUninit<i32>],
+    scratch: &mut Vec<E>,
+    threads: usize,
+) -> bool {
+    let layout = Tiles::of(g, kind).layout(g);
+    let pixels = g.pixels() * f;
+    let operands = (as_f32(post.0), optional_f32(skip), super::buffer::as_f32_uninit(pooled));
+    let (Some(bias), Some(skip), Some(pooled)) = operands else { return false };
+    if kind != Tile::F4
+        || !winograd4_512::pool_fits(&layout, f)
+        || u.len() != kind.positions() * g.c * f
+        || x.len() < g.image()
+        || skip.is_some_and(|s| s.len() < pixels)
+    {
+        return false;
+    }
+    let Some((t, v, m)) = transformed_image(kind, x, g, f, scratch) else { return false };
+    if !products(v, u, m, t.count(), g.c, f, threads) {
+        return false;
+    }
+    let Some(m) = as_f32(m) else { return false };
+    let relu = post.1 == FusedActivation::Relu;
+    winograd4_512::transform_output_pool(m, &layout, f, Some(bias), skip, relu, pooled, argmax)
 }
 
 /// [`forward_image`] into an output that may be uninitialized: both tiles zero the image's
@@ -881,6 +923,103 @@ mod tests {
             best = best.min(s.elapsed().as_secs_f64());
         }
         println!("input transform per image of a batch written just before: {:.2} us", best / n as f64 * 1e6);
+    }
+
+    /// F(4×4)'s output pooled in registers equals the convolution stored and then pooled,
+    /// bit for bit: values and argmax, with and without the skip, the bias's ReLU, a last
+    /// tile cut short (10 wide: three tiles of 4), a single window; an odd output is
+    /// refused with nothing written.
+    #[test]
+    fn the_pooled_output_transform_equals_convolving_then_pooling() -> crate::Result<()> {
+        use crate::kernels::cpu::pool::{Plane, pool_image};
+        use engine_graph::ops::{Padding, Window};
+        if !winograd512::applies(16) {
+            return Ok(());
+        }
+        let win = Window { kernel: [2, 2], strides: [2, 2], padding: Padding::Valid };
+        for (h, w, c, f, same, with_skip, relu) in [
+            (28, 28, 16, 16, true, true, true),
+            (14, 14, 32, 32, true, false, false),
+            (6, 10, 16, 32, true, true, false),
+            (8, 8, 16, 16, false, false, true),
+            (2, 2, 16, 16, true, true, true),
+        ] {
+            let g = geometry(1, h, w, c, same);
+            let pl = Plane::for_probe(&win, [g.oh, g.ow], f)?;
+            // Small integers make ties between the cells of a window.
+            let x: Vec<f32> = data::<f32>(g.image(), 1).iter().map(|v| (v * 4.0).round()).collect();
+            let u = Tile::F4.transform_filter(
+                &data::<f32>(9 * c * f, 2).iter().map(|v| (v * 2.0).round()).collect::<Vec<_>>(),
+                c,
+                f,
+            );
+            let bias = data::<f32>(f, 3);
+            let skip = with_skip.then(|| data::<f32>(g.pixels() * f, 4));
+            let act = if relu { FusedActivation::Relu } else { FusedActivation::Linear };
+            let (mut y, mut scratch) = (vec![0f32; g.pixels() * f], Vec::new());
+            assert!(forward_image(
+                Tile::F4,
+                &x,
+                &g,
+                &u,
+                f,
+                Some((&bias, act)),
+                skip.as_deref(),
+                &mut y,
+                &mut scratch,
+                1
+            ));
+            let (mut want, mut want_at, mut pos) = (vec![0f32; pl.pooled()], vec![0i32; pl.pooled()], vec![0i32; f]);
+            pool_image(&y, &mut want, &mut want_at, &mut pos, &pl);
+            let mut got = vec![std::mem::MaybeUninit::new(f32::NAN); pl.pooled()];
+            let mut got_at = vec![std::mem::MaybeUninit::new(-7i32); pl.pooled()];
+            let case = format!("{h}x{w} {c}->{f}, same {same}, skip {with_skip}, relu {relu}");
+            let ran = forward_pooled(
+                Tile::F4,
+                &x,
+                &g,
+                &u,
+                f,
+                (&bias, act),
+                skip.as_deref(),
+                &mut got,
+                &mut got_at,
+                &mut scratch,
+                1,
+            );
+            assert!(ran, "{case}: not run");
+            // SAFETY: initialized above (NaN and -7), and overwritten.
+            let (got, got_at): (Vec<f32>, Vec<i32>) = unsafe {
+                (got.iter().map(|v| v.assume_init()).collect(), got_at.iter().map(|v| v.assume_init()).collect())
+            };
+            assert!(got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "{case}: values");
+            assert_eq!(got_at, want_at, "{case}: argmax");
+        }
+        // 7x7 outputs leave a window cut in half: refused, untouched.
+        let g = geometry(1, 7, 7, 16, true);
+        let pl_ok = Plane::for_probe(&win, [g.oh, g.ow], 16)?;
+        let mut got = vec![std::mem::MaybeUninit::new(1f32); pl_ok.pooled()];
+        let mut at = vec![std::mem::MaybeUninit::new(5i32); pl_ok.pooled()];
+        let u = Tile::F4.transform_filter(&data::<f32>(9 * 16 * 16, 2), 16, 16);
+        let bias = data::<f32>(16, 3);
+        let x = data::<f32>(g.image(), 1);
+        let ran = forward_pooled(
+            Tile::F4,
+            &x,
+            &g,
+            &u,
+            16,
+            (&bias, FusedActivation::Relu),
+            None,
+            &mut got,
+            &mut at,
+            &mut Vec::new(),
+            1,
+        );
+        assert!(!ran);
+        // SAFETY: initialized above.
+        assert!(got.iter().zip(&at).all(|(v, a)| unsafe { v.assume_init() == 1.0 && a.assume_init() == 5 }));
+        Ok(())
     }
 
     #[test]

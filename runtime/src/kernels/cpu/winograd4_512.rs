@@ -58,6 +58,47 @@ pub(super) fn transform_output(
     true
 }
 
+/// Whether [`transform_output_pool`] runs for `l` and `f` channels: AVX-512, channels in
+/// sixteens, and an output of even height and width, so that every 2×2 window of stride 2
+/// is whole and inside one 4×4 tile.
+pub(super) fn pool_fits(l: &Layout, f: usize) -> bool {
+    applies(f) && l.oh.is_multiple_of(2) && l.ow.is_multiple_of(2)
+}
+
+/// [`transform_output`] (with `bias`, `skip` and the ReLU, no gate) max-pooled 2×2 with
+/// stride 2 in registers: `pooled` and `argmax` (each window's cell `y * ow + x` in the
+/// convolution's plane, the first maximal cell winning, as the pooling kernels choose it)
+/// of `oh / 2 x ow / 2 x f`, every element written and the plane itself never stored.
+/// False, having done nothing, where it does not apply or a buffer does not fit.
+#[allow(clippy::too_many_arguments, reason = "the output transform's epilogue operands, each optional")]
+pub(super) fn transform_output_pool(
+    m: &[f32],
+    l: &Layout,
+    f: usize,
+    bias: Option<&[f32]>,
+    skip: Option<&[f32]>,
+    relu: bool,
+    pooled: &mut [std::mem::MaybeUninit<f32>],
+    argmax: &mut [std::mem::MaybeUninit<i32>],
+) -> bool {
+    let (image, q) = (l.oh * l.ow * f, (l.oh / 2) * (l.ow / 2) * f);
+    if !pool_fits(l, f)
+        || !output_fits(l, f, image, m.len(), bias.map(<[f32]>::len))
+        || skip.is_some_and(|s| s.len() < image)
+        || pooled.len() < q
+        || argmax.len() < q
+    {
+        return false;
+    }
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: as `transform_output`'s; each window's maximum is stored inside the first
+    // `q` elements of `pooled` and `argmax` (checked above).
+    unsafe {
+        avx512::transform_output_pool(m, l, f, bias, skip, relu, pooled.as_mut_ptr().cast(), argmax.as_mut_ptr().cast())
+    };
+    true
+}
+
 /// `e` = `A ∂y Aᵀ` of every 4×4 block of `dy`, and the bias gradient, as
 /// `winograd4::transform_output_grad`.
 pub(super) fn transform_output_grad(dy: &[f32], l: &Layout, f: usize, e: &mut [f32], bias: Option<&mut [f32]>) -> bool {
@@ -222,6 +263,89 @@ mod avx512 {
                                 v = _mm512_maskz_mov_ps(keep, v);
                             }
                             _mm512_storeu_ps(dst.add(at), v);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// [`transform_output`] with a 2×2 max pool of stride 2 in its epilogue: each 4×4 tile
+    /// holds four whole windows, so a tile's outputs are pooled in registers and only the
+    /// maxima and their cells are stored.
+    ///
+    /// # Safety
+    /// AVX-512F; the caller's checks (`pool_fits`).
+    #[target_feature(enable = "avx512f")]
+    #[allow(clippy::too_many_arguments, reason = "the output transform's epilogue operands, each optional")]
+    pub(super) unsafe fn transform_output_pool(
+        m: &[f32],
+        l: &Layout,
+        f: usize,
+        bias: Option<&[f32]>,
+        skip: Option<&[f32]>,
+        relu: bool,
+        pooled: *mut f32,
+        argmax: *mut i32,
+    ) {
+        let count = l.count();
+        let pw = l.ow / 2;
+        // SAFETY (whole function): the caller's checks.
+        unsafe {
+            let src = m.as_ptr();
+            for t in 0..count {
+                let (oy, ox) = (OUT * (t / l.tw), OUT * (t % l.tw));
+                for f0 in (0..f).step_by(16) {
+                    let from = src.add(t * f + f0);
+                    let mut rows = [[_mm512_setzero_ps(); IN]; OUT];
+                    for j in 0..IN {
+                        let col =
+                            output_1d(std::array::from_fn(|i| _mm512_loadu_ps(from.add((i * IN + j) * count * f))));
+                        for r in 0..OUT {
+                            rows[r][j] = col[r];
+                        }
+                    }
+                    let b = bias.map(|b| _mm512_loadu_ps(b.as_ptr().add(f0)));
+                    for pr in 0..2 {
+                        let y0 = oy + 2 * pr;
+                        // The output's height is even: both rows of a window or neither.
+                        if y0 >= l.oh {
+                            continue;
+                        }
+                        let px = [output_1d(rows[2 * pr]), output_1d(rows[2 * pr + 1])];
+                        for pc in 0..2 {
+                            let x0 = ox + 2 * pc;
+                            if x0 >= l.ow {
+                                continue;
+                            }
+                            // The window's cells in row order, each finished as
+                            // `transform_output` finishes a pixel.
+                            let cells = [(0, 0), (0, 1), (1, 0), (1, 1)].map(|(dy, dx)| (y0 + dy) * l.ow + x0 + dx);
+                            let v: [__m512; 4] = std::array::from_fn(|j| {
+                                let (dy, dx) = (j / 2, j % 2);
+                                let mut v = px[dy][2 * pc + dx];
+                                if let Some(b) = b {
+                                    v = _mm512_add_ps(v, b);
+                                }
+                                if let Some(sk) = skip {
+                                    v = _mm512_add_ps(v, _mm512_loadu_ps(sk.as_ptr().add(cells[j] * f + f0)));
+                                }
+                                if relu {
+                                    v = _mm512_max_ps(v, _mm512_setzero_ps());
+                                }
+                                v
+                            });
+                            // The first maximal cell wins, as in the pooling kernels.
+                            let mut best = v[0];
+                            let mut at = _mm512_set1_epi32(cells[0] as i32);
+                            for j in 1..4 {
+                                let greater = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(v[j], best);
+                                best = _mm512_mask_blend_ps(greater, best, v[j]);
+                                at = _mm512_mask_blend_epi32(greater, at, _mm512_set1_epi32(cells[j] as i32));
+                            }
+                            let o = ((y0 / 2) * pw + x0 / 2) * f + f0;
+                            _mm512_storeu_ps(pooled.add(o), best);
+                            _mm512_storeu_si512(argmax.add(o).cast(), at);
                         }
                     }
                 }
