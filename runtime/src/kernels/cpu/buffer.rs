@@ -41,13 +41,20 @@ pub(super) fn is_native(v: &Value, precision: Precision) -> bool {
 
 /// The elements in row-major order: borrowed when the tensor is contiguous.
 pub(super) fn view<E: Elem>(t: &T) -> Cow<'_, [E]> {
-    let Some(f) = flex(t) else { return Cow::Owned(Vec::new()) };
+    match flex(t) {
+        Some(f) => elements::<E>(f),
+        None => Cow::Owned(Vec::new()),
+    }
+}
+
+/// A flex tensor's elements of type `X` in row-major order: borrowed when contiguous.
+fn elements<X: Element + bytemuck::Pod>(f: &FlexTensor) -> Cow<'_, [X]> {
     match f.layout().contiguous_offsets() {
-        Some((s, e)) => Cow::Borrowed(&f.storage::<E>()[s..e]),
+        Some((s, e)) => Cow::Borrowed(&f.storage::<X>()[s..e]),
         None => {
             let c = f.to_contiguous();
             let (s, e) = c.layout().contiguous_offsets().unwrap_or((0, 0));
-            Cow::Owned(c.storage::<E>()[s..e].to_vec())
+            Cow::Owned(c.storage::<X>()[s..e].to_vec())
         }
     }
 }
@@ -77,16 +84,7 @@ pub(super) fn tensor<E: Elem>(data: Vec<E>, shape: &[usize], device: &DispatchDe
 /// Integer elements (argmax positions) as i64.
 pub(super) fn ints(t: &T) -> Cow<'_, [i64]> {
     match &t.kind {
-        DispatchTensorKind::Flex(BackendTensor::Int(f)) if f.dtype() == DType::I64 => {
-            match f.layout().contiguous_offsets() {
-                Some((s, e)) => Cow::Borrowed(&f.storage::<i64>()[s..e]),
-                None => {
-                    let c = f.to_contiguous();
-                    let (s, e) = c.layout().contiguous_offsets().unwrap_or((0, 0));
-                    Cow::Owned(c.storage::<i64>()[s..e].to_vec())
-                }
-            }
-        }
+        DispatchTensorKind::Flex(BackendTensor::Int(f)) if f.dtype() == DType::I64 => elements::<i64>(f),
         DispatchTensorKind::Flex(BackendTensor::Int(f)) if f.dtype() == DType::I32 => {
             Cow::Owned(argmax_cells(t).iter().map(|&v| i64::from(v)).collect())
         }
@@ -111,16 +109,7 @@ pub(super) fn argmax_tensor(data: Vec<i32>, shape: &[usize], device: &DispatchDe
 /// plane, so it routes no gradient, as an out-of-range cell already does).
 pub(super) fn argmax_cells(t: &T) -> Cow<'_, [i32]> {
     match &t.kind {
-        DispatchTensorKind::Flex(BackendTensor::Int(f)) if f.dtype() == DType::I32 => {
-            match f.layout().contiguous_offsets() {
-                Some((s, e)) => Cow::Borrowed(&f.storage::<i32>()[s..e]),
-                None => {
-                    let c = f.to_contiguous();
-                    let (s, e) = c.layout().contiguous_offsets().unwrap_or((0, 0));
-                    Cow::Owned(c.storage::<i32>()[s..e].to_vec())
-                }
-            }
-        }
+        DispatchTensorKind::Flex(BackendTensor::Int(f)) if f.dtype() == DType::I32 => elements::<i32>(f),
         _ => Cow::Owned(ints(t).iter().map(|&v| i32::try_from(v).unwrap_or(-1)).collect()),
     }
 }

@@ -222,17 +222,7 @@ mod avx512 {
             for t in 0..count {
                 let (oy, ox) = (OUT * (t / l.tw), OUT * (t % l.tw));
                 for f0 in (0..f).step_by(16) {
-                    // `Aᵀ` down each column as it is loaded, then across each of the four
-                    // rows: 24 values live, where loading the 36 positions first spilled.
-                    let from = src.add(t * f + f0);
-                    let mut rows = [[_mm512_setzero_ps(); IN]; OUT];
-                    for j in 0..IN {
-                        let col =
-                            output_1d(std::array::from_fn(|i| _mm512_loadu_ps(from.add((i * IN + j) * count * f))));
-                        for r in 0..OUT {
-                            rows[r][j] = col[r];
-                        }
-                    }
+                    let rows = columns(src.add(t * f + f0), count * f);
                     let b = bias.map(|b| _mm512_loadu_ps(b.as_ptr().add(f0)));
                     for r in 0..OUT {
                         if oy + r >= l.oh {
@@ -244,16 +234,7 @@ mod avx512 {
                                 continue;
                             }
                             let at = ((oy + r) * l.ow + ox + s) * f + f0;
-                            let mut v = px[s];
-                            if let Some(b) = b {
-                                v = _mm512_add_ps(v, b);
-                            }
-                            if let Some(sk) = skip {
-                                v = _mm512_add_ps(v, _mm512_loadu_ps(sk.as_ptr().add(at)));
-                            }
-                            if relu {
-                                v = _mm512_max_ps(v, _mm512_setzero_ps());
-                            }
+                            let mut v = finish(px[s], b, skip, at, relu);
                             if let Some(g) = gate {
                                 // Ordered: a NaN in `gate` is not positive either.
                                 let keep = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(
@@ -296,15 +277,7 @@ mod avx512 {
             for t in 0..count {
                 let (oy, ox) = (OUT * (t / l.tw), OUT * (t % l.tw));
                 for f0 in (0..f).step_by(16) {
-                    let from = src.add(t * f + f0);
-                    let mut rows = [[_mm512_setzero_ps(); IN]; OUT];
-                    for j in 0..IN {
-                        let col =
-                            output_1d(std::array::from_fn(|i| _mm512_loadu_ps(from.add((i * IN + j) * count * f))));
-                        for r in 0..OUT {
-                            rows[r][j] = col[r];
-                        }
-                    }
+                    let rows = columns(src.add(t * f + f0), count * f);
                     let b = bias.map(|b| _mm512_loadu_ps(b.as_ptr().add(f0)));
                     for pr in 0..2 {
                         let y0 = oy + 2 * pr;
@@ -321,20 +294,12 @@ mod avx512 {
                             // The window's cells in row order, each finished as
                             // `transform_output` finishes a pixel.
                             let cells = [(0, 0), (0, 1), (1, 0), (1, 1)].map(|(dy, dx)| (y0 + dy) * l.ow + x0 + dx);
-                            let v: [__m512; 4] = std::array::from_fn(|j| {
-                                let (dy, dx) = (j / 2, j % 2);
-                                let mut v = px[dy][2 * pc + dx];
-                                if let Some(b) = b {
-                                    v = _mm512_add_ps(v, b);
-                                }
-                                if let Some(sk) = skip {
-                                    v = _mm512_add_ps(v, _mm512_loadu_ps(sk.as_ptr().add(cells[j] * f + f0)));
-                                }
-                                if relu {
-                                    v = _mm512_max_ps(v, _mm512_setzero_ps());
-                                }
-                                v
-                            });
+                            // A loop, not `from_fn`: a closure is compiled without AVX-512
+                            // and would call `finish` instead of inlining it.
+                            let mut v = [_mm512_setzero_ps(); 4];
+                            for j in 0..4 {
+                                v[j] = finish(px[j / 2][2 * pc + j % 2], b, skip, cells[j] * f + f0, relu);
+                            }
                             // The first maximal cell wins, as in the pooling kernels.
                             let mut best = v[0];
                             let mut at = _mm512_set1_epi32(cells[0] as i32);
@@ -351,6 +316,46 @@ mod avx512 {
                 }
             }
         }
+    }
+
+    /// The four rows of `Aᵀ m` for one tile: `Aᵀ` down each of its six columns as they are
+    /// loaded (`from` its first position, positions `stride` floats apart), 24 values live,
+    /// where loading the 36 positions first spilled.
+    ///
+    /// # Safety
+    /// AVX-512F; the 36 positions are readable.
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    unsafe fn columns(from: *const f32, stride: usize) -> [[__m512; IN]; OUT] {
+        let mut rows = [[_mm512_setzero_ps(); IN]; OUT];
+        for j in 0..IN {
+            // SAFETY: the caller's.
+            let col = output_1d(std::array::from_fn(|i| unsafe { _mm512_loadu_ps(from.add((i * IN + j) * stride)) }));
+            for r in 0..OUT {
+                rows[r][j] = col[r];
+            }
+        }
+        rows
+    }
+
+    /// A transformed pixel `v` finished: plus the bias, plus the skip at `at`, then ReLU.
+    ///
+    /// # Safety
+    /// AVX-512F; with `skip`, sixteen readable floats at `at`.
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    unsafe fn finish(mut v: __m512, bias: Option<__m512>, skip: Option<&[f32]>, at: usize, relu: bool) -> __m512 {
+        if let Some(b) = bias {
+            v = _mm512_add_ps(v, b);
+        }
+        if let Some(sk) = skip {
+            // SAFETY: the caller's.
+            v = _mm512_add_ps(v, unsafe { _mm512_loadu_ps(sk.as_ptr().add(at)) });
+        }
+        if relu {
+            v = _mm512_max_ps(v, _mm512_setzero_ps());
+        }
+        v
     }
 
     /// `Aᵀ m`: with `a, b = m1 ± m2` and `c, d = m3 ± m4`, `(m0 + a + c, b + 2 d, a + 4 c,
