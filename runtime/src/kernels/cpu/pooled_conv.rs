@@ -111,7 +111,7 @@ pub(super) fn pooled_filter_grad_avx512(
 // Indexed loops over constant bounds are how the register arrays stay registers.
 #[cfg(target_arch = "x86_64")]
 #[allow(clippy::needless_range_loop, clippy::too_many_arguments)]
-mod avx512 {
+pub(super) mod avx512 {
     use super::{MAX_CELLS, Plane, Taps};
     use std::arch::x86_64::*;
 
@@ -258,6 +258,23 @@ mod avx512 {
         cells
     }
 
+    /// Sixteen channels' maximum over a window's cells `v` and, per channel, the cell it
+    /// came from: the first maximal cell in row order wins (a later one must be greater,
+    /// and a NaN is never), as in every pooling kernel. Also the pool inside Winograd
+    /// F(4×4)'s output transform (`winograd4_512`).
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    pub(in crate::kernels::cpu) fn first_max(v: &[__m512; MAX_CELLS], cells: &[usize; MAX_CELLS]) -> (__m512, __m512i) {
+        let mut best = v[0];
+        let mut at = _mm512_set1_epi32(cells[0] as i32);
+        for j in 1..MAX_CELLS {
+            let greater = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(v[j], best);
+            best = _mm512_mask_blend_ps(greater, best, v[j]);
+            at = _mm512_mask_blend_epi32(greater, at, _mm512_set1_epi32(cells[j] as i32));
+        }
+        (best, at)
+    }
+
     /// One window's four cells (`B` registers each): the ReLU, then the maximum and its
     /// cell (the first maximal one winning), stored at `o`.
     ///
@@ -281,13 +298,7 @@ mod avx512 {
                     *x = _mm512_max_ps(*x, zero);
                 }
             }
-            let mut best = v[0];
-            let mut at = _mm512_set1_epi32(cells[0] as i32);
-            for j in 1..MAX_CELLS {
-                let greater = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(v[j], best);
-                best = _mm512_mask_blend_ps(greater, best, v[j]);
-                at = _mm512_mask_blend_epi32(greater, at, _mm512_set1_epi32(cells[j] as i32));
-            }
+            let (best, at) = first_max(&v, cells);
             let o = o + 16 * r;
             // SAFETY: the caller's.
             unsafe {

@@ -118,6 +118,7 @@ pub(super) fn transform_output_grad(dy: &[f32], l: &Layout, f: usize, e: &mut [f
 #[allow(clippy::needless_range_loop)]
 mod avx512 {
     use super::Layout;
+    use crate::kernels::cpu::pooled_conv::avx512::first_max;
     use std::arch::x86_64::*;
 
     const IN: usize = 6;
@@ -300,14 +301,7 @@ mod avx512 {
                             for j in 0..4 {
                                 v[j] = finish(px[j / 2][2 * pc + j % 2], b, skip, cells[j] * f + f0, relu);
                             }
-                            // The first maximal cell wins, as in the pooling kernels.
-                            let mut best = v[0];
-                            let mut at = _mm512_set1_epi32(cells[0] as i32);
-                            for j in 1..4 {
-                                let greater = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(v[j], best);
-                                best = _mm512_mask_blend_ps(greater, best, v[j]);
-                                at = _mm512_mask_blend_epi32(greater, at, _mm512_set1_epi32(cells[j] as i32));
-                            }
+                            let (best, at) = first_max(&v, &cells);
                             let o = ((y0 / 2) * pw + x0 / 2) * f + f0;
                             _mm512_storeu_ps(pooled.add(o), best);
                             _mm512_storeu_si512(argmax.add(o).cast(), at);
