@@ -9,6 +9,7 @@
 //! burn kernels, which the tests check against these.
 
 mod attention;
+mod batch_statistics;
 mod buffer;
 mod conv;
 mod conv_pool;

@@ -1,16 +1,17 @@
 //! Fused batch and layer normalization over the input seen as `[rows, features]`.
 //!
-//! Batch normalization reads the activations three times forward (the mean, the
-//! variance about it, the output) and twice backward (two sums per feature, then the
+//! Batch normalization reads the activations twice forward (the statistics in one pass,
+//! `batch_statistics`, then the output) and twice backward (two sums per feature, then the
 //! input gradient), where the composite made a dozen passes and as many temporaries;
 //! layer normalization works a row at a time, in cache. Sums run in fixed blocks, so the
 //! result does not depend on the thread count or timing. A folded ReLU (`relu`) is applied
 //! as the output is written, and its mask recomputed inside the backward's two passes.
 
 use super::{
+    batch_statistics::batch_statistics,
     buffer::{Elem, chunks, into_vec, is_whole_and_unique, min_len, sum_chunks, tensor, view, zeroed},
-    norm_sums::{add_grad_sums, add_squared_deviations, positive},
-    reduce::{add_rows, sum_parts},
+    norm_sums::{add_grad_sums, positive},
+    reduce::sum_parts,
     simd::multiversion,
 };
 use crate::{
@@ -93,17 +94,7 @@ fn batch_forward<E: Elem>(
     beta: Option<&[E]>,
 ) -> (Vec<E>, Vec<E>, Vec<E>) {
     let count = dims(&x).iter().product::<usize>() / c;
-    let (mean, var) = {
-        let xs = view::<E>(&x);
-        let n = e::<E>(count as f64);
-        let rows = |r: std::ops::Range<usize>| &xs[r.start * c..r.end * c];
-        let mean: Vec<E> = blocked_sums(count, c, |acc, r| add_rows(acc, rows(r))).into_iter().map(|s| s / n).collect();
-        let var: Vec<E> = blocked_sums(count, c, |acc, r| add_squared_deviations(acc, rows(r), &mean))
-            .into_iter()
-            .map(|s| s / n)
-            .collect();
-        (mean, var)
-    };
+    let (mean, var) = batch_statistics(&view::<E>(&x)[..count * c], c, BLOCK);
     let (a, b) = output_affine(op.epsilon, gamma, beta, &mean, &var);
     let per = chunks(count) * c;
     let relu = op.relu;
