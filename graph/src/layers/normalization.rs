@@ -18,7 +18,8 @@ pub struct BatchNormalization {
     /// Learn a scale `gamma`.
     pub scale: bool,
     /// Statistics over the global batch under the all-reducing strategies: the batch mean
-    /// and mean square are what replicas average (`roles.cross_replica_means`).
+    /// and mean square about the moving mean are what replicas average
+    /// (`roles.cross_replica_means`).
     pub synchronized: bool,
 }
 
@@ -44,15 +45,23 @@ impl BatchNormalization {
         let moving_var = b.variable("moving_variance", &[c], Initializer::Ones, false)?;
         let (mean, var) = if training {
             let (mean, var) = if self.synchronized {
-                // E[x^2] - E[x]^2: the two means are what replicas average.
-                let mean = b.reduce_mean(x, &axes, false)?;
-                let sq = b.square(x)?;
+                // The moments of `d = x - moving_mean`, whose two means (of `d` and `d²`)
+                // are what replicas average: `var = E[d²] - E[d]²`. Keras takes them of
+                // `x` itself, and in f32 `E[x²] - E[x]²` loses the variance's digits to
+                // cancellation where the mean is large against the spread (every digit at a
+                // mean of 1000 and a spread of 0.01, and the `max` with zero then hides
+                // it). The moving mean is the same on every replica, tracks the batch mean
+                // after the first steps, and is not trained, so nothing is differentiated
+                // through it: `x`'s gradient is the same function.
+                let d = b.sub(x, moving_mean)?;
+                let mean_d = b.reduce_mean(d, &axes, false)?;
+                let sq = b.square(d)?;
                 let mean_sq = b.reduce_mean(sq, &axes, false)?;
-                b.graph_mut().roles.cross_replica_means.extend([mean, mean_sq]);
-                let m2 = b.square(mean)?;
+                b.graph_mut().roles.cross_replica_means.extend([mean_d, mean_sq]);
+                let m2 = b.square(mean_d)?;
                 let var = b.sub(mean_sq, m2)?;
                 let zero = b.scalar(0.0)?;
-                (mean, b.maximum(var, zero)?)
+                (b.add(mean_d, moving_mean)?, b.maximum(var, zero)?)
             } else {
                 b.batch_moments(x)?
             };

@@ -3,7 +3,7 @@
 use crate::{Graph, GraphBuilder, Result, ops::ReduceOp, passes::Pass};
 
 /// Runs before autodiff: every outlet of `roles.cross_replica_means` (a synchronized
-/// layer's per-replica mean of `x` and of `x²`) is replaced, for all its readers, by its
+/// layer's per-replica mean of `d = x - moving_mean` and of `d²`) is replaced, for all its readers, by its
 /// mean over the replicas, an immediate all-reduce (launched where it stands, not
 /// bucketed: the rest of the forward pass waits on it). With equal per-replica batches the
 /// mean of the replicas' means is the global batch's mean, so the layer normalizes exactly
