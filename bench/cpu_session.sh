@@ -87,6 +87,18 @@ for i in 1 2; do
   bench/.venv-tf/bin/python bench/gemm_peak.py --threads 1 2>&1 | tail -1 | tee -a "$S"
 done
 say '```'
+say ""
+say "A weight gradient's product (the ViT's \`xᵀ · dy\` over 6,272 tokens) at one and two threads: the"
+say "\`gemm\` crate shares output blocks among threads, and this product has few (1.37 and 1.22 ms on the"
+say "Intel VM at d46946d; 0.52 and 0.41–0.50 ms on the Zen 5 on 2026-12-07, where a split along its sum ran"
+say "0.33–0.35 at two threads but did not move the ViT's step). The journal's \"split along its sum\" note"
+say "says what to build if the ViT's two threads gain little on this machine."
+say '```'
+for t in 1 2; do
+  python3 bench/quiet.py --wait 60 >/dev/null 2>&1
+  echo "threads $t: $(RAYON_NUM_THREADS=$t "$gemm" 64x128x6272 2>&1 | tail -1)" | tee -a "$S"
+done
+say '```'
 
 say ""
 say "## Each model against TensorFlow 2.15 (compare.py, threads: $threads)"
