@@ -84,7 +84,9 @@ for i in 1 2; do
   python3 bench/quiet.py --wait 60 >/dev/null 2>&1
   RAYON_NUM_THREADS=1 taskset -c 0 "$gemm" $gemm_sizes 2>&1 | tee -a "$S"
   [ -n "$quick" ] && break
-  bench/.venv-tf/bin/python bench/gemm_peak.py --threads 1 2>&1 | tail -1 | tee -a "$S"
+  bench/.venv-tf/bin/python bench/gemm_peak.py --threads 1 2>>"$R/gemm_peak.log" | python3 -c 'import json, sys
+d = json.load(sys.stdin)
+print("OpenBLAS ({}) 2048^3, one pinned core: best {:.1f}, median {:.1f} GFLOP/s".format(d.get("corename"), d["gflops_best"], d["gflops_median"]))' 2>&1 | tee -a "$S"
 done
 say '```'
 say ""
