@@ -143,24 +143,18 @@ mod tests {
         }
     }
 
-    /// Where a block holds 256 rows, the mean is the forward's old one bit for bit: the
-    /// blocks' sums added in the same order.
+    /// Where a block holds 256 rows, the mean is the forward's old one bit for bit
+    /// (`blocked_sums` over 256-row blocks, as the forward summed before): the blocks' sums
+    /// added in the same order.
     #[test]
     fn the_mean_keeps_its_bits() {
         let (rows, c) = (5000, 32);
         let xs: Vec<f32> = (0..rows * c).map(|i| ((i * 31) % 97) as f32 * 0.37 - 11.0).collect();
-        let per = sum_chunks(rows).div_ceil(256) * 256;
-        let mut totals = Vec::new();
-        for part in 0..rows.div_ceil(per) {
-            let mut total = vec![0f32; c];
-            for first in (part * per..((part + 1) * per).min(rows)).step_by(256) {
-                let mut acc = vec![0f32; c];
-                add_rows(&mut acc, &xs[first * c..(first + 256).min((part + 1) * per).min(rows) * c]);
-                total.iter_mut().zip(&acc).for_each(|(t, a)| *t += *a);
-            }
-            totals.push(total);
-        }
-        let want: Vec<f32> = sum_parts(totals, c).into_iter().map(|s| s / rows as f32).collect();
+        // The forward's sums before this module: `normalization`'s blocks of 256 rows.
+        let sums = super::super::normalization::blocked_sums(rows, c, |acc: &mut [f32], r| {
+            add_rows(acc, &xs[r.start * c..r.end * c])
+        });
+        let want: Vec<f32> = sums.into_iter().map(|s| s / rows as f32).collect();
         let (mean, _) = batch_statistics(&xs, c, 256);
         assert_eq!(
             mean.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),

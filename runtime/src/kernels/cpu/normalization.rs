@@ -65,7 +65,11 @@ pub(super) fn forward<E: Elem>(op: &FusedNormalization, inputs: Vec<Value>, ctx:
 /// (at most `BLOCK` of them) to a zeroed `acc`; the blocks' sums are added in a fixed
 /// order, and so are the parts (split by the machine's CPUs, `sum_chunks`, not by the
 /// pool's threads), so the result depends neither on timing nor on the thread count.
-fn blocked_sums<E: Elem>(rows: usize, width: usize, f: impl Fn(&mut [E], std::ops::Range<usize>) + Sync) -> Vec<E> {
+pub(super) fn blocked_sums<E: Elem>(
+    rows: usize,
+    width: usize,
+    f: impl Fn(&mut [E], std::ops::Range<usize>) + Sync,
+) -> Vec<E> {
     let per = sum_chunks(rows).div_ceil(BLOCK) * BLOCK;
     let partials: Vec<Vec<E>> = (0..rows.div_ceil(per))
         .into_par_iter()
