@@ -1,13 +1,14 @@
 //! The f32 rate of the engine's matrix product on large square matrices, through the
-//! executor as a `MatMul` node runs (the `gemm` crate, blocked for this CPU's caches),
+//! executor as a `MatMul` node runs (the kernel `engine plan`'s `cpu:` line names),
 //! to set beside `bench/gemm_peak.py`'s OpenBLAS figure on the same core (issue 41: large
 //! GEMMs at 80 % of it or more). Pin it as the peak is pinned:
 //!
 //!     RAYON_NUM_THREADS=1 taskset -c 0 cargo run --release -p engine-runtime --example gemm_rate -- 2048
 //!
 //! A size is `N` (square) or `MxNxK` (`[M x K] · [K x N]`, the shapes of a model's dense
-//! layers). `ENGINE_CPU_GEMM=packed` runs the engine's packed AVX2 kernel instead of the
-//! `gemm` crate's, for a side-by-side run of one binary.
+//! layers). `ENGINE_CPU_GEMM=packed` runs every product on the engine's packed AVX2 kernel,
+//! `ENGINE_CPU_GEMM=crate` every one on the `gemm` crate's, for side-by-side runs of one
+//! binary.
 //!
 //! Prints one JSON line per size: the best of the repetitions, in GFLOP/s.
 

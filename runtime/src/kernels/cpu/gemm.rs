@@ -107,7 +107,7 @@ pub(crate) fn large_f32_kernel() -> String {
 }
 
 /// The product, unchecked: the `gemm` crate's, or the packed AVX2 kernel for f32 where
-/// `ENGINE_CPU_GEMM=packed` asks for it (a benchmark's lever, see `packed_gemm.rs`).
+/// `packed_gemm::chosen_for` picks it (large products on AVX2 without AVX-512).
 ///
 /// # Safety
 /// `dst` must be valid for writes of `m * n` row-major elements (and reads, with
@@ -124,13 +124,10 @@ unsafe fn raw<E: Elem>(
     threads: usize,
 ) {
     #[cfg(target_arch = "x86_64")]
-    if std::any::TypeId::of::<E>() == std::any::TypeId::of::<f32>()
-        && super::packed_gemm::available()
-        && super::packed_gemm::worth_packing(m, n, k)
-    {
+    if std::any::TypeId::of::<E>() == std::any::TypeId::of::<f32>() && super::packed_gemm::chosen_for(m, n, k) {
         // E is f32 (checked above), so these casts change only the static type.
         let (lhs, rhs) = (as_f32(lhs), as_f32(rhs));
-        // SAFETY: the caller's contract, and the CPU has AVX2 and FMA (`available`).
+        // SAFETY: the caller's contract, and the CPU has AVX2 and FMA (`chosen_for`).
         unsafe {
             super::packed_gemm::product(
                 m,

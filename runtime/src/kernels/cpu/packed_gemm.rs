@@ -1,13 +1,13 @@
 //! A packed f32 matrix product for cores with AVX2 and FMA but not AVX-512 (Zen 1–3,
 //! Intel before Skylake-SP, the E-cores of hybrid parts).
 //!
-//! Off unless `ENGINE_CPU_GEMM=packed`: not yet measured faster than the `gemm` crate.
-//! Issue 41 asks large products to reach 80 % of OpenBLAS on every core kind, and the last
-//! session measured the crate's x86-v3 kernels at 65–71 % of OpenBLAS's Zen kernel on a
-//! Zen 3. On 2026-11-28, interleaved on one Zen 3, this kernel ran 2048³ at 69–73 GFLOP/s
-//! against the crate's 60–66 in one pair of runs and at 50–55 against 62–66 in the next,
-//! and lost at 1024³ and at a dense layer's shapes (BENCHMARKS.md). Until a quiet machine
-//! settles it, the lever lets one binary run both.
+//! On such a core it runs the large products (`LARGE` multiply-adds or more), where the
+//! `gemm` crate's x86-v3 kernels fall behind: on a Zen 3 on 2026-12-07, alternated in one
+//! binary, 2048³ ran at 78–86 GFLOP/s here against the crate's 72–83 and OpenBLAS's best
+//! of 87–92, and 1024³ at 80–84 against 61–86. Smaller products stay on the crate, which
+//! packs less and was faster there (384³: 93 against 87). `ENGINE_CPU_GEMM=packed` sends
+//! every product large enough to tile here (on any core with AVX2), `ENGINE_CPU_GEMM=crate`
+//! none, so one binary can run both.
 //!
 //! Each output element is summed in the same order whatever the thread count (threads
 //! split the output's rows, never the sum), so a step's bits do not depend on threads.
@@ -53,25 +53,63 @@ impl Blocking {
     }
 }
 
-/// Whether products run packed: only where `ENGINE_CPU_GEMM=packed` asks and the CPU has
-/// AVX2 and FMA (see the module's comment for why it is not the default).
-pub(crate) fn available() -> bool {
-    static USE: OnceLock<bool> = OnceLock::new();
-    *USE.get_or_init(|| std::env::var("ENGINE_CPU_GEMM").is_ok_and(|v| v.trim() == "packed") && super::has_avx2())
+/// Which products run packed, from `ENGINE_CPU_GEMM` and the CPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Choice {
+    /// Every product large enough to tile (`ENGINE_CPU_GEMM=packed`, a CPU with AVX2).
+    All,
+    /// Products of `LARGE` multiply-adds or more: the default on AVX2 without AVX-512.
+    Large,
+    /// None: no AVX2, AVX-512 (the crate's AVX-512 kernels reached 95 % of OpenBLAS on a
+    /// Zen 5), or `ENGINE_CPU_GEMM=crate`.
+    Never,
 }
 
-/// Whether a product is large enough to pack: smaller ones keep the crate's unpacked
-/// small-matrix kernels even under the lever.
-pub(crate) fn worth_packing(m: usize, n: usize, k: usize) -> bool {
-    m >= MR && n >= NR && k >= 8
-}
+/// Multiply-adds from which the default packs: 1024³. Under it the crate's kernels were as
+/// fast or faster on the Zen 3 (see the module's comment), and no spec's product comes
+/// near (the MLP's largest is 128 x 784 x 256), so the models keep their bits.
+const LARGE: usize = 1 << 30;
 
-/// The packed kernel's name and blocking, for `engine plan` and the log.
-pub(crate) fn describe() -> Option<String> {
-    available().then(|| {
-        let b = Blocking::get();
-        format!("packed AVX2 GEMM, {MR}x{NR} register tile, blocks kc {} mc {} nc {}", b.kc, b.mc, b.nc)
+fn choice() -> Choice {
+    static CHOICE: OnceLock<Choice> = OnceLock::new();
+    *CHOICE.get_or_init(|| {
+        let lever = std::env::var("ENGINE_CPU_GEMM").unwrap_or_default();
+        choose(&lever, super::has_avx2(), super::has_avx512())
     })
+}
+
+/// The choice for a value of `ENGINE_CPU_GEMM` (empty when unset) on a CPU with or
+/// without AVX2 (and FMA) and AVX-512.
+fn choose(lever: &str, avx2: bool, avx512: bool) -> Choice {
+    match lever.trim() {
+        _ if !avx2 => Choice::Never,
+        "packed" => Choice::All,
+        "crate" => Choice::Never,
+        _ if avx512 => Choice::Never,
+        _ => Choice::Large,
+    }
+}
+
+/// Whether this product runs packed (see [`Choice`]).
+pub(crate) fn chosen_for(m: usize, n: usize, k: usize) -> bool {
+    let tiles = m >= MR && n >= NR && k >= 8;
+    match choice() {
+        Choice::All => tiles,
+        Choice::Large => tiles && m.saturating_mul(n).saturating_mul(k) >= LARGE,
+        Choice::Never => false,
+    }
+}
+
+/// The packed kernel's name, blocking and share of the products, for `engine plan` and
+/// the log.
+pub(crate) fn describe() -> Option<String> {
+    let which = match choice() {
+        Choice::All => "every product",
+        Choice::Large => "1024³ multiply-adds and up (the gemm crate's kernels below)",
+        Choice::Never => return None,
+    };
+    let b = Blocking::get();
+    Some(format!("packed AVX2 GEMM for {which}, {MR}x{NR} register tile, blocks kc {} mc {} nc {}", b.kc, b.mc, b.nc))
 }
 
 /// The destination, shared by the threads that write disjoint row blocks of it.
@@ -92,7 +130,7 @@ impl Dst {
 /// `dst (m x n, row-major, row stride n) = [dst +] lhs (m x k) · rhs (k x n)`.
 ///
 /// # Safety
-/// The CPU has AVX2 and FMA ([`available`]); `dst` is valid for writes of `m * n`
+/// The CPU has AVX2 and FMA ([`chosen_for`] says no otherwise); `dst` is valid for writes of `m * n`
 /// elements (and reads, with `accumulate`: without it the destination is written before
 /// it is read, so it may be uninitialized); `lhs` and `rhs` fit `m x k` and `k x n`;
 /// m, n and k are non-zero.
@@ -120,14 +158,14 @@ pub(super) unsafe fn product(
         let nb = nc.min(n - j0);
         for p0 in (0..k).step_by(kc) {
             let kb = kc.min(k - p0);
-            pack::<NR>(&mut packed_rhs, rhs, p0, kb, j0, nb);
+            let b = pack::<NR>(&mut packed_rhs, rhs, p0, kb, j0, nb);
             let add = accumulate || p0 > 0;
             let block = |packed_lhs: &mut Vec<f32>, i0: usize| {
                 let mb = mc.min(m - i0);
-                pack::<MR>(packed_lhs, lhs_t, p0, kb, i0, mb);
+                let a = pack::<MR>(packed_lhs, lhs_t, p0, kb, i0, mb);
                 // SAFETY: rows i0..i0+mb and columns j0..j0+nb lie inside the m x n
                 // destination; no other block writes these rows; the CPU has AVX2 and FMA.
-                unsafe { macro_block(packed_lhs, &packed_rhs, mb, nb, kb, dst.at(i0 * n + j0), n, add) };
+                unsafe { macro_block(a, b, mb, nb, kb, dst.at(i0 * n + j0), n, add) };
             };
             if threads > 1 && starts.len() > 1 {
                 starts.par_iter().for_each_init(Vec::new, |buffer, &i0| block(buffer, i0));
@@ -138,27 +176,50 @@ pub(super) unsafe fn product(
     }
 }
 
+/// Floats in a 64-byte cache line. Packed panels start on a line: the allocator aligns a
+/// `Vec<f32>` to 16 bytes only, and from there every other 8-float load of a right-operand
+/// panel straddled two lines, which costs a split load on every step of the sum.
+const LINE: usize = 16;
+
 /// Packs `mat[p0..p0+kb, c0..c0+cols]` in `W`-column panels, each `kb x W` row by row
-/// (one step of the sum's `W` values together), columns past `cols` zero. The right
-/// operand packs as it is, in `NR`-column panels; the left one as its transpose, in
-/// `MR`-row panels.
-fn pack<const W: usize>(out: &mut Vec<f32>, mat: Mat<'_, f32>, p0: usize, kb: usize, c0: usize, cols: usize) {
-    out.clear();
-    out.resize(cols.div_ceil(W) * kb * W, 0.0);
-    for (panel, chunk) in out.chunks_exact_mut(kb * W).enumerate() {
+/// (one step of the sum's `W` values together), columns past `cols` zero, into `out` from
+/// its first cache-line boundary on; returns the packed panels. The right operand packs
+/// as it is, in `NR`-column panels; the left one as its transpose, in `MR`-row panels.
+fn pack<'a, const W: usize>(
+    out: &'a mut Vec<f32>,
+    mat: Mat<'_, f32>,
+    p0: usize,
+    kb: usize,
+    c0: usize,
+    cols: usize,
+) -> &'a [f32] {
+    let len = cols.div_ceil(W) * kb * W;
+    // Grown, never cleared: every element of the panels is written below, the padding
+    // columns included, so zeroing the whole buffer first would only write it twice.
+    if out.len() < len + LINE {
+        out.resize(len + LINE, 0.0);
+    }
+    // At most LINE - 1 for an f32 pointer; `min` keeps the slice inside should it ever
+    // report that no offset aligns it.
+    let skew = out.as_ptr().align_offset(LINE * std::mem::size_of::<f32>()).min(LINE);
+    let panels = &mut out[skew..skew + len];
+    for (panel, chunk) in panels.chunks_exact_mut(kb * W).enumerate() {
         let first = c0 + panel * W;
         let width = W.min(c0 + cols - first);
         for (p, row) in chunk.chunks_exact_mut(W).enumerate() {
             let base = (p0 + p) * mat.rs + first * mat.cs;
+            let (inside, padding) = row.split_at_mut(width);
             if mat.cs == 1 {
-                row[..width].copy_from_slice(&mat.data[base..base + width]);
+                inside.copy_from_slice(&mat.data[base..base + width]);
             } else {
-                for (j, x) in row[..width].iter_mut().enumerate() {
+                for (j, x) in inside.iter_mut().enumerate() {
                     *x = mat.data[base + j * mat.cs];
                 }
             }
+            padding.fill(0.0);
         }
     }
+    &out[skew..skew + len]
 }
 
 /// Every register tile of one packed block pair.
@@ -330,6 +391,19 @@ mod tests {
         for threads in [2, 3, 8] {
             assert!(one.iter().zip(run(threads)).all(|(x, y)| x.to_bits() == y.to_bits()), "{threads} threads");
         }
+    }
+
+    /// The default packs on AVX2-only cores and leaves AVX-512 ones to the crate; the lever
+    /// overrides either way, but never sends a product to AVX2 code on a CPU without it.
+    #[test]
+    fn the_kernel_follows_the_cpu_and_the_lever() {
+        assert_eq!(choose("", true, false), Choice::Large);
+        assert_eq!(choose("", true, true), Choice::Never);
+        assert_eq!(choose("", false, false), Choice::Never);
+        assert_eq!(choose(" packed ", true, true), Choice::All);
+        assert_eq!(choose("packed", false, false), Choice::Never);
+        assert_eq!(choose("crate", true, false), Choice::Never);
+        assert_eq!(choose("something else", true, false), Choice::Large);
     }
 
     #[test]
