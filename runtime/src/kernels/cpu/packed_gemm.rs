@@ -130,9 +130,9 @@ impl Dst {
 /// `dst (m x n, row-major, row stride n) = [dst +] lhs (m x k) · rhs (k x n)`.
 ///
 /// # Safety
-/// The CPU has AVX2 and FMA ([`chosen_for`] says no otherwise); `dst` is valid for writes of `m * n`
-/// elements (and reads, with `accumulate`: without it the destination is written before
-/// it is read, so it may be uninitialized); `lhs` and `rhs` fit `m x k` and `k x n`;
+/// The CPU has AVX2 and FMA ([`chosen_for`] says no otherwise); `dst` is valid for writes
+/// of `m * n` elements (and reads, with `accumulate`: without it the destination is written
+/// before it is read, so it may be uninitialized); `lhs` and `rhs` fit `m x k` and `k x n`;
 /// m, n and k are non-zero.
 #[allow(clippy::too_many_arguments, reason = "BLAS's own shape: sizes, operands, and whether to accumulate")]
 pub(super) unsafe fn product(
@@ -176,11 +176,6 @@ pub(super) unsafe fn product(
     }
 }
 
-/// Floats in a 64-byte cache line. Packed panels start on a line: the allocator aligns a
-/// `Vec<f32>` to 16 bytes only, and from there every other 8-float load of a right-operand
-/// panel straddled two lines, which costs a split load on every step of the sum.
-const LINE: usize = 16;
-
 /// Packs `mat[p0..p0+kb, c0..c0+cols]` in `W`-column panels, each `kb x W` row by row
 /// (one step of the sum's `W` values together), columns past `cols` zero, into `out` from
 /// its first cache-line boundary on; returns the packed panels. The right operand packs
@@ -193,16 +188,11 @@ fn pack<'a, const W: usize>(
     c0: usize,
     cols: usize,
 ) -> &'a [f32] {
-    let len = cols.div_ceil(W) * kb * W;
-    // Grown, never cleared: every element of the panels is written below, the padding
-    // columns included, so zeroing the whole buffer first would only write it twice.
-    if out.len() < len + LINE {
-        out.resize(len + LINE, 0.0);
-    }
-    // At most LINE - 1 for an f32 pointer; `min` keeps the slice inside should it ever
-    // report that no offset aligns it.
-    let skew = out.as_ptr().align_offset(LINE * std::mem::size_of::<f32>()).min(LINE);
-    let panels = &mut out[skew..skew + len];
+    // Packed panels start on a line: the allocator aligns a `Vec<f32>` to 16 bytes only,
+    // and from there every other 8-float load of a right-operand panel straddled two
+    // lines, a split load on every step of the sum. Grown, never cleared: every element
+    // is written below, the padding columns included.
+    let panels = super::buffer::line_aligned(out, cols.div_ceil(W) * kb * W);
     for (panel, chunk) in panels.chunks_exact_mut(kb * W).enumerate() {
         let first = c0 + panel * W;
         let width = W.min(c0 + cols - first);
@@ -219,7 +209,7 @@ fn pack<'a, const W: usize>(
             padding.fill(0.0);
         }
     }
-    &out[skew..skew + len]
+    panels
 }
 
 /// Every register tile of one packed block pair.
