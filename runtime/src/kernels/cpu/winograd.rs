@@ -707,15 +707,24 @@ mod tests {
         matches_gemm::<f64>(Tile::F4, 1e-12);
     }
 
-    /// The AVX-512 transforms (where the CPU has them) against the portable loops, bit for
-    /// bit, on odd and even output sizes; the forward's fused bias and ReLU against
-    /// `bias_activation`.
+    /// The register transforms (AVX-512 or AVX2, where the CPU has them) against the
+    /// portable loops, bit for bit, on odd and even output sizes; the forward's fused bias
+    /// and ReLU against `bias_activation`.
     #[test]
     fn wide_transforms_equal_the_portable_loops_bit_for_bit() {
-        if !winograd512::applies(16) {
+        if !winograd512::runs(8) {
             return;
         }
-        for (h, w, c, same) in [(5, 7, 16, true), (8, 6, 32, false), (1, 1, 16, true), (4, 3, 16, false)] {
+        // Sixteens run on AVX-512 where it is present, AVX2 otherwise; eights on AVX2.
+        let shapes = [
+            (5, 7, 16, true),
+            (8, 6, 32, false),
+            (1, 1, 16, true),
+            (4, 3, 16, false),
+            (5, 6, 8, true),
+            (7, 4, 24, false),
+        ];
+        for (h, w, c, same) in shapes {
             let g = geometry(1, h, w, c, same);
             let t = Tiles::of(&g, Tile::F2);
             let (l, count, (oh, ow)) = (t.layout(&g), t.count(), (g.oh, g.ow));
@@ -759,8 +768,9 @@ mod tests {
             assert!(!winograd512::transform_input(&x[1..], &l, c, &mut got));
             assert!(y.iter().all(|v| *v == 0.0));
         }
-        // Channels not in sixteens are left to the portable loops.
+        // Channels in eights but not sixteens: AVX2's, never AVX-512's; fewer, the portable loops'.
         assert!(!winograd512::applies(24));
+        assert!(!winograd512::runs(12));
     }
 
     #[test]
