@@ -32,14 +32,15 @@ pub(super) fn applies(c: usize) -> bool {
     false
 }
 
-/// The register width the transforms run at for `c` channels: AVX-512's sixteen floats
-/// where it applies, else AVX2's eight for channels in eights. None: the portable loops.
+/// A register width the transforms are built for (the `transforms!` modules below).
 #[derive(Clone, Copy)]
 enum Width {
     Avx512,
     Avx2,
 }
 
+/// The register width the transforms run at for `c` channels: AVX-512's sixteen floats
+/// where it applies, else AVX2's eight for channels in eights. None: the portable loops.
 fn width(c: usize) -> Option<Width> {
     if applies(c) {
         return Some(Width::Avx512);
