@@ -9,7 +9,7 @@
 mod common;
 
 use anyhow::{Result, anyhow, ensure};
-use common::fuzz::{Rng, survives};
+use common::fuzz::{Rng, each_case, survives};
 use common::{engine_binary, idx};
 use std::io::Write;
 use std::path::Path;
@@ -173,7 +173,8 @@ fn mutated_data_files_get_errors_never_crashes() -> Result<()> {
     let cases = from_env("ENGINE_FUZZ_CASES").map_or(CASES, |n| n as usize);
     let mut rng = Rng(from_env("ENGINE_FUZZ_SEED").unwrap_or(SEED) | 1);
     let (images, labels, table) = (seed_images(), seed_labels(), seed_table());
-    let (mut errors, mut trained, mut peak) = (0usize, 0usize, 0u64);
+    // Every case's files and spec, all made before any runs: the same cases however they run.
+    let mut specs = Vec::with_capacity(cases);
     for case in 0..cases {
         let dir = tmp.path().join(format!("case-{case}"));
         std::fs::create_dir_all(&dir)?;
@@ -207,22 +208,26 @@ fn mutated_data_files_get_errors_never_crashes() -> Result<()> {
         };
         let path = dir.join("spec.ron");
         std::fs::write(&path, &spec)?;
-        let path_s = path.to_string_lossy().into_owned();
+        specs.push((path.to_string_lossy().into_owned(), spec));
+    }
+    let ended = each_case(cases, |case| {
+        let (path, spec) = &specs[case];
         let fail =
             |under: &str, e: anyhow::Error| anyhow!("case {case} under `engine {under}`: {e:#}\n--- spec ---\n{spec}");
-        let plan = survives(&["plan", &path_s], Duration::from_secs(60)).map_err(|e| fail("plan", e))?;
-        let run = survives(&["run", &path_s], Duration::from_secs(60)).map_err(|e| fail("run", e))?;
+        let plan = survives(&["plan", path], Duration::from_secs(60)).map_err(|e| fail("plan", e))?;
+        let run = survives(&["run", path], Duration::from_secs(60)).map_err(|e| fail("run", e))?;
         for (under, ended) in [("plan", plan), ("run", run)] {
             ensure!(
                 ended.peak_rss_bytes <= MEMORY_BOUND,
                 "case {case} took {} MiB under `engine {under}`\n--- spec ---\n{spec}",
                 ended.peak_rss_bytes >> 20
             );
-            peak = peak.max(ended.peak_rss_bytes);
         }
-        errors += usize::from(plan.code != 0 || run.code != 0);
-        trained += usize::from(run.code == 0);
-    }
+        Ok((plan, run))
+    })?;
+    let errors = ended.iter().filter(|(plan, run)| plan.code != 0 || run.code != 0).count();
+    let trained = ended.iter().filter(|(_, run)| run.code == 0).count();
+    let peak = ended.iter().map(|(plan, run)| plan.peak_rss_bytes.max(run.peak_rss_bytes)).max().unwrap_or(0);
     eprintln!(
         "data fuzz: {cases} cases (plan and run each), {errors} ended with an error message, {trained} trained, \
          0 panics, 0 aborts, peak RSS {} MiB",

@@ -2,12 +2,13 @@
 //! `specs/` (and a CSV spec) go through `engine plan`, and those that plan go through a
 //! few steps of `engine run`. Every one must end with an error message or success: no
 //! panic (status 101), no abort or other signal, no hang. A failure prints the seed and the
-//! mutant so it can be pinned as a test of its own.
+//! mutant so it can be pinned as a test of its own. The mutants run side by side, one per
+//! core (`fuzz::each_case`).
 
 mod common;
 
 use anyhow::{Context, Result};
-use common::fuzz::{Rng, survives};
+use common::fuzz::{Rng, each_case, survives};
 use common::{engine_binary, repo_root};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -229,34 +230,34 @@ fn mutated_specs_get_errors_never_crashes() -> Result<()> {
     let from_env = |name: &str| std::env::var(name).ok().and_then(|v| v.parse::<u64>().ok());
     let mutants = from_env("ENGINE_FUZZ_MUTANTS").map_or(MUTANTS, |n| n as usize);
     let mut rng = Rng(from_env("ENGINE_FUZZ_SEED").unwrap_or(SEED) | 1);
-    let (mut planned, mut ran) = (0, 0);
-    for index in 0..mutants {
-        let seed = rng.below(seeds.len());
-        let mutant = mutate(&mut rng, &seeds[seed]);
-        let path = tmp.path().join(format!("mutant-{index}.ron"));
-        std::fs::write(&path, &mutant)?;
-        let path_s = path.to_string_lossy().into_owned();
-        let fail = |what: &str, e: anyhow::Error| {
-            anyhow::anyhow!("mutant {index} (of seed spec {seed}) {what}: {e:#}\n--- mutant ---\n{mutant}")
-        };
-        let planned_ok =
-            survives(&["plan", &path_s], Duration::from_secs(60)).map_err(|e| fail("under `engine plan`", e))?.code
-                == 0;
-        if !planned_ok {
-            continue;
-        }
-        planned += 1;
-        if planned % RUN_EVERY != 0 {
-            continue;
-        }
+    // (seed spec, mutant), all made before any runs: the same mutants however they are run.
+    let cases: Vec<(usize, String)> = (0..mutants)
+        .map(|_| {
+            let seed = rng.below(seeds.len());
+            (seed, mutate(&mut rng, &seeds[seed]))
+        })
+        .collect();
+    let fail = |index: usize, what: &str, e: anyhow::Error| {
+        let (seed, mutant) = &cases[index];
+        anyhow::anyhow!("mutant {index} (of seed spec {seed}) {what}: {e:#}\n--- mutant ---\n{mutant}")
+    };
+    let path_of = |index: usize| tmp.path().join(format!("mutant-{index}.ron")).to_string_lossy().into_owned();
+    let plans = each_case(cases.len(), |index| {
+        std::fs::write(path_of(index), &cases[index].1)?;
+        let ended = survives(&["plan", &path_of(index)], Duration::from_secs(60));
+        Ok(ended.map_err(|e| fail(index, "under `engine plan`", e))?.code == 0)
+    })?;
+    // Every `RUN_EVERY`th mutant that planned also trains a few steps.
+    let planned: Vec<usize> = (0..cases.len()).filter(|&index| plans[index]).collect();
+    let to_run: Vec<usize> = planned.iter().copied().skip(RUN_EVERY - 1).step_by(RUN_EVERY).collect();
+    each_case(to_run.len(), |k| {
+        let index = to_run[k];
         let model_dir = tmp.path().join(format!("run-{index}")).to_string_lossy().into_owned();
-        survives(
-            &["run", &path_s, "--max-steps", "3", "--model-dir", &model_dir, "--set", "eval_spec.steps=1"],
-            Duration::from_secs(30),
-        )
-        .map_err(|e| fail("under `engine run`", e))?;
-        ran += 1;
-    }
+        let args =
+            ["run", &path_of(index), "--max-steps", "3", "--model-dir", &model_dir, "--set", "eval_spec.steps=1"];
+        survives(&args, Duration::from_secs(30)).map_err(|e| fail(index, "under `engine run`", e))
+    })?;
+    let (planned, ran) = (planned.len(), to_run.len());
     eprintln!("{mutants} mutants: {planned} planned, {ran} also ran");
     anyhow::ensure!(
         planned >= mutants / 10 && ran >= mutants / 40,

@@ -1,8 +1,11 @@
-//! What the fuzz tests share: a seeded generator, and running the engine on a hostile
-//! case with a time limit, reporting how it ended and the memory it took.
+//! What the fuzz tests share: a seeded generator, running the engine on a hostile case
+//! with a time limit, reporting how it ended and the memory it took, and running the cases
+//! on every core.
 
 use anyhow::{Context, Result, bail};
 use std::process::{Command, Stdio};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 /// xorshift64*: enough randomness for mutations, and the same sequence everywhere.
@@ -91,4 +94,34 @@ pub fn survives(args: &[&str], limit: Duration) -> Result<Ended> {
         bail!("it was killed by signal {}, an abort:\n{tail}", libc::WTERMSIG(status));
     }
     Ok(Ended { code, peak_rss_bytes: peak })
+}
+
+/// `case(0..count)` on one thread per core, each case its own engine processes, the results
+/// in index order. Cases are made before they run (the generator's sequence stays the
+/// seed's), so running them side by side changes which cases run on which core, not which
+/// cases there are: the fuzz tests were a sequence of single-threaded `engine plan` calls,
+/// and the longest binaries of the suite. The first error in index order is returned; once
+/// one fails, no new case starts.
+pub fn each_case<R: Send>(count: usize, case: impl Fn(usize) -> Result<R> + Sync) -> Result<Vec<R>> {
+    let workers = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, count.max(1));
+    let next = AtomicUsize::new(0);
+    let failed = AtomicBool::new(false);
+    let results: Mutex<Vec<Option<Result<R>>>> = Mutex::new((0..count).map(|_| None).collect());
+    std::thread::scope(|scope| {
+        for _ in 0..workers {
+            scope.spawn(|| {
+                while !failed.load(Ordering::Relaxed) {
+                    let index = next.fetch_add(1, Ordering::Relaxed);
+                    if index >= count {
+                        break;
+                    }
+                    let result = case(index);
+                    failed.fetch_or(result.is_err(), Ordering::Relaxed);
+                    results.lock().unwrap_or_else(|e| e.into_inner())[index] = Some(result);
+                }
+            });
+        }
+    });
+    // Cases after a failure may not have run: skipped, while every earlier one has.
+    results.into_inner().unwrap_or_else(|e| e.into_inner()).into_iter().flatten().collect()
 }
