@@ -360,6 +360,56 @@ mod tests {
         }
     }
 
+    /// The kernel alone (no executor: no fresh output to fault in, no feeds) on one square
+    /// product under several blockings, alternated, in GFLOP/s: `PROBE_N=3072
+    /// PROBE_BLOCKS="256,252,8192;512,126,1024" cargo test --release -p engine-runtime --lib
+    /// packed_blocking_probe -- --ignored --nocapture`, pinned as `gemm_rate` is.
+    #[test]
+    #[ignore = "a timing probe, run by hand"]
+    fn packed_blocking_probe() {
+        if !(crate::kernels::has_avx2()) {
+            return;
+        }
+        let n: usize = std::env::var("PROBE_N").ok().and_then(|v| v.parse().ok()).unwrap_or(3072);
+        let blocks: Vec<Blocking> = std::env::var("PROBE_BLOCKS")
+            .map(|text| {
+                text.split(';')
+                    .map(|b| {
+                        let v: Vec<usize> = b.split(',').map(|x| x.trim().parse().expect("kc,mc,nc")).collect();
+                        Blocking { kc: v[0], mc: v[1], nc: v[2] }
+                    })
+                    .collect()
+            })
+            .unwrap_or_else(|_| vec![Blocking::get()]);
+        let (a, b) = (values(n * n, 1), values(n * n, 2));
+        let mut dst = vec![0.0f32; n * n];
+        let flops = 2.0 * (n as f64).powi(3);
+        for round in 0..3 {
+            for blocking in &blocks {
+                let mut best = f64::INFINITY;
+                for _ in 0..3 {
+                    let t = std::time::Instant::now();
+                    // SAFETY: AVX2 checked above; the buffers fit the shapes.
+                    unsafe {
+                        product(
+                            n,
+                            n,
+                            n,
+                            dst.as_mut_ptr(),
+                            false,
+                            Mat::row_major(&a, n),
+                            Mat::row_major(&b, n),
+                            1,
+                            *blocking,
+                        )
+                    };
+                    best = best.min(t.elapsed().as_secs_f64());
+                }
+                println!("round {round} {n}³ {blocking:?}: {:.1} GFLOP/s", flops / best / 1e9);
+            }
+        }
+    }
+
     /// Threads split rows only, so every element's sum runs in one order: the bits at two
     /// threads are those at one.
     #[test]
