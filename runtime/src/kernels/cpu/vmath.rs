@@ -7,6 +7,12 @@
 //! within 2 ulp of the exact value over the normal range; underflow gives 0, overflow ∞,
 //! NaN stays NaN. `erf`: its Taylor series below |x| = 0.5 (relative error under 1e-7)
 //! and Numerical Recipes' `erfc` Chebyshev fit above (absolute error under 1.2e-7).
+//!
+//! The polynomials' steps are written `mul_add`: Rust never fuses `a * b + c` by itself,
+//! so in the AVX2 builds (`multiversion!`'s `wide`) each step was a multiply and an add,
+//! with every constant broadcast again for want of registers. A fused step rounds once,
+//! the same on every CPU (where there is no FMA instruction, `fmaf` computes it exactly),
+//! so the kernels' bits still do not depend on the machine.
 
 use super::simd::multiversion;
 
@@ -29,12 +35,12 @@ pub(super) fn exp(x: f32) -> f32 {
     let n = shifted - ROUNDER;
     let r = c - n * LN2_HI - n * LN2_LO;
     let mut p = 1.987_569_1e-4f32;
-    p = p * r + 1.398_199_9e-3;
-    p = p * r + 8.333_452e-3;
-    p = p * r + 4.166_579_6e-2;
-    p = p * r + 1.666_666_5e-1;
-    p = p * r + 0.5;
-    let y = p * r * r + r + 1.0;
+    p = p.mul_add(r, 1.398_199_9e-3);
+    p = p.mul_add(r, 8.333_452e-3);
+    p = p.mul_add(r, 4.166_579_6e-2);
+    p = p.mul_add(r, 1.666_666_5e-1);
+    p = p.mul_add(r, 0.5);
+    let y = (p * r).mul_add(r, r) + 1.0;
     // 2^n by its exponent bits; n + 127 is in [1, 254] after the clamp.
     let bits = shifted.to_bits().wrapping_sub(ROUNDER.to_bits());
     let scale = f32::from_bits(bits.wrapping_add(127) << 23);
@@ -54,25 +60,25 @@ pub(super) fn erf(x: f32) -> f32 {
     // Small: 2/√π (x - x³/3 + x⁵/10 - x⁷/42 + x⁹/216 - x¹¹/1320 + x¹³/9360).
     let z = x * x;
     let mut s = 1.0 / 9360.0f32;
-    s = s * -z + 1.0 / 1320.0;
-    s = s * -z + 1.0 / 216.0;
-    s = s * -z + 1.0 / 42.0;
-    s = s * -z + 1.0 / 10.0;
-    s = s * -z + 1.0 / 3.0;
-    s = s * -z + 1.0;
+    s = s.mul_add(-z, 1.0 / 1320.0);
+    s = s.mul_add(-z, 1.0 / 216.0);
+    s = s.mul_add(-z, 1.0 / 42.0);
+    s = s.mul_add(-z, 1.0 / 10.0);
+    s = s.mul_add(-z, 1.0 / 3.0);
+    s = s.mul_add(-z, 1.0);
     let small = x * s * std::f32::consts::FRAC_2_SQRT_PI;
     // Large: 1 - erfc(|x|), erfc(a) = t exp(-a² + P(t)), t = 1 / (1 + a / 2).
     let t = 1.0 / (1.0 + 0.5 * a);
     let mut q = 0.170_872_77f32;
-    q = q * t - 0.822_152_23;
-    q = q * t + 1.488_515_9;
-    q = q * t - 1.135_204;
-    q = q * t + 0.278_868_07;
-    q = q * t - 0.186_288_06;
-    q = q * t + 0.096_784_18;
-    q = q * t + 0.374_091_96;
-    q = q * t + 1.000_023_7;
-    q = q * t - 1.265_512_2;
+    q = q.mul_add(t, -0.822_152_23);
+    q = q.mul_add(t, 1.488_515_9);
+    q = q.mul_add(t, -1.135_204);
+    q = q.mul_add(t, 0.278_868_07);
+    q = q.mul_add(t, -0.186_288_06);
+    q = q.mul_add(t, 0.096_784_18);
+    q = q.mul_add(t, 0.374_091_96);
+    q = q.mul_add(t, 1.000_023_7);
+    q = q.mul_add(t, -1.265_512_2);
     let large = (1.0 - t * exp(-a * a + q)).copysign(x);
     if a < 0.5 { small } else { large }
 }
