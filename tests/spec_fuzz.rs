@@ -243,8 +243,9 @@ fn mutated_specs_get_errors_never_crashes() -> Result<()> {
     };
     let path_of = |index: usize| tmp.path().join(format!("mutant-{index}.ron")).to_string_lossy().into_owned();
     let plans = each_case(cases.len(), |index| {
-        std::fs::write(path_of(index), &cases[index].1)?;
-        let ended = survives(&["plan", &path_of(index)], Duration::from_secs(60));
+        let path = path_of(index);
+        std::fs::write(&path, &cases[index].1)?;
+        let ended = survives(&["plan", &path], Duration::from_secs(60));
         Ok(ended.map_err(|e| fail(index, "under `engine plan`", e))?.code == 0)
     })?;
     // Every `RUN_EVERY`th mutant that planned also trains a few steps.
